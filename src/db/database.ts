@@ -1,0 +1,138 @@
+import { mkdirSync } from 'node:fs';
+import { PGlite } from '@electric-sql/pglite';
+import { pg_trgm } from '@electric-sql/pglite/contrib/pg_trgm';
+import { PrismaPg } from '@prisma/adapter-pg';
+import { PrismaPGlite } from 'pglite-prisma-adapter';
+import pg from 'pg';
+import { PrismaClient } from '../generated/prisma/client.js';
+
+/** Raw SQL for the few jobs Prisma's query API does not cover: migrations, locks, bulk checks. */
+export interface SqlDriver {
+  readonly kind: 'pglite' | 'postgres';
+  /** Runs a script of one or more statements, without parameters. */
+  exec(script: string): Promise<void>;
+  query<T extends Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]>;
+  /** Runs `work` on one dedicated connection (session locks, explicit transactions). */
+  withConnection<T>(work: (connection: SqlConnection) => Promise<T>): Promise<T>;
+}
+
+export interface SqlConnection {
+  exec(script: string): Promise<void>;
+  query<T extends Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]>;
+}
+
+export interface Database {
+  readonly kind: 'pglite' | 'postgres';
+  readonly prisma: PrismaClient;
+  readonly sql: SqlDriver;
+  /** Where the data lives, for log lines: a folder, `memory`, or the server URL without its password. */
+  readonly location: string;
+  close(): Promise<void>;
+}
+
+export type DatabaseOptions =
+  | {
+      url: string;
+      poolSize?: number;
+      connectTimeoutMs?: number;
+      statementTimeoutMs?: number;
+    }
+  | { dataDir: string }
+  | { pglite: PGlite };
+
+export const pgliteExtensions = { pg_trgm };
+
+/** Opens the one database of the process: a PostgreSQL server when given a URL, PGlite otherwise. */
+export async function openDatabase(options: DatabaseOptions): Promise<Database> {
+  if ('url' in options) return openPostgres(options);
+  let pglite: PGlite;
+  let location: string;
+  if ('pglite' in options) {
+    pglite = options.pglite;
+    location = 'memory';
+  } else {
+    mkdirSync(options.dataDir, { recursive: true });
+    pglite = new PGlite(options.dataDir, { extensions: pgliteExtensions });
+    location = options.dataDir;
+  }
+  await pglite.waitReady;
+  return openPglite(pglite, location);
+}
+
+function openPglite(pglite: PGlite, location: string): Database {
+  const connection: SqlConnection = {
+    exec: async (script) => {
+      await pglite.exec(script);
+    },
+    query: async <T extends Record<string, unknown>>(text: string, params: unknown[] = []) =>
+      (await pglite.query<T>(text, params)).rows,
+  };
+  const prisma = new PrismaClient({ adapter: new PrismaPGlite(pglite) });
+  return {
+    kind: 'pglite',
+    location,
+    prisma,
+    // PGlite is one connection; it runs one statement at a time by itself.
+    sql: { kind: 'pglite', ...connection, withConnection: (work) => work(connection) },
+    close: async () => {
+      await prisma.$disconnect();
+      if (!pglite.closed) await pglite.close();
+    },
+  };
+}
+
+function openPostgres(options: {
+  url: string;
+  poolSize?: number;
+  connectTimeoutMs?: number;
+  statementTimeoutMs?: number;
+}): Database {
+  const pool = new pg.Pool({
+    connectionString: options.url,
+    max: options.poolSize ?? 10,
+    connectionTimeoutMillis: options.connectTimeoutMs ?? 2000,
+    statement_timeout: options.statementTimeoutMs ?? 5000,
+    idleTimeoutMillis: 30_000,
+  });
+  // An idle client that loses its server emits here; without a listener the process would exit.
+  pool.on('error', () => {});
+  const prisma = new PrismaClient({ adapter: new PrismaPg(pool) });
+  const onClient = (client: pg.PoolClient | pg.Pool): SqlConnection => ({
+    exec: async (script) => {
+      await client.query(script);
+    },
+    query: async <T extends Record<string, unknown>>(text: string, params: unknown[] = []) =>
+      (await client.query<T>(text, params)).rows,
+  });
+  return {
+    kind: 'postgres',
+    location: redactUrl(options.url),
+    prisma,
+    sql: {
+      kind: 'postgres',
+      ...onClient(pool),
+      withConnection: async (work) => {
+        const client = await pool.connect();
+        try {
+          return await work(onClient(client));
+        } finally {
+          client.release();
+        }
+      },
+    },
+    close: async () => {
+      await prisma.$disconnect();
+      await pool.end();
+    },
+  };
+}
+
+export function redactUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return 'postgres://(unparseable url)';
+  }
+}

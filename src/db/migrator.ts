@@ -1,0 +1,149 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { readdirSync, readFileSync, existsSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { SqlConnection, SqlDriver } from './database.js';
+
+/*
+ * Applies prisma/migrations the way `prisma migrate deploy` does, with the same folder layout,
+ * the same `_prisma_migrations` table and the same checksums (SHA-256 of migration.sql), so that
+ * Prisma's own `migrate deploy` / `migrate status` agree with it wherever Prisma's native schema
+ * engine can run. It exists because that engine is a binary downloaded outside the npm registry.
+ */
+
+export const defaultMigrationsDir = fileURLToPath(new URL('../../prisma/migrations', import.meta.url));
+
+/** The advisory lock id Prisma Migrate takes, so that Prisma and this migrator exclude each other. */
+const MIGRATION_LOCK_ID = 72707369;
+
+const BOOKKEEPING_TABLE = `
+CREATE TABLE IF NOT EXISTS "_prisma_migrations" (
+    "id"                    VARCHAR(36) PRIMARY KEY NOT NULL,
+    "checksum"              VARCHAR(64) NOT NULL,
+    "finished_at"           TIMESTAMPTZ,
+    "migration_name"        VARCHAR(255) NOT NULL,
+    "logs"                  TEXT,
+    "rolled_back_at"        TIMESTAMPTZ,
+    "started_at"            TIMESTAMPTZ NOT NULL DEFAULT now(),
+    "applied_steps_count"   INTEGER NOT NULL DEFAULT 0
+);`;
+
+export type LocalMigration = { name: string; script: string; checksum: string };
+
+export type MigrationReport = {
+  applied: string[];
+  alreadyApplied: string[];
+  /** Applied migrations whose file changed since (Prisma reports these as modified). */
+  modified: string[];
+  /** Recorded in the database but absent from the migrations folder. */
+  unknown: string[];
+};
+
+export class MigrationError extends Error {}
+
+export function checksum(script: string): string {
+  return createHash('sha256').update(script, 'utf8').digest('hex');
+}
+
+export function readMigrations(dir: string = defaultMigrationsDir): LocalMigration[] {
+  if (!existsSync(dir)) throw new MigrationError(`no migrations folder at ${dir}`);
+  return readdirSync(dir, { withFileTypes: true })
+    .filter((entry) => entry.isDirectory())
+    .map((entry) => entry.name)
+    .sort()
+    .flatMap((name) => {
+      const file = path.join(dir, name, 'migration.sql');
+      if (!existsSync(file)) return [];
+      const script = readFileSync(file, 'utf8');
+      return [{ name, script, checksum: checksum(script) }];
+    });
+}
+
+type AppliedRow = {
+  migration_name: string;
+  checksum: string;
+  finished_at: Date | null;
+  rolled_back_at: Date | null;
+  logs: string | null;
+};
+
+/**
+ * Applies every pending migration in name order, each in its own transaction, under Prisma's
+ * advisory lock: instances starting together wait for each other, and the second finds nothing
+ * to do.
+ */
+export async function migrate(
+  sql: SqlDriver,
+  migrations: LocalMigration[] = readMigrations(),
+): Promise<MigrationReport> {
+  return sql.withConnection(async (connection) => {
+    await connection.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_ID]);
+    try {
+      return await applyPending(connection, migrations);
+    } finally {
+      await connection.query('SELECT pg_advisory_unlock($1)', [MIGRATION_LOCK_ID]);
+    }
+  });
+}
+
+async function applyPending(
+  connection: SqlConnection,
+  migrations: LocalMigration[],
+): Promise<MigrationReport> {
+  await connection.exec(BOOKKEEPING_TABLE);
+  const rows = await connection.query<AppliedRow>(
+    'SELECT migration_name, checksum, finished_at, rolled_back_at, logs FROM "_prisma_migrations" ORDER BY started_at',
+  );
+  const failed = rows.filter((row) => row.finished_at === null && row.rolled_back_at === null);
+  if (failed.length > 0) {
+    const names = failed.map((row) => row.migration_name).join(', ');
+    throw new MigrationError(
+      `migration ${names} failed earlier and blocks the others; fix the database, then mark it rolled back (set rolled_back_at) before migrating again`,
+    );
+  }
+  const applied = new Map(
+    rows.filter((row) => row.finished_at !== null).map((row) => [row.migration_name, row]),
+  );
+  const local = new Set(migrations.map((m) => m.name));
+  const report: MigrationReport = {
+    applied: [],
+    alreadyApplied: [],
+    modified: [],
+    unknown: [...applied.keys()].filter((name) => !local.has(name)),
+  };
+  for (const migration of migrations) {
+    const done = applied.get(migration.name);
+    if (done) {
+      report.alreadyApplied.push(migration.name);
+      if (done.checksum !== migration.checksum) report.modified.push(migration.name);
+      continue;
+    }
+    await applyOne(connection, migration);
+    report.applied.push(migration.name);
+  }
+  return report;
+}
+
+async function applyOne(connection: SqlConnection, migration: LocalMigration): Promise<void> {
+  const id = randomUUID();
+  try {
+    await connection.exec('BEGIN');
+    await connection.exec(migration.script);
+    await connection.query(
+      `INSERT INTO "_prisma_migrations" (id, checksum, migration_name, started_at, finished_at, applied_steps_count)
+       VALUES ($1, $2, $3, now(), now(), 1)`,
+      [id, migration.checksum, migration.name],
+    );
+    await connection.exec('COMMIT');
+  } catch (error) {
+    await connection.exec('ROLLBACK').catch(() => {});
+    const message = error instanceof Error ? error.message : String(error);
+    // Recorded as Prisma records a failed migration, so that both refuse to go on past it.
+    await connection.query(
+      `INSERT INTO "_prisma_migrations" (id, checksum, migration_name, started_at, logs, applied_steps_count)
+       VALUES ($1, $2, $3, now(), $4, 0)`,
+      [id, migration.checksum, migration.name, message],
+    );
+    throw new MigrationError(`migration ${migration.name} failed: ${message}`);
+  }
+}
