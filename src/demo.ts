@@ -14,7 +14,7 @@ const DEMO_TTL_SECONDS = 24 * 60 * 60;
 /** On an empty database: a small demo (one organization per alert level) so the API can be tried at once. */
 export async function seedDemoIfEmpty(database: Database, config: Config): Promise<DemoAccess | undefined> {
   if ((await database.prisma.organization.count()) > 0) return undefined;
-  const organizations = await seed(database.prisma, {
+  const organizations = await seed(database, {
     organizations: 4,
     childrenPerOrganization: 25,
     seed: 1,

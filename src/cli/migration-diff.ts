@@ -54,17 +54,19 @@ export default {
 
 export type DiffResult = { drift: boolean; sql: string };
 
-export function diffMigrationsToSchema(): DiffResult {
+export function diffMigrationsToSchema(
+  options: { schema?: string; migrations?: string } = {},
+): DiffResult {
   const work = mkdtempSync(path.join(tmpdir(), 'migration-diff-'));
   try {
     const schema = path.join(work, 'schema.prisma');
     const config = path.join(work, 'prisma.config.mjs');
-    writeFileSync(schema, schemaForPrisma6(readFileSync(schemaFile, 'utf8')));
+    writeFileSync(schema, schemaForPrisma6(options.schema ?? readFileSync(schemaFile, 'utf8')));
     writeFileSync(config, configSource());
     const cli = fileURLToPath(import.meta.resolve('prisma-v6/build/index.js'));
     const result = spawnSync(
       process.execPath,
-      [cli, 'migrate', 'diff', '--config', config, '--from-migrations', migrationsDir,
+      [cli, 'migrate', 'diff', '--config', config, '--from-migrations', options.migrations ?? migrationsDir,
         '--to-schema-datamodel', schema, '--script', '--exit-code'],
       {
         encoding: 'utf8',

@@ -58,7 +58,7 @@ try {
   await migrate(database.sql);
   if (args.reset) await resetData(database.prisma);
   const started = performance.now();
-  const organizations = await seed(database.prisma, options);
+  const organizations = await seed(database, options);
   const seconds = (performance.now() - started) / 1000;
   if (args.json) {
     console.log(JSON.stringify({ seed: options.seed, now: now.toISOString(), organizations }, null, 2));

@@ -68,12 +68,19 @@ function openPglite(pglite: PGlite, location: string): Database {
       (await pglite.query<T>(text, params)).rows,
   };
   const prisma = new PrismaClient({ adapter: new PrismaPGlite(pglite) });
+  // PGlite is a single connection: session state (advisory locks, BEGIN) is shared by every
+  // caller, so dedicated use of it is handed out one caller at a time.
+  let queue: Promise<unknown> = Promise.resolve();
+  const withConnection = <T>(work: (c: SqlConnection) => Promise<T>): Promise<T> => {
+    const turn = queue.then(() => work(connection));
+    queue = turn.catch(() => {});
+    return turn;
+  };
   return {
     kind: 'pglite',
     location,
     prisma,
-    // PGlite is one connection; it runs one statement at a time by itself.
-    sql: { kind: 'pglite', ...connection, withConnection: (work) => work(connection) },
+    sql: { kind: 'pglite', ...connection, withConnection },
     close: async () => {
       await prisma.$disconnect();
       if (!pglite.closed) await pglite.close();

@@ -7,6 +7,7 @@ import {
   type AlertLevel,
 } from '../domain/catalogue.js';
 import type { Prisma, PrismaClient } from '../generated/prisma/client.js';
+import type { Database, SqlDriver } from './database.js';
 
 /*
  * Deterministic demo and test data: the same seed and the same reference time give the same rows.
@@ -32,20 +33,24 @@ export type SeededOrganization = {
 };
 
 const DAY = 24 * 60 * 60 * 1000;
-const CHILD_BATCH = 1000;
+/** Children per INSERT: one array parameter per column, so the batch size is not bound by parameter limits. */
+const CHILD_BATCH = 5000;
 /** The alert level of organization i is LEVELS[i % 4], so any four organizations cover all levels. */
 const LEVELS: AlertLevel[] = ['healthy', 'low', 'critical', 'depleted'];
 
 export class SeedConflictError extends Error {}
 
-export async function seed(prisma: PrismaClient, options: SeedOptions): Promise<SeededOrganization[]> {
+export async function seed(
+  database: Pick<Database, 'prisma' | 'sql'>,
+  options: SeedOptions,
+): Promise<SeededOrganization[]> {
   const faker = new Faker({ locale: [en, base] });
   faker.seed(options.seed);
   const now = options.now.getTime();
   const created: SeededOrganization[] = [];
   for (let index = 0; index < options.organizations; index++) {
     const level = LEVELS[index % LEVELS.length]!;
-    created.push(await seedOrganization(prisma, faker, now, level, options.childrenPerOrganization));
+    created.push(await seedOrganization(database, faker, now, level, options.childrenPerOrganization));
   }
   return created;
 }
@@ -83,14 +88,14 @@ const COUNTER_KEYS: (keyof Counters)[] = [
 ];
 
 async function seedOrganization(
-  prisma: PrismaClient,
+  { prisma, sql }: Pick<Database, 'prisma' | 'sql'>,
   faker: Faker,
   now: number,
   level: AlertLevel,
   childCount: number,
 ): Promise<SeededOrganization> {
   const company = faker.company.name();
-  const slug = `${faker.helpers.slugify(company).toLowerCase().replace(/[^a-z0-9-]/g, '').slice(0, 30)}-${faker.string.alphanumeric({ length: 4, casing: 'lower' })}`;
+  const slug = `${faker.helpers.slugify(company).toLowerCase().replace(/[^a-z0-9-]/g, '').replace(/-+/g, '-').slice(0, 30)}-${faker.string.alphanumeric({ length: 4, casing: 'lower' })}`;
   const domain = `${slug}.example.com`;
   const url = `https://${domain}`;
   const parentPart = idPart(faker);
@@ -196,7 +201,7 @@ async function seedOrganization(
     prisma.monthlyUsage.createMany({ data: usage }),
   ]);
   for (let start = 0; start < children.length; start += CHILD_BATCH) {
-    await prisma.account.createMany({ data: children.slice(start, start + CHILD_BATCH) });
+    await insertAccounts(sql, children.slice(start, start + CHILD_BATCH));
   }
   const seededLevel = alertLevel(creditAlerts(balance, purchased));
   return {
@@ -348,6 +353,63 @@ function seedUsage(
     });
   }
   return rows;
+}
+
+/** The Account columns with their SQL types, for the bulk insert below. */
+const ACCOUNT_COLUMNS: Record<keyof Prisma.AccountCreateManyInput, string> = {
+  id: 'text',
+  type: '"AccountType"',
+  parentId: 'text',
+  username: 'text',
+  email: 'text',
+  publicKey: 'text',
+  status: '"AccountStatus"',
+  emailVerified: 'boolean',
+  createdAt: 'timestamptz',
+  updatedAt: 'timestamptz',
+  lastLogin: 'timestamptz',
+  authProvider: '"AuthProvider"',
+  lastLoginProvider: '"AuthProvider"',
+  providerAId: 'text',
+  childSignupCount: 'integer',
+  signInCount: 'integer',
+  emailConfirmationCount: 'integer',
+  providerAAuthCount: 'integer',
+  providerBAuthCount: 'integer',
+  providerCAuthCount: 'integer',
+  providerDAuthCount: 'integer',
+  lastPasswordChanged: 'timestamptz',
+  loginAttempts: 'integer',
+  lastLoginAttempt: 'timestamptz',
+  lockedUntil: 'timestamptz',
+  lastResetPasswordRequestAt: 'timestamptz',
+  passwordHash: 'text',
+  emailVerificationToken: 'text',
+  passwordResetToken: 'text',
+};
+
+/**
+ * Many accounts in one statement: each column travels as one array and `unnest` turns the arrays
+ * back into rows. Prisma's createMany costs about a millisecond a row here; this is ~50x faster.
+ */
+async function insertAccounts(sql: SqlDriver, rows: Prisma.AccountCreateManyInput[]): Promise<void> {
+  const columns = Object.keys(ACCOUNT_COLUMNS) as (keyof Prisma.AccountCreateManyInput)[];
+  const values = columns.map((column) =>
+    rows.map((row) => {
+      const value = row[column];
+      if (value === undefined || value === null) return null;
+      return value instanceof Date ? value.toISOString() : value;
+    }),
+  );
+  // Enum arrays travel as text[] (drivers know how to send those) and are cast back per row.
+  const arrayType = (type: string) => (type.startsWith('"') ? 'text' : type);
+  await sql.query(
+    `INSERT INTO "Account" (${columns.map((c) => `"${c}"`).join(', ')})
+     SELECT ${columns.map((c, i) => `c${i}::${ACCOUNT_COLUMNS[c]}`).join(', ')}
+     FROM unnest(${columns.map((c, i) => `$${i + 1}::${arrayType(ACCOUNT_COLUMNS[c])}[]`).join(', ')})
+       AS u(${columns.map((_, i) => `c${i}`).join(', ')})`,
+    values,
+  );
 }
 
 /** Removes every row of the product's tables (for `db:seed --reset`). */

@@ -1,0 +1,74 @@
+import { readFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { PGlite } from '@electric-sql/pglite';
+import pg from 'pg';
+import { afterAll, beforeAll, inject } from 'vitest';
+import { openDatabase, pgliteExtensions, type Database } from '../../src/db/database.js';
+
+export type TestDatabase = Database & {
+  /** PostgreSQL mode: the URL of this file's own database (for commands run as child processes). */
+  url?: string;
+};
+
+export const testMode: 'pglite' | 'postgres' = process.env.TEST_DATABASE_URL ? 'postgres' : 'pglite';
+
+/** An empty database with no migrations applied (for the migration tests). */
+export async function createEmptyDatabase(): Promise<TestDatabase> {
+  return createDatabase(false);
+}
+
+/** A fresh migrated database of its own. */
+export async function createTestDatabase(): Promise<TestDatabase> {
+  return createDatabase(true);
+}
+
+async function createDatabase(migrated: boolean): Promise<TestDatabase> {
+  if (testMode === 'pglite') {
+    const snapshot = inject('pgliteSnapshot');
+    const pglite = new PGlite({
+      extensions: pgliteExtensions,
+      ...(migrated ? { loadDataDir: new Blob([readFileSync(snapshot)]) } : {}),
+    });
+    return openDatabase({ pglite });
+  }
+  const serverUrl = inject('postgresUrl');
+  const prefixed = `${inject('postgresPrefix')}${randomBytes(6).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: serverUrl });
+  await admin.connect();
+  try {
+    await admin.query(
+      migrated ? `CREATE DATABASE ${prefixed} TEMPLATE ${inject('postgresTemplate')}` : `CREATE DATABASE ${prefixed}`,
+    );
+  } finally {
+    await admin.end();
+  }
+  const url = new URL(serverUrl);
+  url.pathname = `/${prefixed}`;
+  const database = await openDatabase({ url: url.toString(), poolSize: 5 });
+  return {
+    ...database,
+    url: url.toString(),
+    close: async () => {
+      await database.close();
+      const dropper = new pg.Client({ connectionString: serverUrl });
+      await dropper.connect();
+      await dropper.query(`DROP DATABASE IF EXISTS ${prefixed} WITH (FORCE)`);
+      await dropper.end();
+    },
+  };
+}
+
+/** This file's own migrated database, opened before its tests and dropped after them. */
+export function useTestDatabase(): () => TestDatabase {
+  let database: TestDatabase | undefined;
+  beforeAll(async () => {
+    database = await createTestDatabase();
+  });
+  afterAll(async () => {
+    await database?.close();
+  });
+  return () => {
+    if (!database) throw new Error('the test database is opened in beforeAll');
+    return database;
+  };
+}

@@ -1,0 +1,107 @@
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { decodeProtectedHeader, jwtVerify } from 'jose';
+import { describe, expect, it } from 'vitest';
+import { mintAccessToken, parseTtl, secretKey } from '../src/auth/tokens.js';
+import { findTokenSubject } from '../src/db/accounts.js';
+import { seed } from '../src/db/seed.js';
+import { createTestDatabase, testMode, useTestDatabase } from './helpers/database.js';
+
+const run = promisify(execFile);
+const root = path.resolve(import.meta.dirname, '..');
+
+describe(`token minting (${testMode})`, () => {
+  const database = useTestDatabase();
+
+  it("verifies with the organization's secret and not with another organization's", async () => {
+    const [orgA, orgB] = await seed(database(), {
+      organizations: 2,
+      childrenPerOrganization: 3,
+      seed: 11,
+      now: new Date(),
+    });
+    const child = await database().prisma.account.findFirstOrThrow({ where: { parentId: orgA!.parent.userID } });
+    const found = await findTokenSubject(database().prisma, child.id);
+    expect(found.kind).toBe('found');
+    if (found.kind !== 'found') return;
+    expect(found.kid).toBe(orgA!.parent.publicKey);
+    const token = await mintAccessToken({ secret: found.secret, kid: found.kid, subject: child.id, ttlSeconds: 600 });
+
+    const header = decodeProtectedHeader(token);
+    expect(header).toMatchObject({ alg: 'HS256', kid: orgA!.parent.publicKey });
+    const { payload } = await jwtVerify(token, secretKey(found.secret), { algorithms: ['HS256'] });
+    expect(payload.sub).toBe(child.id);
+    expect(payload.exp! - payload.iat!).toBe(600);
+    expect(Math.abs(payload.iat! - Date.now() / 1000)).toBeLessThan(5);
+
+    const other = await database().prisma.organization.findUniqueOrThrow({ where: { parentId: orgB!.parent.userID } });
+    await expect(jwtVerify(token, secretKey(other.jwtSecret), { algorithms: ['HS256'] })).rejects.toThrow(
+      /signature verification failed/,
+    );
+  });
+
+  it('finds accounts by email case-insensitively and says when none matches', async () => {
+    const parent = await database().prisma.account.findFirstOrThrow({ where: { type: 'parent' } });
+    const found = await findTokenSubject(database().prisma, parent.email.toUpperCase());
+    expect(found).toMatchObject({ kind: 'found', userID: parent.id, accountType: 'parent' });
+    expect(await findTokenSubject(database().prisma, 'nobody@example.org')).toEqual({ kind: 'none' });
+    expect(await findTokenSubject(database().prisma, 'USR_doesnotexist')).toEqual({ kind: 'none' });
+  });
+
+  it('parses lifetimes and refuses nonsense', () => {
+    expect(parseTtl('90')).toBe(90);
+    expect(parseTtl('15m')).toBe(900);
+    expect(parseTtl('1h')).toBe(3600);
+    expect(parseTtl('7d')).toBe(604800);
+    for (const bad of ['', '0', '1w', '-5m', '1.5h', 'soon']) expect(() => parseTtl(bad)).toThrow();
+  });
+});
+
+describe(`the seed and token commands (${testMode})`, () => {
+  it('seed --json prints the organizations; token prints a JWT that verifies', async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'cli-data-'));
+    const ownDatabase = testMode === 'postgres' ? await createTestDatabase() : undefined;
+    const env = {
+      ...process.env,
+      ...(ownDatabase ? { DATABASE_URL: ownDatabase.url } : { DATA_DIR: dataDir }),
+    };
+    delete (env as Record<string, unknown>)[ownDatabase ? 'DATA_DIR' : 'DATABASE_URL'];
+    try {
+      const tsx = path.join(root, 'node_modules', '.bin', 'tsx');
+      const seeded = await run(tsx, ['src/cli/seed.ts', '--orgs', '2', '--children', '5', '--seed', '5', '--json'], {
+        cwd: root,
+        env,
+      });
+      const summary = JSON.parse(seeded.stdout) as {
+        organizations: { parent: { userID: string; email: string; publicKey: string }; children: number; alertLevel: string }[];
+      };
+      expect(summary.organizations).toHaveLength(2);
+      expect(summary.organizations.map((o) => o.alertLevel)).toEqual(['healthy', 'low']);
+      const parent = summary.organizations[1]!.parent;
+      const minted = await run(tsx, ['src/cli/token.ts', parent.email, '--ttl', '2h'], { cwd: root, env });
+      const token = minted.stdout.trim();
+      expect(decodeProtectedHeader(token).kid).toBe(parent.publicKey);
+
+      const check = ownDatabase ?? (await import('../src/db/database.js')).openDatabase({ dataDir });
+      const db = await check;
+      try {
+        const org = await db.prisma.organization.findUniqueOrThrow({ where: { parentId: parent.userID } });
+        const { payload } = await jwtVerify(token, secretKey(org.jwtSecret), { algorithms: ['HS256'] });
+        expect(payload.sub).toBe(parent.userID);
+        expect(payload.exp! - payload.iat!).toBe(7200);
+      } finally {
+        if (!ownDatabase) await db.close();
+      }
+
+      const unknown = await run(tsx, ['src/cli/token.ts', 'nobody@example.org'], { cwd: root, env }).catch((e) => e);
+      expect(unknown.code).toBe(1);
+      expect(unknown.stderr).toMatch(/no account with userID or email "nobody@example.org"/);
+    } finally {
+      await ownDatabase?.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
