@@ -1,0 +1,113 @@
+/**
+ * Expected errors: one base class carrying the contract's code and HTTP status (decisions §6).
+ * Both transports show `code` and `message` of these; every other error is masked.
+ */
+export class ApiError extends Error {
+  constructor(
+    readonly code: string,
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+export class UnauthorizedError extends ApiError {
+  constructor(message = 'A valid access token is required.') {
+    super('UNAUTHORIZED', 401, message);
+  }
+}
+
+export class UnauthorizedAccessError extends ApiError {
+  constructor(message = 'Only parent accounts may use this operation.') {
+    super('UNAUTHORIZED_ACCESS', 401, message);
+  }
+}
+
+export class AccountInactiveError extends ApiError {
+  constructor(message = 'The account is not active.') {
+    super('ACCOUNT_INACTIVE', 403, message);
+  }
+}
+
+export class CreditsDepletedError extends ApiError {
+  constructor(message = "The organization's credits are depleted; access for its users is blocked until credits are added.") {
+    super('CREDITS_DEPLETED', 403, message);
+  }
+}
+
+export class UserNotFoundError extends ApiError {
+  constructor(message = 'The account was not found.') {
+    super('USER_NOT_FOUND', 404, message);
+  }
+}
+
+export class MissingParentPublicKeyError extends ApiError {
+  constructor(message = 'Send an access token in Authorization or a public key in X-Public-Key.') {
+    super('MISSING_PARENT_PUBLIC_KEY', 400, message);
+  }
+}
+
+export class InvalidParentAccountError extends ApiError {
+  constructor(message = 'The public key does not belong to a usable parent account.') {
+    super('INVALID_PARENT_ACCOUNT', 400, message);
+  }
+}
+
+export class InvalidDateFormatError extends ApiError {
+  constructor(message: string) {
+    super('INVALID_DATE_FORMAT', 400, message);
+  }
+}
+
+export class InvalidLimitError extends ApiError {
+  constructor(message = 'limit must be a whole number from 1 to 100.') {
+    super('INVALID_LIMIT', 400, message);
+  }
+}
+
+export class InvalidPaginationTokenError extends ApiError {
+  constructor(message = 'The pagination token is invalid; start again from the first page.') {
+    super('INVALID_PAGINATION_TOKEN', 400, message);
+  }
+}
+
+export class InvalidSearchError extends ApiError {
+  constructor(message = 'search must be at most 200 characters.') {
+    super('INVALID_SEARCH', 400, message);
+  }
+}
+
+export class ServiceUnavailableError extends ApiError {
+  constructor(message = 'The service is temporarily unavailable; try again shortly.') {
+    super('SERVICE_UNAVAILABLE', 503, message);
+  }
+}
+
+export class InternalError extends ApiError {
+  constructor(message = 'An unexpected error occurred.') {
+    super('INTERNAL_ERROR', 500, message);
+  }
+}
+
+const UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'ENOTFOUND', 'EHOSTUNREACH', 'EPIPE', '57P01', '57P03', '57014', '53300']);
+
+/** True when an error means the database cannot be reached or did not answer in time. */
+export function isDatabaseUnavailable(error: unknown): boolean {
+  for (let e: unknown = error, depth = 0; e && depth < 5; depth++) {
+    const err = e as { code?: unknown; message?: unknown; cause?: unknown; name?: unknown };
+    if (typeof err.code === 'string' && UNAVAILABLE_CODES.has(err.code)) return true;
+    if (err.name === 'PrismaClientInitializationError') return true;
+    if (typeof err.message === 'string' && /connection terminated|timeout exceeded when trying to connect|Connection terminated|connect ECONNREFUSED|Can't reach database|statement timeout|DatabaseNotReachable|ConnectionClosed|SocketTimeout/i.test(err.message)) return true;
+    e = err.cause;
+  }
+  return false;
+}
+
+/** The error a client may see: expected errors as they are, database outages as 503, the rest masked. */
+export function toApiError(error: unknown): ApiError {
+  if (error instanceof ApiError) return error;
+  if (isDatabaseUnavailable(error)) return new ServiceUnavailableError();
+  return new InternalError();
+}
