@@ -29,6 +29,8 @@ const environment = z.object({
   DATABASE_STATEMENT_TIMEOUT_MS: z.coerce.number().int().min(100).default(5000),
   JWT_ISSUER: optionalString,
   JWT_AUDIENCE: optionalString,
+  PAGINATION_SECRET: optionalString.pipe(z.string().min(32, 'must be at least 32 characters').optional()),
+  GRAPHIQL: z.enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off']).optional(),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
 });
 
@@ -43,6 +45,10 @@ export type Config = {
   seedDemoOnStart: boolean;
   database: { poolSize: number; connectTimeoutMs: number; statementTimeoutMs: number };
   jwt: { issuer: string | undefined; audience: string | undefined };
+  /** Key for page tokens; unset: derived per organization from its signing secret. */
+  paginationSecret: string | undefined;
+  /** GraphiQL and introspection; default on except in production. */
+  graphiql: boolean;
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
 };
 
@@ -75,6 +81,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       statementTimeoutMs: e.DATABASE_STATEMENT_TIMEOUT_MS,
     },
     jwt: { issuer: e.JWT_ISSUER, audience: e.JWT_AUDIENCE },
+    paginationSecret: e.PAGINATION_SECRET,
+    graphiql: e.GRAPHIQL === undefined ? e.NODE_ENV !== 'production' : ['true', '1', 'yes', 'on'].includes(e.GRAPHIQL),
     logLevel: e.LOG_LEVEL,
   };
 }

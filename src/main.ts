@@ -4,6 +4,7 @@ import { loadConfigOrExit } from './config.js';
 import { migrate } from './db/migrator.js';
 import { openConfiguredDatabase } from './db/setup.js';
 import { seedDemoIfEmpty } from './demo.js';
+import { createLogger } from './logger.js';
 
 const config = loadConfigOrExit();
 const database = await openConfiguredDatabase(config);
@@ -13,7 +14,8 @@ if (config.migrateOnStart) {
 }
 const demo = config.seedDemoOnStart ? await seedDemoIfEmpty(database, config) : undefined;
 
-const app = createApp(database);
+const logger = createLogger(config.logLevel);
+const app = createApp({ config, database, logger });
 const server = createServer((request, response) => app.handle(request, response));
 server.listen(config.port, config.host, () => {
   const address = server.address();
@@ -25,7 +27,8 @@ server.listen(config.port, config.host, () => {
     console.log(`  parent ${demo.parent.userID}, public key ${demo.parent.publicKey}`);
     console.log(`  parent token (24 h): ${demo.parent.token}`);
     if (demo.child) console.log(`  child ${demo.child.userID} token (24 h): ${demo.child.token}`);
-    console.log(`\n  curl -H "Authorization: Bearer <token>" ${base}/health`);
+    console.log(`\n  GraphiQL: ${base}/graphql`);
+    console.log(`  curl -H "Authorization: Bearer <token>" -H "Content-Type: application/json" -d '{"query":"{ me { userID username } }"}' ${base}/graphql`);
     console.log('  more tokens: npm run token -- <userID|email>');
   }
 });
@@ -35,7 +38,8 @@ async function shutdown(signal: string): Promise<void> {
   if (stopping) return;
   stopping = true;
   console.log(`${signal}: shutting down`);
-  server.close();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  await app.close();
   await database.close();
   process.exit(0);
 }

@@ -1,0 +1,130 @@
+import { decodeProtectedHeader, errors as joseErrors, jwtVerify, type JWTVerifyOptions } from 'jose';
+import {
+  AccountInactiveError,
+  CreditsDepletedError,
+  InvalidParentAccountError,
+  MissingParentPublicKeyError,
+  UnauthorizedError,
+  UserNotFoundError,
+} from '../errors.js';
+import type { Account, Organization } from '../generated/prisma/client.js';
+import type { Loaders } from '../loaders.js';
+import { TOKEN_ALGORITHM } from './tokens.js';
+import type { SecretCache } from './secret-cache.js';
+
+export type Viewer = {
+  kind: 'parent' | 'child' | 'publicKey';
+  /** The authenticated account; for a public-key caller, the parent that owns the key. */
+  account: Account;
+  organization: Organization;
+  via: 'jwt' | 'publicKey';
+};
+
+/** What the caller sent, transport-neutral. */
+export type Credentials = { authorization?: string | null; publicKey?: string | null };
+
+export type AuthDependencies = {
+  loaders: Loaders;
+  secrets: SecretCache;
+  jwt: { issuer?: string; audience?: string };
+  now: () => Date;
+};
+
+/** decisions §1: public keys are APK_<alphanumerics>_<digits>. */
+export const PUBLIC_KEY_PATTERN = /^APK_[A-Za-z0-9]+_[0-9]+$/;
+const MAX_PUBLIC_KEY_LENGTH = 128;
+const MAX_TOKEN_LENGTH = 8192;
+const CLOCK_TOLERANCE_SECONDS = 5;
+
+function isPublicKey(value: string): boolean {
+  return value.length <= MAX_PUBLIC_KEY_LENGTH && PUBLIC_KEY_PATTERN.test(value);
+}
+
+/** decisions §2: active, or locked with the lock already expired. */
+export function isUsable(account: Pick<Account, 'status' | 'lockedUntil'>, now: Date): boolean {
+  if (account.status === 'active') return true;
+  return account.status === 'locked' && account.lockedUntil !== null && account.lockedUntil < now;
+}
+
+function bearerToken(authorization: string): string {
+  const match = /^Bearer[ \t]+([^\s]+)[ \t]*$/i.exec(authorization);
+  if (!match) throw new UnauthorizedError('The Authorization header must be "Bearer <token>".');
+  const token = match[1]!;
+  if (token.length > MAX_TOKEN_LENGTH) throw new UnauthorizedError('The access token is invalid.');
+  return token;
+}
+
+/**
+ * A JWT caller (decisions §2): HS256 only, signed with the secret of the organization named by
+ * `kid`; `sub` must be an account of that same organization. The account's type and status come
+ * from the database, never from claims.
+ */
+export async function authenticateJwt(credentials: Credentials, deps: AuthDependencies): Promise<Viewer> {
+  if (credentials.authorization === undefined || credentials.authorization === null) {
+    throw new UnauthorizedError('An access token is required (Authorization: Bearer <token>).');
+  }
+  const token = bearerToken(credentials.authorization);
+  let kid: unknown;
+  try {
+    kid = decodeProtectedHeader(token).kid;
+  } catch {
+    throw new UnauthorizedError('The access token is malformed.');
+  }
+  if (typeof kid !== 'string' || !isPublicKey(kid)) {
+    throw new UnauthorizedError('The access token does not name a valid key.');
+  }
+  const key = await deps.secrets.get(kid);
+  if (!key) throw new UnauthorizedError('The access token is invalid.');
+
+  const options: JWTVerifyOptions = {
+    algorithms: [TOKEN_ALGORITHM],
+    requiredClaims: ['exp', 'iat', 'sub'],
+    clockTolerance: CLOCK_TOLERANCE_SECONDS,
+    currentDate: deps.now(),
+    ...(deps.jwt.issuer ? { issuer: deps.jwt.issuer } : {}),
+    ...(deps.jwt.audience ? { audience: deps.jwt.audience } : {}),
+  };
+  let subject: string;
+  try {
+    const { payload } = await jwtVerify(token, key.secret, options);
+    if (typeof payload.sub !== 'string' || payload.sub.length === 0) throw new UnauthorizedError();
+    subject = payload.sub;
+  } catch (error) {
+    if (error instanceof joseErrors.JWTExpired) throw new UnauthorizedError('The access token has expired.');
+    throw new UnauthorizedError('The access token is invalid.');
+  }
+
+  const account = await deps.loaders.accountById.load(subject);
+  if (!account) throw new UserNotFoundError('The account of this token no longer exists.');
+  const organizationId = account.parentId ?? account.id;
+  // A token signed with one organization's secret must not speak for another organization's account.
+  if (organizationId !== key.parentId) throw new UnauthorizedError('The access token is invalid.');
+  const organization = await deps.loaders.organizationByParentId.load(organizationId);
+  if (!organization) throw new UserNotFoundError('The account of this token no longer exists.');
+  if (!isUsable(account, deps.now())) throw new AccountInactiveError();
+  if (account.type === 'child' && organization.creditBalance <= 0) throw new CreditsDepletedError();
+  return { kind: account.type, account, organization, via: 'jwt' };
+}
+
+/**
+ * Organization details (spec step 1, decisions §3): with an Authorization header only the JWT is
+ * tried; otherwise the X-Public-Key of a usable parent.
+ */
+export async function authenticateForOrganization(
+  credentials: Credentials,
+  deps: AuthDependencies,
+): Promise<Viewer> {
+  if (credentials.authorization !== undefined && credentials.authorization !== null) {
+    return authenticateJwt(credentials, deps);
+  }
+  const publicKey = credentials.publicKey?.trim();
+  if (publicKey === undefined || publicKey === '') throw new MissingParentPublicKeyError();
+  if (!isPublicKey(publicKey)) throw new InvalidParentAccountError('X-Public-Key is not a valid public key.');
+  const account = await deps.loaders.accountByPublicKey.load(publicKey);
+  if (!account) throw new UserNotFoundError('No account has this public key.');
+  if (account.type !== 'parent') throw new InvalidParentAccountError('The public key is not a parent account\'s.');
+  if (!isUsable(account, deps.now())) throw new InvalidParentAccountError('The parent account is not active.');
+  const organization = await deps.loaders.organizationByParentId.load(account.id);
+  if (!organization) throw new InvalidParentAccountError();
+  return { kind: 'publicKey', account, organization, via: 'publicKey' };
+}

@@ -1,0 +1,64 @@
+import type { PrismaClient } from '../generated/prisma/client.js';
+
+export type SigningKey = { parentId: string; secret: Uint8Array };
+
+type Entry = { value: SigningKey | null; expires: number };
+
+/**
+ * Organization signing secrets by public key (the token's `kid`), cached so that verifying a
+ * token needs no database round trip (decisions §2). A changed secret takes effect within `ttlMs`.
+ * Unknown keys are remembered too (for `negativeTtlMs`), so random `kid`s cost one query each
+ * at most once in that window. Bounded: the oldest entries go first.
+ */
+export class SecretCache {
+  private readonly entries = new Map<string, Entry>();
+  private readonly pending = new Map<string, Promise<SigningKey | null>>();
+
+  constructor(
+    private readonly prisma: PrismaClient,
+    private readonly options: { ttlMs: number; negativeTtlMs: number; maxEntries: number } = {
+      ttlMs: 60_000,
+      negativeTtlMs: 10_000,
+      maxEntries: 50_000,
+    },
+  ) {}
+
+  async get(publicKey: string, now = Date.now()): Promise<SigningKey | null> {
+    const hit = this.entries.get(publicKey);
+    if (hit && hit.expires > now) return hit.value;
+    const inFlight = this.pending.get(publicKey);
+    if (inFlight) return inFlight;
+    const load = this.load(publicKey).finally(() => this.pending.delete(publicKey));
+    this.pending.set(publicKey, load);
+    const value = await load;
+    this.remember(publicKey, value, now);
+    return value;
+  }
+
+  /** Forgets one key, or everything. */
+  invalidate(publicKey?: string): void {
+    if (publicKey === undefined) this.entries.clear();
+    else this.entries.delete(publicKey);
+  }
+
+  private async load(publicKey: string): Promise<SigningKey | null> {
+    const parent = await this.prisma.account.findUnique({
+      where: { publicKey },
+      select: { id: true, type: true, organization: { select: { jwtSecret: true } } },
+    });
+    if (!parent || parent.type !== 'parent' || !parent.organization) return null;
+    return { parentId: parent.id, secret: new TextEncoder().encode(parent.organization.jwtSecret) };
+  }
+
+  private remember(publicKey: string, value: SigningKey | null, now: number): void {
+    if (this.entries.size >= this.options.maxEntries) {
+      const oldest = this.entries.keys().next();
+      if (!oldest.done) this.entries.delete(oldest.value);
+    }
+    this.entries.delete(publicKey);
+    this.entries.set(publicKey, {
+      value,
+      expires: now + (value ? this.options.ttlMs : this.options.negativeTtlMs),
+    });
+  }
+}

@@ -1,0 +1,68 @@
+import { randomUUID } from 'node:crypto';
+import {
+  authenticateForOrganization,
+  authenticateJwt,
+  type AuthDependencies,
+  type Credentials,
+  type Viewer,
+} from './auth/authenticate.js';
+import type { SecretCache } from './auth/secret-cache.js';
+import type { Config } from './config.js';
+import type { Database } from './db/database.js';
+import { createLoaders } from './loaders.js';
+import type { ServiceContext } from './services/context.js';
+import type { RetrievalCounter } from './services/retrieval-counter.js';
+
+/** What lives as long as the process: shared by every request. */
+export type AppDependencies = {
+  config: Config;
+  database: Database;
+  secrets: SecretCache;
+  retrievals: RetrievalCounter;
+  now: () => Date;
+};
+
+/** One fresh context per request: the caller's credentials, the lazily verified viewer, new loaders. */
+export type RequestContext = {
+  requestId: string;
+  services: ServiceContext;
+  /** The JWT caller (profile and parent-only operations). */
+  jwtViewer: () => Promise<Viewer>;
+  /** The JWT caller, or else the X-Public-Key caller (organization details). */
+  organizationViewer: () => Promise<Viewer>;
+};
+
+const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+export function requestIdFrom(header: string | null | undefined): string {
+  return header && SANE_REQUEST_ID.test(header) ? header : randomUUID();
+}
+
+export function createRequestContext(
+  deps: AppDependencies,
+  credentials: Credentials,
+  requestId: string,
+): RequestContext {
+  const loaders = createLoaders(deps.database.prisma);
+  const services: ServiceContext = {
+    prisma: deps.database.prisma,
+    loaders,
+    now: deps.now,
+    retrievals: deps.retrievals,
+    paginationSecret: deps.config.paginationSecret,
+  };
+  const auth: AuthDependencies = {
+    loaders,
+    secrets: deps.secrets,
+    jwt: { issuer: deps.config.jwt.issuer, audience: deps.config.jwt.audience },
+    now: deps.now,
+  };
+  let jwt: Promise<Viewer> | undefined;
+  let organization: Promise<Viewer> | undefined;
+  return {
+    requestId,
+    services,
+    jwtViewer: () => (jwt ??= authenticateJwt(credentials, auth)),
+    organizationViewer: () => (organization ??= authenticateForOrganization(credentials, auth)),
+  };
+}

@@ -1,0 +1,86 @@
+import { InvalidDateFormatError } from '../errors.js';
+
+/*
+ * Registration-date bounds of the child list (decisions §4): YYYY-MM-DD means the whole UTC day,
+ * ISO 8601 date-times without an offset are UTC, digits only are epoch milliseconds. Impossible
+ * dates and other formats are refused with a message that names the parameter.
+ */
+
+const DATE_ONLY = /^(\d{4})-(\d{2})-(\d{2})$/;
+const DATE_TIME =
+  /^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?(Z|[+-]\d{2}:?\d{2})?$/i;
+const DIGITS = /^\d{1,16}$/;
+/** Largest instant a JavaScript Date can hold. */
+const MAX_TIME = 8.64e15;
+const DAY_MS = 86_400_000;
+
+export type DateBound = 'start' | 'end';
+
+function validCalendarDate(year: number, month: number, day: number): boolean {
+  if (month < 1 || month > 12 || day < 1) return false;
+  return day <= daysInMonth(year, month - 1);
+}
+
+/** Days in a month (month 0–11) of a year, leap years included. */
+export function daysInMonth(year: number, monthIndex: number): number {
+  return new Date(Date.UTC(year, monthIndex + 1, 0)).getUTCDate();
+}
+
+export function parseDateBound(name: string, raw: string, bound: DateBound): Date {
+  const value = raw.trim();
+  const invalid = (why: string) =>
+    new InvalidDateFormatError(
+      `${name} ${why}: use YYYY-MM-DD, an ISO 8601 date-time, or a timestamp in milliseconds.`,
+    );
+  if (value === '') throw invalid('is empty');
+  if (DIGITS.test(value)) {
+    const ms = Number(value);
+    if (ms > MAX_TIME) throw invalid('is out of range');
+    return new Date(ms);
+  }
+  const dateOnly = DATE_ONLY.exec(value);
+  if (dateOnly) {
+    const [year, month, day] = dateOnly.slice(1).map(Number) as [number, number, number];
+    if (!validCalendarDate(year, month, day)) throw invalid(`is not a calendar date ("${value}")`);
+    const start = Date.UTC(year, month - 1, day);
+    return new Date(bound === 'start' ? start : start + DAY_MS - 1);
+  }
+  const dateTime = DATE_TIME.exec(value);
+  if (dateTime) {
+    const [year, month, day, hour, minute] = dateTime.slice(1, 6).map(Number) as number[];
+    const second = Number(dateTime[6] ?? 0);
+    if (!validCalendarDate(year!, month!, day!)) throw invalid(`is not a calendar date ("${value}")`);
+    if (hour! > 23 || minute! > 59 || second > 59) throw invalid(`has an impossible time ("${value}")`);
+    const millis = Number((dateTime[7] ?? '').padEnd(3, '0').slice(0, 3));
+    let offsetMinutes = 0;
+    const zone = dateTime[8];
+    if (zone && zone.toUpperCase() !== 'Z') {
+      const sign = zone.startsWith('-') ? -1 : 1;
+      const digits = zone.slice(1).replace(':', '');
+      const hours = Number(digits.slice(0, 2));
+      const minutes = Number(digits.slice(2, 4));
+      if (hours > 23 || minutes > 59) throw invalid(`has an impossible offset ("${value}")`);
+      offsetMinutes = sign * (hours * 60 + minutes);
+    }
+    const utc = Date.UTC(year!, month! - 1, day!, hour!, minute!, second, millis) - offsetMinutes * 60_000;
+    return new Date(utc);
+  }
+  throw invalid(`is not a valid date ("${value.length > 40 ? `${value.slice(0, 40)}…` : value}")`);
+}
+
+export type DateRange = { from?: Date; to?: Date };
+
+/** Both bounds inclusive; a start after the end is refused. */
+export function parseDateRange(startDate: string | undefined, endDate: string | undefined): DateRange {
+  const from = startDate === undefined ? undefined : parseDateBound('startDate', startDate, 'start');
+  const to = endDate === undefined ? undefined : parseDateBound('endDate', endDate, 'end');
+  if (from && to && from.getTime() > to.getTime()) {
+    throw new InvalidDateFormatError('startDate is after endDate.');
+  }
+  return { from, to };
+}
+
+/** The first instant of the UTC calendar month that contains `now`. */
+export function monthStart(now: Date): Date {
+  return new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1));
+}

@@ -1,0 +1,47 @@
+import { createHmac, timingSafeEqual } from 'node:crypto';
+import { InvalidPaginationTokenError } from '../errors.js';
+
+/*
+ * The child list's page token (decisions §4): the keyset position (registration time and id of
+ * the last row sent), bound to the parent it was issued to, authenticated with HMAC-SHA256 under
+ * a server-side key. It is opaque to clients; any change to it is detected.
+ */
+
+export type Position = { createdAt: Date; id: string };
+
+const VERSION = 'v1';
+const MAX_TOKEN_LENGTH = 512;
+
+function mac(key: string | Uint8Array, parentId: string, body: string): Buffer {
+  return createHmac('sha256', key).update(`${VERSION}\n${parentId}\n${body}`).digest();
+}
+
+export function encodePageToken(position: Position, parentId: string, key: string | Uint8Array): string {
+  const body = Buffer.from(JSON.stringify([position.createdAt.getTime(), position.id])).toString('base64url');
+  return `${body}.${mac(key, parentId, body).toString('base64url')}`;
+}
+
+export function decodePageToken(token: string, parentId: string, key: string | Uint8Array): Position {
+  if (token.length === 0 || token.length > MAX_TOKEN_LENGTH) throw new InvalidPaginationTokenError();
+  const [body, signature, extra] = token.split('.');
+  if (!body || !signature || extra !== undefined) throw new InvalidPaginationTokenError();
+  const expected = mac(key, parentId, body);
+  const given = Buffer.from(signature, 'base64url');
+  if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+    throw new InvalidPaginationTokenError();
+  }
+  try {
+    const decoded: unknown = JSON.parse(Buffer.from(body, 'base64url').toString('utf8'));
+    if (
+      Array.isArray(decoded) &&
+      decoded.length === 2 &&
+      Number.isSafeInteger(decoded[0]) &&
+      typeof decoded[1] === 'string'
+    ) {
+      return { createdAt: new Date(decoded[0] as number), id: decoded[1] };
+    }
+  } catch {
+    // falls through to the refusal below
+  }
+  throw new InvalidPaginationTokenError();
+}

@@ -1,0 +1,55 @@
+import SchemaBuilder from '@pothos/core';
+import ScopeAuthPlugin, { AuthScopeFailureType, type AuthFailure } from '@pothos/plugin-scope-auth';
+import type { RequestContext } from '../context.js';
+import { UnauthorizedAccessError, UnauthorizedError } from '../errors.js';
+
+/** An authentication error thrown while evaluating a scope wins over the generic refusal. */
+function rethrowScopeError(failure: AuthFailure): void {
+  if ('error' in failure && failure.error) throw failure.error;
+  if (failure.kind === AuthScopeFailureType.AnyAuthScopes || failure.kind === AuthScopeFailureType.AllAuthScopes) {
+    for (const child of failure.failures) rethrowScopeError(child);
+  }
+}
+
+export const builder = new SchemaBuilder<{
+  Context: RequestContext;
+  Scalars: { DateTime: { Input: Date; Output: Date } };
+  DefaultFieldNullability: false;
+  AuthScopes: {
+    /** A usable account (parent or child) signed in by JWT. */
+    authenticated: boolean;
+    parent: boolean;
+    child: boolean;
+    /** A JWT caller, or a public-key caller for a usable parent (organization details). */
+    organizationReader: boolean;
+    /** The parent itself, by JWT: the only caller that sees the signing secret. */
+    parentViaJwt: boolean;
+  };
+}>({
+  plugins: [ScopeAuthPlugin],
+  defaultFieldNullability: false,
+  scopeAuth: {
+    treatErrorsAsUnauthorized: true,
+    unauthorizedError: (_parent, _context, _info, result) => {
+      rethrowScopeError(result.failure);
+      return new UnauthorizedAccessError();
+    },
+    authScopes: (context) => ({
+      authenticated: async () => Boolean(await context.jwtViewer()),
+      parent: async () => (await context.jwtViewer()).kind === 'parent',
+      child: async () => (await context.jwtViewer()).kind === 'child',
+      organizationReader: async () => Boolean(await context.organizationViewer()),
+      parentViaJwt: async () => {
+        const viewer = await context.organizationViewer();
+        return viewer.kind === 'parent' && viewer.via === 'jwt';
+      },
+    }),
+  },
+});
+
+/** Resolves the viewer a scope has already verified (memoized per request). */
+export async function viewerOf(context: RequestContext, kind: 'jwt' | 'organization') {
+  const viewer = kind === 'jwt' ? await context.jwtViewer() : await context.organizationViewer();
+  if (!viewer) throw new UnauthorizedError();
+  return viewer;
+}

@@ -1,0 +1,17 @@
+import { GraphQLError, Kind } from 'graphql';
+import { builder } from './builder.js';
+
+export const DateTime = builder.scalarType('DateTime', {
+  description: 'A point in time, as an ISO 8601 string in UTC (for example 2024-05-31T12:00:00.000Z).',
+  serialize: (value) => (value as Date).toISOString(),
+  parseValue: (value) => {
+    const date = typeof value === 'string' ? new Date(value) : undefined;
+    if (!date || Number.isNaN(date.getTime())) throw new GraphQLError('DateTime must be an ISO 8601 string.');
+    return date;
+  },
+  parseLiteral: (ast) => {
+    const date = ast.kind === Kind.STRING ? new Date(ast.value) : undefined;
+    if (!date || Number.isNaN(date.getTime())) throw new GraphQLError('DateTime must be an ISO 8601 string.');
+    return date;
+  },
+});

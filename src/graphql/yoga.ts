@@ -1,0 +1,43 @@
+import { GraphQLError } from 'graphql';
+import { createYoga } from 'graphql-yoga';
+import { createRequestContext, requestIdFrom, type AppDependencies, type RequestContext } from '../context.js';
+import { ApiError, toApiError } from '../errors.js';
+import type { Logger } from '../logger.js';
+import { schema } from './schema.js';
+
+type ServerContext = { requestId?: string };
+
+/** GraphQL over HTTP at /graphql, with GraphiQL when enabled. */
+export function createGraphQLHandler(deps: AppDependencies, logger: Logger) {
+  return createYoga<ServerContext, RequestContext>({
+    schema,
+    graphqlEndpoint: '/graphql',
+    graphiql: deps.config.graphiql ? { title: 'Credits read API' } : false,
+    landingPage: false,
+    logging: false,
+    context: ({ request, requestId }) =>
+      createRequestContext(
+        deps,
+        {
+          authorization: request.headers.get('authorization'),
+          publicKey: request.headers.get('x-public-key'),
+        },
+        requestId ?? requestIdFrom(request.headers.get('x-request-id')),
+      ),
+    maskedErrors: {
+      // Expected errors reach the client with their contract code; everything else is masked.
+      maskError: (error) => {
+        const original = error instanceof GraphQLError ? error.originalError : error;
+        const apiError = original instanceof ApiError ? original : toApiError(original);
+        if (!(original instanceof ApiError)) {
+          logger.error('unexpected error in a GraphQL resolver', { error: original, code: apiError.code });
+        }
+        return new GraphQLError(apiError.message, {
+          nodes: error instanceof GraphQLError ? error.nodes : undefined,
+          path: error instanceof GraphQLError ? error.path : undefined,
+          extensions: { code: apiError.code },
+        });
+      },
+    },
+  });
+}

@@ -1,0 +1,59 @@
+import type { Viewer } from '../auth/authenticate.js';
+import type { ServiceContext } from './context.js';
+
+/** decisions §3: the value every caller but the parent itself (by JWT) sees instead of the secret. */
+export const MASKED_SECRET = '********';
+
+export type OrganizationDetails = {
+  organizationName: string;
+  organizationUrl: string;
+  authUrls: {
+    signin: string;
+    signup: string;
+    verify: string;
+    reset: string;
+    update: string;
+    resend: string;
+    successful: string;
+  };
+  domainRestrictionEnabled: boolean;
+  emailVerificationRequired: boolean;
+  providerASsoConfig: { enabled: boolean; clientId: string };
+  credentials: { publicKey: string; jwtSecret: string };
+};
+
+/** Whether this caller may see the real signing secret: only the parent itself, by JWT. */
+export function maySeeSigningSecret(viewer: Viewer): boolean {
+  return viewer.kind === 'parent' && viewer.via === 'jwt';
+}
+
+/** The organization's details (spec: GET /auth/organization-details); counts the retrieval. */
+export async function getOrganizationDetails(viewer: Viewer, context: ServiceContext): Promise<OrganizationDetails> {
+  const { organization } = viewer;
+  const parent =
+    viewer.account.id === organization.parentId
+      ? viewer.account
+      : await context.loaders.accountById.load(organization.parentId);
+  const details: OrganizationDetails = {
+    organizationName: organization.name,
+    organizationUrl: organization.url,
+    authUrls: {
+      signin: organization.signinUrl,
+      signup: organization.signupUrl,
+      verify: organization.verifyUrl,
+      reset: organization.resetUrl,
+      update: organization.updateUrl,
+      resend: organization.resendUrl,
+      successful: organization.successfulUrl,
+    },
+    domainRestrictionEnabled: organization.domainRestrictionEnabled,
+    emailVerificationRequired: organization.emailVerificationRequired,
+    providerASsoConfig: { enabled: organization.providerASsoEnabled, clientId: organization.providerASsoClientId },
+    credentials: {
+      publicKey: parent?.publicKey ?? '',
+      jwtSecret: maySeeSigningSecret(viewer) ? organization.jwtSecret : MASKED_SECRET,
+    },
+  };
+  context.retrievals.record(organization.parentId, context.now());
+  return details;
+}
