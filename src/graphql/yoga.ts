@@ -27,7 +27,12 @@ export function createGraphQLHandler(deps: AppDependencies, logger: Logger) {
     maskedErrors: {
       // Expected errors reach the client with their contract code; everything else is masked.
       maskError: (error) => {
-        const original = error instanceof GraphQLError ? error.originalError : error;
+        // Located errors wrap the thrown one, sometimes twice; unwrapped by shape, since more than
+        // one copy of graphql-js may be loaded.
+        let original: unknown = error;
+        while (original instanceof Error && 'originalError' in original && original.originalError instanceof Error) {
+          original = original.originalError;
+        }
         const apiError = original instanceof ApiError ? original : toApiError(original);
         if (!(original instanceof ApiError)) {
           logger.error('unexpected error in a GraphQL resolver', { error: original, code: apiError.code });

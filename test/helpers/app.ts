@@ -20,7 +20,7 @@ export async function startServer(
   database: Database,
   options: { env?: Record<string, string>; now?: () => Date } = {},
 ): Promise<TestServer> {
-  const config: Config = loadConfig({ NODE_ENV: 'test', LOG_LEVEL: 'silent', ...options.env });
+  const config: Config = loadConfig({ NODE_ENV: 'test', LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', ...options.env });
   const app = createApp({ config, database, logger: createLogger(config.logLevel), now: options.now });
   const server: Server = createServer((request, response) => app.handle(request, response));
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
