@@ -37,9 +37,10 @@ export function createGraphQLHandler(deps: AppDependencies, logger: Logger) {
         if (!(original instanceof ApiError)) {
           logger.error('unexpected error in a GraphQL resolver', { error: original, code: apiError.code });
         }
+        const located = error as Partial<Pick<GraphQLError, 'nodes' | 'path'>>;
         return new GraphQLError(apiError.message, {
-          nodes: error instanceof GraphQLError ? error.nodes : undefined,
-          path: error instanceof GraphQLError ? error.path : undefined,
+          nodes: located.nodes,
+          path: located.path,
           extensions: { code: apiError.code },
         });
       },
