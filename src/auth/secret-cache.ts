@@ -42,12 +42,13 @@ export class SecretCache {
   }
 
   private async load(publicKey: string): Promise<SigningKey | null> {
-    const parent = await this.prisma.account.findUnique({
-      where: { publicKey },
-      select: { id: true, type: true, organization: { select: { jwtSecret: true } } },
+    // One statement: the organization whose parent holds this key.
+    const organization = await this.prisma.organization.findFirst({
+      where: { parent: { publicKey, type: 'parent' } },
+      select: { parentId: true, jwtSecret: true },
     });
-    if (!parent || parent.type !== 'parent' || !parent.organization) return null;
-    return { parentId: parent.id, secret: new TextEncoder().encode(parent.organization.jwtSecret) };
+    if (!organization) return null;
+    return { parentId: organization.parentId, secret: new TextEncoder().encode(organization.jwtSecret) };
   }
 
   private remember(publicKey: string, value: SigningKey | null, now: number): void {

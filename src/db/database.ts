@@ -27,10 +27,12 @@ export interface Database {
   readonly sql: SqlDriver;
   /** Where the data lives, for log lines: a folder, `memory`, or the server URL without its password. */
   readonly location: string;
+  /** Counts Prisma's statements when opened with `countQueries` (tests guarding against N+1). */
+  readonly queries: { count: number };
   close(): Promise<void>;
 }
 
-export type DatabaseOptions =
+export type DatabaseOptions = (
   | {
       url: string;
       poolSize?: number;
@@ -38,7 +40,18 @@ export type DatabaseOptions =
       statementTimeoutMs?: number;
     }
   | { dataDir: string }
-  | { pglite: PGlite };
+  | { pglite: PGlite }
+) & { countQueries?: boolean };
+
+function createClient(adapter: PrismaPg | PrismaPGlite, countQueries: boolean | undefined) {
+  const queries = { count: 0 };
+  if (!countQueries) return { prisma: new PrismaClient({ adapter }), queries };
+  const prisma = new PrismaClient({ adapter, log: [{ emit: 'event', level: 'query' }] });
+  prisma.$on('query', () => {
+    queries.count += 1;
+  });
+  return { prisma: prisma as unknown as PrismaClient, queries };
+}
 
 export const pgliteExtensions = { pg_trgm };
 
@@ -56,10 +69,10 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     location = options.dataDir;
   }
   await pglite.waitReady;
-  return openPglite(pglite, location);
+  return openPglite(pglite, location, options.countQueries);
 }
 
-function openPglite(pglite: PGlite, location: string): Database {
+function openPglite(pglite: PGlite, location: string, countQueries: boolean | undefined): Database {
   const connection: SqlConnection = {
     exec: async (script) => {
       await pglite.exec(script);
@@ -67,7 +80,7 @@ function openPglite(pglite: PGlite, location: string): Database {
     query: async <T extends Record<string, unknown>>(text: string, params: unknown[] = []) =>
       (await pglite.query<T>(text, params)).rows,
   };
-  const prisma = new PrismaClient({ adapter: new PrismaPGlite(pglite) });
+  const { prisma, queries } = createClient(new PrismaPGlite(pglite), countQueries);
   // PGlite is a single connection: session state (advisory locks, BEGIN) is shared by every
   // caller, so dedicated use of it is handed out one caller at a time.
   let queue: Promise<unknown> = Promise.resolve();
@@ -80,6 +93,7 @@ function openPglite(pglite: PGlite, location: string): Database {
     kind: 'pglite',
     location,
     prisma,
+    queries,
     sql: { kind: 'pglite', ...connection, withConnection },
     close: async () => {
       await prisma.$disconnect();
@@ -93,6 +107,7 @@ function openPostgres(options: {
   poolSize?: number;
   connectTimeoutMs?: number;
   statementTimeoutMs?: number;
+  countQueries?: boolean;
 }): Database {
   const pool = new pg.Pool({
     connectionString: options.url,
@@ -103,7 +118,7 @@ function openPostgres(options: {
   });
   // An idle client that loses its server emits here; without a listener the process would exit.
   pool.on('error', () => {});
-  const prisma = new PrismaClient({ adapter: new PrismaPg(pool) });
+  const { prisma, queries } = createClient(new PrismaPg(pool), options.countQueries);
   const onClient = (client: pg.PoolClient | pg.Pool): SqlConnection => ({
     exec: async (script) => {
       await client.query(script);
@@ -115,6 +130,7 @@ function openPostgres(options: {
     kind: 'postgres',
     location: redactUrl(options.url),
     prisma,
+    queries,
     sql: {
       kind: 'postgres',
       ...onClient(pool),

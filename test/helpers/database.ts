@@ -29,7 +29,7 @@ async function createDatabase(migrated: boolean): Promise<TestDatabase> {
       extensions: pgliteExtensions,
       ...(migrated ? { loadDataDir: new Blob([readFileSync(snapshot)]) } : {}),
     });
-    return openDatabase({ pglite });
+    return openDatabase({ pglite, countQueries: true });
   }
   const serverUrl = inject('postgresUrl');
   const prefixed = `${inject('postgresPrefix')}${randomBytes(6).toString('hex')}`;
@@ -44,7 +44,7 @@ async function createDatabase(migrated: boolean): Promise<TestDatabase> {
   }
   const url = new URL(serverUrl);
   url.pathname = `/${prefixed}`;
-  const database = await openDatabase({ url: url.toString(), poolSize: 5 });
+  const database = await openDatabase({ url: url.toString(), poolSize: 5, countQueries: true });
   return {
     ...database,
     url: url.toString(),
