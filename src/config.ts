@@ -30,6 +30,7 @@ const environment = z.object({
   JWT_ISSUER: optionalString,
   JWT_AUDIENCE: optionalString,
   PAGINATION_SECRET: optionalString.pipe(z.string().min(32, 'must be at least 32 characters').optional()),
+  CORS_ORIGINS: z.string().default('*'),
   GRAPHIQL: z.enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off']).optional(),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
 });
@@ -49,6 +50,8 @@ export type Config = {
   paginationSecret: string | undefined;
   /** GraphiQL and introspection; default on except in production. */
   graphiql: boolean;
+  /** Origins browsers may call from: `*` (any) or an explicit list. */
+  corsOrigins: '*' | string[];
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
 };
 
@@ -84,6 +87,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     paginationSecret: e.PAGINATION_SECRET,
     graphiql: e.GRAPHIQL === undefined ? e.NODE_ENV !== 'production' : ['true', '1', 'yes', 'on'].includes(e.GRAPHIQL),
     logLevel: e.LOG_LEVEL,
+    corsOrigins: e.CORS_ORIGINS.trim() === '*' ? '*' : e.CORS_ORIGINS.split(',').map((o) => o.trim()).filter(Boolean),
   };
 }
 

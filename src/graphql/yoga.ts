@@ -14,6 +14,12 @@ export function createGraphQLHandler(deps: AppDependencies, logger: Logger) {
     graphqlEndpoint: '/graphql',
     graphiql: deps.config.graphiql ? { title: 'Credits read API' } : false,
     landingPage: false,
+    cors: {
+      origin: deps.config.corsOrigins === '*' ? '*' : deps.config.corsOrigins,
+      credentials: false,
+      allowedHeaders: ['Authorization', 'Content-Type', 'X-Public-Key', 'X-Request-Id'],
+      exposedHeaders: ['X-Request-Id'],
+    },
     logging: false,
     context: ({ request, requestId }) =>
       createRequestContext(

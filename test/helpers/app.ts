@@ -62,3 +62,40 @@ export function useServer(database: () => Database, options: { env?: Record<stri
     return server;
   };
 }
+
+export type RestResult = { status: number; headers: Headers; text: string; body: any };
+
+/** A REST call through the real HTTP server. */
+export async function rest(
+  server: TestServer,
+  path: string,
+  options: { token?: string; publicKey?: string; method?: string; headers?: Record<string, string> } = {},
+): Promise<RestResult> {
+  const response = await fetch(`${server.url}${path}`, {
+    method: options.method ?? 'GET',
+    headers: {
+      ...(options.token ? { authorization: `Bearer ${options.token}` } : {}),
+      ...(options.publicKey ? { 'x-public-key': options.publicKey } : {}),
+      ...options.headers,
+    },
+  });
+  const text = await response.text();
+  let body: unknown;
+  try {
+    body = text ? JSON.parse(text) : undefined;
+  } catch {
+    body = undefined;
+  }
+  return { status: response.status, headers: response.headers, text, body };
+}
+
+/** Asserts the error envelope of decisions §6. */
+export function expectError(result: RestResult, status: number, code: string): void {
+  if (result.status !== status || result.body?.error?.code !== code) {
+    throw new Error(`expected ${status} ${code}, got ${result.status} ${result.text}`);
+  }
+  const keys = Object.keys(result.body).sort().join(',');
+  if (keys !== 'error,success' || result.body.success !== false || typeof result.body.error.message !== 'string' || Object.keys(result.body.error).sort().join(',') !== 'code,message') {
+    throw new Error(`not the error envelope: ${result.text}`);
+  }
+}
