@@ -1,4 +1,5 @@
 import { GraphQLError } from 'graphql';
+import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import { createYoga } from 'graphql-yoga';
 import { createRequestContext, requestIdFrom, type AppDependencies, type RequestContext } from '../context.js';
 import { ApiError, toApiError } from '../errors.js';
@@ -13,6 +14,8 @@ export function createGraphQLHandler(deps: AppDependencies, logger: Logger) {
     schema,
     graphqlEndpoint: '/graphql',
     graphiql: deps.config.graphiql ? { title: 'Credits read API' } : false,
+    // GraphiQL's page and assets from the npm package, not from a CDN: it works offline.
+    renderGraphiQL,
     landingPage: false,
     cors: {
       origin: deps.config.corsOrigins === '*' ? '*' : deps.config.corsOrigins,
