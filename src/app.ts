@@ -1,11 +1,13 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { NegativeCache } from './auth/negative-cache.js';
 import { SecretCache } from './auth/secret-cache.js';
 import type { Config } from './config.js';
 import { requestIdFrom, type AppDependencies } from './context.js';
 import type { Database } from './db/database.js';
-import { ServiceUnavailableError } from './errors.js';
+import { HeaderTooLargeError, PayloadTooLargeError, RateLimitedError, ServiceUnavailableError } from './errors.js';
 import { createGraphQLHandler } from './graphql/yoga.js';
 import type { Logger } from './logger.js';
+import { RateLimiter } from './rate-limit.js';
 import { sendError, sendJson, type ResponseOptions } from './rest/http.js';
 import { ALLOWED_METHODS, handleRest, isRestPath } from './rest/router.js';
 import { RetrievalCounter } from './services/retrieval-counter.js';
@@ -18,13 +20,39 @@ export type App = {
 };
 
 const ALLOWED_REQUEST_HEADERS = 'Authorization, Content-Type, X-Public-Key, X-Request-Id';
+const EXPOSED_HEADERS = 'X-Request-Id, WWW-Authenticate, Allow, Retry-After, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, RateLimit-Policy';
+/** Bearer tokens may be long (they are refused as tokens past 8 KiB); the node parser must let them reach us. */
+const MAX_AUTHORIZATION_BYTES = 2 * 1024 * 1024;
 
 /** CORS for browser callers; no cookies are involved, so credentials are never allowed. */
 function corsHeaders(config: Config, origin: string | undefined): Record<string, string> {
   if (!origin) return {};
-  if (config.corsOrigins === '*') return { 'Access-Control-Allow-Origin': '*', 'Access-Control-Expose-Headers': 'X-Request-Id, WWW-Authenticate, Allow' };
+  if (config.corsOrigins === '*') return { 'Access-Control-Allow-Origin': '*', 'Access-Control-Expose-Headers': EXPOSED_HEADERS };
   if (!config.corsOrigins.includes(origin)) return { Vary: 'Origin' };
-  return { 'Access-Control-Allow-Origin': origin, Vary: 'Origin', 'Access-Control-Expose-Headers': 'X-Request-Id, WWW-Authenticate, Allow' };
+  return { 'Access-Control-Allow-Origin': origin, Vary: 'Origin', 'Access-Control-Expose-Headers': EXPOSED_HEADERS };
+}
+
+/** The first header value longer than allowed (Authorization is judged by the token check). */
+function oversizedHeader(request: IncomingMessage, maxBytes: number): string | undefined {
+  for (let i = 0; i < request.rawHeaders.length; i += 2) {
+    const name = request.rawHeaders[i]!;
+    if (name.toLowerCase() === 'authorization') continue;
+    if (Buffer.byteLength(request.rawHeaders[i + 1]!) > maxBytes) return name;
+  }
+  return undefined;
+}
+
+async function readBody(request: IncomingMessage, maxBytes: number): Promise<Buffer> {
+  const declared = Number(request.headers['content-length']);
+  if (Number.isFinite(declared) && declared > maxBytes) throw new PayloadTooLargeError();
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of request as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > maxBytes) throw new PayloadTooLargeError();
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks);
 }
 
 /** The request handler: /graphql to Yoga, the REST paths to rest/, /health; the envelope for the rest. */
@@ -34,48 +62,94 @@ export function createApp(options: { config: Config; database: Database; logger:
     config,
     database,
     secrets: new SecretCache(database.prisma),
+    unknownPublicKeys: new NegativeCache(10_000, 100_000),
     retrievals: new RetrievalCounter(database.prisma, (error) =>
       logger.warn('retrieval counter write failed; kept for the next attempt', { error }),
     ),
     now: options.now ?? (() => new Date()),
   };
   const graphql = createGraphQLHandler(deps, logger);
+  const limiter = new RateLimiter(config.rateLimit, database.pgPool);
+
+  async function serveGraphQL(request: IncomingMessage, response: ServerResponse, url: URL, responseOptions: ResponseOptions) {
+    const method = request.method ?? 'GET';
+    const body = method === 'GET' || method === 'HEAD' ? undefined : await readBody(request, config.limits.maxBodyBytes);
+    const headers = new Headers();
+    for (const [name, value] of Object.entries(request.headers)) {
+      if (value === undefined) continue;
+      for (const v of Array.isArray(value) ? value : [value]) headers.append(name, v);
+    }
+    const answer = await graphql.fetch(new Request(url, { method, headers, body: body === undefined ? undefined : new Uint8Array(body) }), { requestId: responseOptions.requestId });
+    const payload = Buffer.from(await answer.arrayBuffer());
+    response.statusCode = answer.status;
+    answer.headers.forEach((value, name) => response.setHeader(name, value));
+    for (const [name, value] of Object.entries(responseOptions.headers ?? {})) response.setHeader(name, value);
+    response.setHeader('X-Request-Id', responseOptions.requestId);
+    response.setHeader('Content-Length', payload.length);
+    response.end(payload);
+  }
+
+  async function handle(request: IncomingMessage, response: ServerResponse) {
+    const requestId = requestIdFrom(request.headers['x-request-id'] as string | undefined);
+    const url = new URL(request.url ?? '/', `http://${request.headers.host && /^[A-Za-z0-9.:[\]-]{1,255}$/.test(request.headers.host) ? request.headers.host : 'localhost'}`);
+    const origin = request.headers.origin;
+    const responseOptions: ResponseOptions = { requestId, headers: corsHeaders(config, typeof origin === 'string' ? origin : undefined) };
+    response.on('finish', () => {
+      logger.info('request', { requestId, method: request.method, path: url.pathname, status: response.statusCode });
+    });
+    const tooLong = oversizedHeader(request, config.limits.maxHeaderBytes);
+    if (tooLong) return sendError(response, new HeaderTooLargeError(tooLong), responseOptions);
+    if (request.method === 'OPTIONS' && request.headers['access-control-request-method'] && (isRestPath(url.pathname) || url.pathname === '/health')) {
+      response.writeHead(204, {
+        ...responseOptions.headers,
+        'Access-Control-Allow-Methods': ALLOWED_METHODS,
+        'Access-Control-Allow-Headers': ALLOWED_REQUEST_HEADERS,
+        'Access-Control-Max-Age': '600',
+        'X-Request-Id': requestId,
+      });
+      response.end();
+      return;
+    }
+    if (url.pathname === '/health') {
+      return database.sql
+        .query('SELECT 1 AS ok')
+        .then(() => sendJson(response, 200, { status: 'ok', database: database.kind }, responseOptions))
+        .catch(() => sendError(response, new ServiceUnavailableError(), responseOptions));
+    }
+    const verdict = await limiter.check(request);
+    responseOptions.headers = { ...responseOptions.headers, ...verdict.headers };
+    if (!verdict.allowed) return sendError(response, new RateLimitedError(verdict.retryAfterSeconds), responseOptions);
+    if (url.pathname === '/graphql') return serveGraphQL(request, response, url, responseOptions);
+    return handleRest(request, response, url, deps, logger, responseOptions);
+  }
+
   return {
     deps,
     close: () => deps.retrievals.close(),
     handle(request, response) {
-      const requestId = requestIdFrom(request.headers['x-request-id'] as string | undefined);
-      const url = new URL(request.url ?? '/', 'http://localhost');
-      const origin = request.headers.origin;
-      const cors = corsHeaders(config, typeof origin === 'string' ? origin : undefined);
-      const responseOptions: ResponseOptions = { requestId, headers: cors };
-      response.on('finish', () => {
-        logger.info('request', { requestId, method: request.method, path: url.pathname, status: response.statusCode });
+      handle(request, response).catch((error: unknown) => {
+        const requestId = requestIdFrom(request.headers['x-request-id'] as string | undefined);
+        if (error instanceof PayloadTooLargeError) {
+          // The rest of the body is not read; the connection closes after the answer.
+          response.setHeader('Connection', 'close');
+          return sendError(response, error, { requestId });
+        }
+        logger.error('unexpected error while handling a request', { error, requestId });
+        if (!response.headersSent) {
+          sendError(response, new ServiceUnavailableError('The request could not be handled; try again shortly.'), { requestId });
+        } else {
+          response.destroy();
+        }
       });
-      if (url.pathname === '/graphql') {
-        response.setHeader('X-Request-Id', requestId);
-        void graphql.handle(request, response, { requestId });
-        return;
-      }
-      if (request.method === 'OPTIONS' && request.headers['access-control-request-method'] && (isRestPath(url.pathname) || url.pathname === '/health')) {
-        response.writeHead(204, {
-          ...cors,
-          'Access-Control-Allow-Methods': ALLOWED_METHODS,
-          'Access-Control-Allow-Headers': ALLOWED_REQUEST_HEADERS,
-          'Access-Control-Max-Age': '600',
-          'X-Request-Id': requestId,
-        });
-        response.end();
-        return;
-      }
-      if (url.pathname === '/health') {
-        database.sql
-          .query('SELECT 1 AS ok')
-          .then(() => sendJson(response, 200, { status: 'ok', database: database.kind }, responseOptions))
-          .catch(() => sendError(response, new ServiceUnavailableError(), responseOptions));
-        return;
-      }
-      void handleRest(request, response, url, deps, logger, responseOptions);
     },
   };
+}
+
+/** The HTTP server around the app, with the header-size room that long tokens need. */
+export function createHttpServer(app: App): Server {
+  const server = createServer({ maxHeaderSize: MAX_AUTHORIZATION_BYTES }, (request, response) => app.handle(request, response));
+  server.headersTimeout = 20_000;
+  server.requestTimeout = 30_000;
+  server.keepAliveTimeout = 5_000;
+  return server;
 }

@@ -25,12 +25,22 @@ const environment = z.object({
   MIGRATE_ON_START: bool(true),
   SEED_DEMO_ON_START: bool(true),
   DATABASE_POOL_SIZE: z.coerce.number().int().min(1).max(500).default(10),
-  DATABASE_CONNECT_TIMEOUT_MS: z.coerce.number().int().min(100).default(2000),
+  DATABASE_CONNECT_TIMEOUT_MS: z.coerce.number().int().min(100).default(1500),
   DATABASE_STATEMENT_TIMEOUT_MS: z.coerce.number().int().min(100).default(5000),
   JWT_ISSUER: optionalString,
   JWT_AUDIENCE: optionalString,
   PAGINATION_SECRET: optionalString.pipe(z.string().min(32, 'must be at least 32 characters').optional()),
   CORS_ORIGINS: z.string().default('*'),
+  INTROSPECTION: z.enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off']).optional(),
+  JWT_MAX_AGE_SECONDS: z.coerce.number().int().min(1).optional(),
+  MAX_BODY_BYTES: z.coerce.number().int().min(1024).default(100_000),
+  MAX_HEADER_BYTES: z.coerce.number().int().min(256).default(8192),
+  RATE_LIMIT_PER_ADDRESS: z.coerce.number().int().min(0).default(600),
+  RATE_LIMIT_PER_CREDENTIAL: z.coerce.number().int().min(0).default(300),
+  RATE_LIMIT_WINDOW_SECONDS: z.coerce.number().int().min(1).default(60),
+  RATE_LIMIT_STORE: z.enum(['memory', 'postgres']).default('memory'),
+  TRUST_PROXY: bool(false),
+  SHUTDOWN_TIMEOUT_MS: z.coerce.number().int().min(100).default(10_000),
   GRAPHIQL: z.enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off']).optional(),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
 });
@@ -52,6 +62,19 @@ export type Config = {
   graphiql: boolean;
   /** Origins browsers may call from: `*` (any) or an explicit list. */
   corsOrigins: '*' | string[];
+  /** Introspection; default follows GraphiQL. */
+  introspection: boolean;
+  /** Refuse tokens issued longer ago than this (unset: only `exp` counts). */
+  jwtMaxAgeSeconds: number | undefined;
+  limits: { maxBodyBytes: number; maxHeaderBytes: number };
+  rateLimit: {
+    perAddress: number;
+    perCredential: number;
+    windowSeconds: number;
+    store: 'memory' | 'postgres';
+    trustProxy: boolean;
+  };
+  shutdownTimeoutMs: number;
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
 };
 
@@ -64,6 +87,9 @@ export class ConfigError extends Error {
 /** Parses the environment once; every invalid setting is reported on its own line. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const parsed = environment.safeParse(env);
+  if (parsed.success && parsed.data.RATE_LIMIT_STORE === 'postgres' && !parsed.data.DATABASE_URL) {
+    throw new ConfigError(['RATE_LIMIT_STORE: postgres needs DATABASE_URL (the embedded database serves one process)']);
+  }
   if (!parsed.success) {
     throw new ConfigError(
       parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`),
@@ -87,6 +113,22 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     paginationSecret: e.PAGINATION_SECRET,
     graphiql: e.GRAPHIQL === undefined ? e.NODE_ENV !== 'production' : ['true', '1', 'yes', 'on'].includes(e.GRAPHIQL),
     logLevel: e.LOG_LEVEL,
+    introspection:
+      e.INTROSPECTION === undefined
+        ? e.GRAPHIQL === undefined
+          ? e.NODE_ENV !== 'production'
+          : ['true', '1', 'yes', 'on'].includes(e.GRAPHIQL)
+        : ['true', '1', 'yes', 'on'].includes(e.INTROSPECTION),
+    jwtMaxAgeSeconds: e.JWT_MAX_AGE_SECONDS,
+    limits: { maxBodyBytes: e.MAX_BODY_BYTES, maxHeaderBytes: e.MAX_HEADER_BYTES },
+    rateLimit: {
+      perAddress: e.RATE_LIMIT_PER_ADDRESS,
+      perCredential: e.RATE_LIMIT_PER_CREDENTIAL,
+      windowSeconds: e.RATE_LIMIT_WINDOW_SECONDS,
+      store: e.RATE_LIMIT_STORE,
+      trustProxy: e.TRUST_PROXY,
+    },
+    shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
     corsOrigins: e.CORS_ORIGINS.trim() === '*' ? '*' : e.CORS_ORIGINS.split(',').map((o) => o.trim()).filter(Boolean),
   };
 }

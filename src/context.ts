@@ -6,6 +6,7 @@ import {
   type Credentials,
   type Viewer,
 } from './auth/authenticate.js';
+import type { NegativeCache } from './auth/negative-cache.js';
 import type { SecretCache } from './auth/secret-cache.js';
 import type { Config } from './config.js';
 import type { Database } from './db/database.js';
@@ -18,6 +19,8 @@ export type AppDependencies = {
   config: Config;
   database: Database;
   secrets: SecretCache;
+  /** Public keys recently looked up and not found. */
+  unknownPublicKeys: NegativeCache;
   retrievals: RetrievalCounter;
   now: () => Date;
 };
@@ -54,7 +57,8 @@ export function createRequestContext(
   const auth: AuthDependencies = {
     loaders,
     secrets: deps.secrets,
-    jwt: { issuer: deps.config.jwt.issuer, audience: deps.config.jwt.audience },
+    unknownPublicKeys: deps.unknownPublicKeys,
+    jwt: { issuer: deps.config.jwt.issuer, audience: deps.config.jwt.audience, maxAgeSeconds: deps.config.jwtMaxAgeSeconds },
     now: deps.now,
   };
   let jwt: Promise<Viewer> | undefined;

@@ -111,3 +111,21 @@ export function toApiError(error: unknown): ApiError {
   if (isDatabaseUnavailable(error)) return new ServiceUnavailableError();
   return new InternalError();
 }
+
+export class PayloadTooLargeError extends ApiError {
+  constructor(message = 'The request body is too large.') {
+    super('PAYLOAD_TOO_LARGE', 413, message);
+  }
+}
+
+export class HeaderTooLargeError extends ApiError {
+  constructor(name: string) {
+    super('REQUEST_HEADER_FIELDS_TOO_LARGE', 431, `The ${name.length > 40 ? 'a' : name} header is too long.`);
+  }
+}
+
+export class RateLimitedError extends ApiError {
+  constructor(retryAfterSeconds: number) {
+    super('RATE_LIMITED', 429, `Too many requests; try again in ${retryAfterSeconds} s.`);
+  }
+}

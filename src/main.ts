@@ -1,5 +1,4 @@
-import { createServer } from 'node:http';
-import { createApp } from './app.js';
+import { createApp, createHttpServer } from './app.js';
 import { loadConfigOrExit } from './config.js';
 import { migrate } from './db/migrator.js';
 import { openConfiguredDatabase } from './db/setup.js';
@@ -16,7 +15,7 @@ const demo = config.seedDemoOnStart ? await seedDemoIfEmpty(database, config) : 
 
 const logger = createLogger(config.logLevel);
 const app = createApp({ config, database, logger });
-const server = createServer((request, response) => app.handle(request, response));
+const server = createHttpServer(app);
 server.listen(config.port, config.host, () => {
   const address = server.address();
   const port = typeof address === 'object' && address ? address.port : config.port;

@@ -37,6 +37,7 @@ describe(`migrations (${testMode})`, () => {
       'Organization',
       'PackagePurchase',
       '_prisma_migrations',
+      'rate_limit',
     ]);
     const rows = await database.sql.query<{
       migration_name: string;

@@ -10,6 +10,7 @@ import {
 import type { Account, Organization } from '../generated/prisma/client.js';
 import type { Loaders } from '../loaders.js';
 import { TOKEN_ALGORITHM } from './tokens.js';
+import type { NegativeCache } from './negative-cache.js';
 import type { SecretCache } from './secret-cache.js';
 
 export type Viewer = {
@@ -26,7 +27,8 @@ export type Credentials = { authorization?: string | null; publicKey?: string | 
 export type AuthDependencies = {
   loaders: Loaders;
   secrets: SecretCache;
-  jwt: { issuer?: string; audience?: string };
+  unknownPublicKeys: NegativeCache;
+  jwt: { issuer?: string; audience?: string; maxAgeSeconds?: number };
   now: () => Date;
 };
 
@@ -83,6 +85,7 @@ export async function authenticateJwt(credentials: Credentials, deps: AuthDepend
     currentDate: deps.now(),
     ...(deps.jwt.issuer ? { issuer: deps.jwt.issuer } : {}),
     ...(deps.jwt.audience ? { audience: deps.jwt.audience } : {}),
+    ...(deps.jwt.maxAgeSeconds ? { maxTokenAge: deps.jwt.maxAgeSeconds } : {}),
   };
   let subject: string;
   try {
@@ -120,8 +123,12 @@ export async function authenticateForOrganization(
   const publicKey = credentials.publicKey?.trim();
   if (publicKey === undefined || publicKey === '') throw new MissingParentPublicKeyError();
   if (!isPublicKey(publicKey)) throw new InvalidParentAccountError('X-Public-Key is not a valid public key.');
+  if (deps.unknownPublicKeys.has(publicKey)) throw new UserNotFoundError('No account has this public key.');
   const account = await deps.loaders.accountByPublicKey.load(publicKey);
-  if (!account) throw new UserNotFoundError('No account has this public key.');
+  if (!account) {
+    deps.unknownPublicKeys.add(publicKey);
+    throw new UserNotFoundError('No account has this public key.');
+  }
   if (account.type !== 'parent') throw new InvalidParentAccountError('The public key is not a parent account\'s.');
   if (!isUsable(account, deps.now())) throw new InvalidParentAccountError('The parent account is not active.');
   const organization = await deps.loaders.organizationByParentId.load(account.id);

@@ -1,5 +1,8 @@
 import type { PrismaClient } from '../generated/prisma/client.js';
 
+/** HS256 secrets must be at least 32 bytes (the seed refuses shorter ones; start-up reports them). */
+export const MIN_SECRET_BYTES = 32;
+
 export type SigningKey = { parentId: string; secret: Uint8Array };
 
 type Entry = { value: SigningKey | null; expires: number };
@@ -48,7 +51,10 @@ export class SecretCache {
       select: { parentId: true, jwtSecret: true },
     });
     if (!organization) return null;
-    return { parentId: organization.parentId, secret: new TextEncoder().encode(organization.jwtSecret) };
+    const secret = new TextEncoder().encode(organization.jwtSecret);
+    // An HS256 key shorter than the hash is guessable; such an organization gets no tokens through.
+    if (secret.byteLength < MIN_SECRET_BYTES) return null;
+    return { parentId: organization.parentId, secret };
   }
 
   private remember(publicKey: string, value: SigningKey | null, now: number): void {

@@ -29,6 +29,8 @@ export interface Database {
   readonly location: string;
   /** Counts Prisma's statements when opened with `countQueries` (tests guarding against N+1). */
   readonly queries: { count: number };
+  /** PostgreSQL mode: the pool under Prisma (shared rate-limit counters use it). */
+  readonly pgPool?: pg.Pool;
   close(): Promise<void>;
 }
 
@@ -131,6 +133,7 @@ function openPostgres(options: {
     location: redactUrl(options.url),
     prisma,
     queries,
+    pgPool: pool,
     sql: {
       kind: 'postgres',
       ...onClient(pool),

@@ -1,4 +1,6 @@
 import { GraphQLError } from 'graphql';
+import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
+import { useDisableIntrospection } from '@graphql-yoga/plugin-disable-introspection';
 import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import { createYoga } from 'graphql-yoga';
 import { createRequestContext, requestIdFrom, type AppDependencies, type RequestContext } from '../context.js';
@@ -17,6 +19,19 @@ export function createGraphQLHandler(deps: AppDependencies, logger: Logger) {
     // GraphiQL's page and assets from the npm package, not from a CDN: it works offline.
     renderGraphiQL,
     landingPage: false,
+    batching: false,
+    plugins: [
+      // Refused before any resolver runs; the messages do not reveal the limits.
+      EnvelopArmorPlugin({
+        maxDepth: { n: 6, exposeLimits: false },
+        maxAliases: { n: 15, exposeLimits: false },
+        maxDirectives: { n: 50, exposeLimits: false },
+        maxTokens: { n: 1000, exposeLimits: false },
+        costLimit: { maxCost: 5000, exposeLimits: false },
+        blockFieldSuggestion: { enabled: deps.config.env !== 'development' },
+      }),
+      ...(deps.config.introspection ? [] : [useDisableIntrospection()]),
+    ],
     cors: {
       origin: deps.config.corsOrigins === '*' ? '*' : deps.config.corsOrigins,
       credentials: false,

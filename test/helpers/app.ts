@@ -1,7 +1,7 @@
-import { createServer, type Server } from 'node:http';
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll } from 'vitest';
-import { createApp, type App } from '../../src/app.js';
+import { createApp, createHttpServer, type App } from '../../src/app.js';
 import { loadConfig, type Config } from '../../src/config.js';
 import type { Database } from '../../src/db/database.js';
 import { createLogger } from '../../src/logger.js';
@@ -20,9 +20,16 @@ export async function startServer(
   database: Database,
   options: { env?: Record<string, string>; now?: () => Date } = {},
 ): Promise<TestServer> {
-  const config: Config = loadConfig({ NODE_ENV: 'test', LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent', ...options.env });
+  const config: Config = loadConfig({
+    NODE_ENV: 'test',
+    LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+    // Suites send thousands of requests from one address; the limiter has tests of its own.
+    RATE_LIMIT_PER_ADDRESS: '0',
+    RATE_LIMIT_PER_CREDENTIAL: '0',
+    ...options.env,
+  });
   const app = createApp({ config, database, logger: createLogger(config.logLevel), now: options.now });
-  const server: Server = createServer((request, response) => app.handle(request, response));
+  const server: Server = createHttpServer(app);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return {
