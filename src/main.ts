@@ -1,4 +1,5 @@
 import { createApp, createHttpServer } from './app.js';
+import { MIN_SECRET_BYTES } from './auth/secret-cache.js';
 import { loadConfigOrExit } from './config.js';
 import { migrate } from './db/migrator.js';
 import { openConfiguredDatabase } from './db/setup.js';
@@ -6,14 +7,27 @@ import { seedDemoIfEmpty } from './demo.js';
 import { createLogger } from './logger.js';
 
 const config = loadConfigOrExit();
+const logger = createLogger(config.logLevel);
+// One failed request must never end the process.
+process.on('unhandledRejection', (reason) => logger.error('unhandled rejection', { error: reason }));
+process.on('uncaughtException', (error) => logger.error('uncaught exception', { error }));
+
 const database = await openConfiguredDatabase(config);
 if (config.migrateOnStart) {
   const report = await migrate(database.sql);
   if (report.applied.length > 0) console.log(`migrations applied: ${report.applied.join(', ')}`);
 }
 const demo = config.seedDemoOnStart ? await seedDemoIfEmpty(database, config) : undefined;
+const weak = await database.sql.query<{ parentId: string }>(
+  `SELECT "parentId" FROM "Organization" WHERE octet_length("jwtSecret") < $1 ORDER BY "parentId" LIMIT 20`,
+  [MIN_SECRET_BYTES],
+);
+if (weak.length > 0) {
+  logger.warn(`organizations with a signing secret shorter than ${MIN_SECRET_BYTES} bytes: their tokens are refused until the secret is rotated`, {
+    organizations: weak.map((row) => row.parentId),
+  });
+}
 
-const logger = createLogger(config.logLevel);
 const app = createApp({ config, database, logger });
 const server = createHttpServer(app);
 server.listen(config.port, config.host, () => {
@@ -27,19 +41,28 @@ server.listen(config.port, config.host, () => {
     console.log(`  parent token (24 h): ${demo.parent.token}`);
     if (demo.child) console.log(`  child ${demo.child.userID} token (24 h): ${demo.child.token}`);
     console.log(`\n  GraphiQL: ${base}/graphql`);
-    console.log(`  curl -H "Authorization: Bearer <token>" -H "Content-Type: application/json" -d '{"query":"{ me { userID username } }"}' ${base}/graphql`);
+    console.log(`  curl -H "Authorization: Bearer <token>" ${base}/auth/user-profile`);
     console.log('  more tokens: npm run token -- <userID|email>');
   }
 });
 
 let stopping = false;
+/** Stop accepting, let in-flight requests finish, flush the retrieval counter, close the pool. */
 async function shutdown(signal: string): Promise<void> {
   if (stopping) return;
   stopping = true;
-  console.log(`${signal}: shutting down`);
-  await new Promise<void>((resolve) => server.close(() => resolve()));
+  logger.info(`${signal}: shutting down`);
+  const deadline = setTimeout(() => {
+    logger.error('shutdown took too long; exiting');
+    process.exit(1);
+  }, config.shutdownTimeoutMs);
+  deadline.unref();
+  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+  server.closeIdleConnections();
+  await closed;
   await app.close();
   await database.close();
+  clearTimeout(deadline);
   process.exit(0);
 }
 process.on('SIGTERM', () => void shutdown('SIGTERM'));

@@ -40,6 +40,13 @@ const LEVELS: AlertLevel[] = ['healthy', 'low', 'critical', 'depleted'];
 
 export class SeedConflictError extends Error {}
 
+/** decisions §2 signing secrets: HS256 keys of at least 32 bytes. */
+export function assertStrongSecret(secret: string, organization: string): void {
+  if (Buffer.byteLength(secret) < 32) {
+    throw new SeedConflictError(`the signing secret of ${organization} is shorter than 32 bytes`);
+  }
+}
+
 export async function seed(
   database: Pick<Database, 'prisma' | 'sql'>,
   options: SeedOptions,
@@ -188,6 +195,7 @@ async function seedOrganization(
   };
   const usage = seedUsage(faker, parentId, parentCreated, now);
 
+  assertStrongSecret(organization.jwtSecret, company);
   const existing = await prisma.account.findUnique({ where: { id: parentId }, select: { id: true } });
   if (existing) {
     throw new SeedConflictError(

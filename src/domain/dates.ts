@@ -33,6 +33,7 @@ export function parseDateBound(name: string, raw: string, bound: DateBound): Dat
       `${name} ${why}: use YYYY-MM-DD, an ISO 8601 date-time, or a timestamp in milliseconds.`,
     );
   if (value === '') throw invalid('is empty');
+  if (value.includes('\u0000')) throw invalid('contains NUL or invalid UTF-8');
   if (DIGITS.test(value)) {
     const ms = Number(value);
     if (ms > MAX_TIME) throw invalid('is out of range');

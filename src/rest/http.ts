@@ -26,10 +26,29 @@ export function sendError(response: ServerResponse, error: ApiError, options: Re
   sendJson(response, error.status, { success: false, error: { code: error.code, message: error.message } }, options);
 }
 
-/** Query parameters by name; a name given more than once keeps every value so it can be refused. */
+/** Stands for a value that is not valid percent-encoded UTF-8: every parameter rule refuses it. */
+export const UNDECODABLE = '\u0000';
+
+function decode(text: string): string | undefined {
+  try {
+    return decodeURIComponent(text.replace(/\+/g, ' '));
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Query parameters by name; a name given more than once keeps every value so it can be refused.
+ * Unlike URLSearchParams, invalid UTF-8 is not silently replaced: the value becomes UNDECODABLE.
+ */
 export function queryParameters(url: URL): Map<string, string[]> {
   const parameters = new Map<string, string[]>();
-  for (const [name, value] of url.searchParams) {
+  for (const pair of url.search.slice(1).split('&')) {
+    if (pair === '') continue;
+    const at = pair.indexOf('=');
+    const name = decode(at === -1 ? pair : pair.slice(0, at));
+    if (name === undefined) continue;
+    const value = decode(at === -1 ? '' : pair.slice(at + 1)) ?? UNDECODABLE;
     parameters.set(name, [...(parameters.get(name) ?? []), value]);
   }
   return parameters;

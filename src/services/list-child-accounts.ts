@@ -51,7 +51,7 @@ function validSearch(search: string | undefined): string | undefined {
   if (search === undefined) return undefined;
   const trimmed = search.trim();
   if (trimmed.length > MAX_SEARCH_LENGTH) throw new InvalidSearchError();
-  if (trimmed.includes('\u0000')) throw new InvalidSearchError('search must not contain NUL characters.');
+  if (trimmed.includes('\u0000')) throw new InvalidSearchError('search must be valid UTF-8 without NUL characters.');
   return trimmed === '' ? undefined : trimmed;
 }
 
