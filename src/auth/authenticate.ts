@@ -91,6 +91,10 @@ export async function authenticateJwt(credentials: Credentials, deps: AuthDepend
   try {
     const { payload } = await jwtVerify(token, key.secret, options);
     if (typeof payload.sub !== 'string' || payload.sub.length === 0) throw new UnauthorizedError();
+    // A token issued in the future was not issued by a correct clock: refused like an early nbf.
+    if (typeof payload.iat !== 'number' || payload.iat > deps.now().getTime() / 1000 + CLOCK_TOLERANCE_SECONDS) {
+      throw new UnauthorizedError();
+    }
     subject = payload.sub;
   } catch (error) {
     if (error instanceof joseErrors.JWTExpired) throw new UnauthorizedError('The access token has expired.');

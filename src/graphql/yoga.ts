@@ -57,11 +57,22 @@ export function createGraphQLHandler(deps: AppDependencies, logger: Logger) {
         while (original instanceof Error && 'originalError' in original && original.originalError instanceof Error) {
           original = original.originalError;
         }
+        const located = error as Partial<Pick<GraphQLError, 'nodes' | 'path' | 'extensions'>>;
+        const graphQLShaped = (value: unknown): value is GraphQLError =>
+          value instanceof Error && 'extensions' in value && typeof value.extensions === 'object';
+        if (!(original instanceof ApiError) && located.path === undefined && graphQLShaped(error) && graphQLShaped(original)) {
+          // The request's own faults (parse, validation, variables, operation choice), not a
+          // resolver's: the client's to read, with a code where the rule that refused gave none.
+          if (typeof error.extensions.code === 'string') return error;
+          return new GraphQLError(error.message, {
+            nodes: error.nodes,
+            extensions: { ...error.extensions, code: 'GRAPHQL_VALIDATION_FAILED' },
+          });
+        }
         const apiError = original instanceof ApiError ? original : toApiError(original);
         if (!(original instanceof ApiError)) {
           logger.error('unexpected error in a GraphQL resolver', { error: original, code: apiError.code });
         }
-        const located = error as Partial<Pick<GraphQLError, 'nodes' | 'path'>>;
         return new GraphQLError(apiError.message, {
           nodes: located.nodes,
           path: located.path,
