@@ -16,6 +16,8 @@ export type App = {
   handle(request: IncomingMessage, response: ServerResponse): void;
   /** Writes what is still buffered (the retrieval counter). */
   close(): Promise<void>;
+  /** From now on every answer closes its connection (shutdown is under way). */
+  drain(): void;
   deps: AppDependencies;
 };
 
@@ -70,6 +72,7 @@ export function createApp(options: { config: Config; database: Database; logger:
   };
   const graphql = createGraphQLHandler(deps, logger);
   const limiter = new RateLimiter(config.rateLimit, database.pgPool);
+  let draining = false;
 
   async function serveGraphQL(request: IncomingMessage, response: ServerResponse, url: URL, responseOptions: ResponseOptions) {
     const method = request.method ?? 'GET';
@@ -94,6 +97,7 @@ export function createApp(options: { config: Config; database: Database; logger:
     const url = new URL(request.url ?? '/', `http://${request.headers.host && /^[A-Za-z0-9.:[\]-]{1,255}$/.test(request.headers.host) ? request.headers.host : 'localhost'}`);
     const origin = request.headers.origin;
     const responseOptions: ResponseOptions = { requestId, headers: corsHeaders(config, typeof origin === 'string' ? origin : undefined) };
+    if (draining) response.setHeader('Connection', 'close');
     response.on('finish', () => {
       logger.info('request', { requestId, method: request.method, path: url.pathname, status: response.statusCode });
     });
@@ -126,6 +130,9 @@ export function createApp(options: { config: Config; database: Database; logger:
   return {
     deps,
     close: () => deps.retrievals.close(),
+    drain: () => {
+      draining = true;
+    },
     handle(request, response) {
       handle(request, response).catch((error: unknown) => {
         const requestId = requestIdFrom(request.headers['x-request-id'] as string | undefined);

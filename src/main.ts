@@ -1,3 +1,4 @@
+import { Server as NetServer } from 'node:net';
 import { createApp, createHttpServer } from './app.js';
 import { MIN_SECRET_BYTES } from './auth/secret-cache.js';
 import { loadConfigOrExit } from './config.js';
@@ -57,9 +58,14 @@ async function shutdown(signal: string): Promise<void> {
     process.exit(1);
   }, config.shutdownTimeoutMs);
   deadline.unref();
-  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-  server.closeIdleConnections();
+  app.drain();
+  // Stop accepting, but unlike http.Server#close do not drop connections at once: one accepted a
+  // moment ago may be about to send its request. Connections still idle a second later are closed;
+  // the others close after their answer (draining answers carry Connection: close).
+  const closed = new Promise<void>((resolve) => NetServer.prototype.close.call(server, () => resolve()));
+  const sweep = setInterval(() => server.closeIdleConnections(), 1000);
   await closed;
+  clearInterval(sweep);
   await app.close();
   await database.close();
   clearTimeout(deadline);

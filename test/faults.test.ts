@@ -1,0 +1,198 @@
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer as createTcpServer, connect, type Server as TcpServer, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { openDatabase } from '../src/db/database.js';
+import { createOrganization, tokenFor } from './helpers/builders.js';
+import { rest, startServer } from './helpers/app.js';
+import { createTestDatabase, testMode, useTestDatabase } from './helpers/database.js';
+
+const root = path.resolve(import.meta.dirname, '..');
+
+/** A TCP forwarder that can be cut and restored, standing for a database that goes away and comes back. */
+async function startProxy(target: { host: string; port: number }) {
+  const sockets = new Set<Socket>();
+  let server: TcpServer | undefined;
+  let port = 0;
+  const listen = () =>
+    new Promise<void>((resolve) => {
+      server = createTcpServer((client) => {
+        const upstream = connect(target.port, target.host);
+        sockets.add(client).add(upstream);
+        client.pipe(upstream).pipe(client);
+        const drop = () => { client.destroy(); upstream.destroy(); };
+        client.on('error', drop).on('close', drop);
+        upstream.on('error', drop).on('close', drop);
+      });
+      server.listen(port, '127.0.0.1', () => {
+        port = (server!.address() as { port: number }).port;
+        resolve();
+      });
+    });
+  await listen();
+  return {
+    get port() { return port; },
+    cut: () => new Promise<void>((resolve) => { for (const s of sockets) s.destroy(); sockets.clear(); server!.close(() => resolve()); }),
+    restore: listen,
+  };
+}
+
+describe(`faults (${testMode})`, () => {
+  const database = useTestDatabase();
+
+  it('10,000 organization-details answers raise the retrieval counter by exactly 10,000', async () => {
+    const server = await startServer(database());
+    try {
+      const org = await createOrganization(database());
+      let ok = 0;
+      for (let batch = 0; batch < 100; batch++) {
+        const results = await Promise.all(Array.from({ length: 100 }, () => rest(server, '/auth/organization-details', { publicKey: org.parent.publicKey })));
+        ok += results.filter((r) => r.status === 200).length;
+      }
+      expect(ok).toBe(10_000);
+      await server.app.deps.retrievals.flush();
+      const row = await database().prisma.organization.findUniqueOrThrow({ where: { parentId: org.parent.id } });
+      expect(row.detailsRetrievalCount).toBe(10_000n);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('a failed counter write keeps its increments for the next flush', async () => {
+    const server = await startServer(database());
+    try {
+      const org = await createOrganization(database());
+      const counter = server.app.deps.retrievals;
+      const prisma = database().prisma;
+      const original = prisma.organization.updateMany;
+      prisma.organization.updateMany = (() => Promise.reject(new Error('connection lost'))) as never;
+      for (let i = 0; i < 7; i++) counter.record(org.parent.id, new Date());
+      await counter.flush();
+      expect(counter.unsaved).toBe(7);
+      prisma.organization.updateMany = original;
+      await counter.flush();
+      expect(counter.unsaved).toBe(0);
+      const row = await prisma.organization.findUniqueOrThrow({ where: { parentId: org.parent.id } });
+      expect(row.detailsRetrievalCount).toBe(7n);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it.skipIf(testMode !== 'postgres')('database gone: 503 within 2 s on every path, the process stays up, and it recovers by itself', async () => {
+    const url = new URL(database().url!);
+    const proxy = await startProxy({ host: url.hostname, port: Number(url.port) });
+    const viaProxy = new URL(url);
+    viaProxy.port = String(proxy.port);
+    const db = await openDatabase({ url: viaProxy.toString(), connectTimeoutMs: 1000, statementTimeoutMs: 1500, poolSize: 4 });
+    const server = await startServer(db);
+    try {
+      const org = await createOrganization(database());
+      const token = await tokenFor(org.parent, org);
+      expect((await rest(server, '/auth/user-profile', { token })).status).toBe(200);
+      await proxy.cut();
+      server.app.deps.secrets.invalidate();
+      for (const p of ['/auth/user-profile', '/auth/organization-details', '/auth/child-accounts', '/parent/credit-analysis']) {
+        const started = Date.now();
+        const r = await rest(server, p, { token });
+        expect(r.status, p).toBe(503);
+        expect(r.body.error.code).toBe('SERVICE_UNAVAILABLE');
+        expect(Date.now() - started).toBeLessThan(2000);
+      }
+      // Excess requests while it is gone fail fast too, none hangs.
+      const burst = await Promise.all(Array.from({ length: 40 }, () => rest(server, '/auth/user-profile', { token })));
+      expect(burst.every((r) => r.status === 503)).toBe(true);
+      await proxy.restore();
+      let status = 0;
+      for (let attempt = 0; attempt < 20 && status !== 200; attempt++) {
+        status = (await rest(server, '/auth/user-profile', { token })).status;
+        if (status !== 200) await new Promise((r) => setTimeout(r, 250));
+      }
+      expect(status).toBe(200);
+    } finally {
+      await server.close();
+      await db.close();
+      await proxy.cut().catch(() => {});
+    }
+  });
+
+  it('SIGTERM: 200 requests in flight all complete, the counter is flushed, the process exits 0 within 10 s', async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'sigterm-'));
+    const own = testMode === 'postgres' ? await createTestDatabase() : undefined;
+    const env: NodeJS.ProcessEnv = { ...process.env, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'error', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0' };
+    if (own) env.DATABASE_URL = own.url;
+    else {
+      env.DATA_DIR = dataDir;
+      delete env.DATABASE_URL;
+    }
+    // Node itself (with tsx as a loader), so that the signal reaches the server and no wrapper.
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    try {
+      let output = '';
+      const ready = await new Promise<{ base: string; token: string; key: string }>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`no start:\n${output}`)), 60_000);
+        child.stdout!.on('data', (chunk) => {
+          output += chunk;
+          const base = /listening on (http:\/\/\S+)/.exec(output)?.[1];
+          const token = /parent token \(24 h\): (\S+)/.exec(output)?.[1];
+          const key = /public key (APK_\S+)/.exec(output)?.[1];
+          if (base && token && key) {
+            clearTimeout(timer);
+            resolve({ base, token, key });
+          }
+        });
+        child.on('exit', () => reject(new Error(`exited early:\n${output}`)));
+      });
+      const exited = new Promise<{ code: number | null; at: number }>((resolve) => child.on('exit', (code) => resolve({ code, at: Date.now() })));
+      // 200 requests truly in flight: each has sent its headers and half of its body when the
+      // signal arrives, and sends the rest afterwards.
+      const { port } = new URL(ready.base);
+      const body = JSON.stringify({ query: '{ organization { organizationName } }' });
+      const head = `POST /graphql HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAuthorization: Bearer ${ready.token}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n`;
+      const half = Math.floor(body.length / 2);
+      const sockets = await Promise.all(
+        Array.from({ length: 200 }, () =>
+          new Promise<{ socket: Socket; answer: Promise<string> }>((resolve, reject) => {
+            const socket = connect(Number(port), '127.0.0.1', () => {
+              socket.write(head + body.slice(0, half));
+              resolve({ socket, answer });
+            });
+            let received = '';
+            const answer = new Promise<string>((done) => {
+              socket.on('data', (chunk) => { received += chunk; });
+              socket.on('close', () => done(received));
+              socket.on('error', () => done(received));
+            });
+            socket.on('error', reject);
+          }),
+        ),
+      );
+      await new Promise((r) => setTimeout(r, 500));
+      const signalled = Date.now();
+      child.kill('SIGTERM');
+      await new Promise((r) => setTimeout(r, 300));
+      for (const { socket } of sockets) socket.write(body.slice(half));
+      const answers = await Promise.all(sockets.map((s) => s.answer));
+      expect(answers.filter((a) => !a.startsWith('HTTP/1.1 200')).map((a) => a.slice(0, 40))).toEqual([]);
+      const exit = await exited;
+      expect(exit.code).toBe(0);
+      expect(exit.at - signalled).toBeLessThan(10_000);
+      const check = own ?? (await openDatabase({ dataDir }));
+      try {
+        const rows = await check.sql.query<{ n: string }>(
+          `SELECT "detailsRetrievalCount"::text AS n FROM "Organization" o JOIN "Account" a ON a.id = o."parentId" WHERE a."publicKey" = $1`,
+          [ready.key],
+        );
+        expect(rows[0]!.n).toBe('200');
+      } finally {
+        if (!own) await check.close();
+      }
+    } finally {
+      child.kill('SIGKILL');
+      await own?.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
