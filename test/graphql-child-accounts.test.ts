@@ -32,7 +32,7 @@ describe(`GraphQL childAccounts (${testMode})`, () => {
 
   beforeAll(async () => {
     org = await createOrganization(database());
-    token = await tokenFor(org.parent, org);
+    token = await tokenFor(org.parent, org, { now });
     children = Array.from({ length: 1000 }, (_, i) => ({
       id: `USR_page${String(i).padStart(4, '0')}`,
       username: i % 50 === 0 ? `Special_User%${i}` : `user${i}`,
@@ -166,11 +166,11 @@ describe(`GraphQL childAccounts (${testMode})`, () => {
     const [body, mac] = cursor.split('.') as [string, string];
     const forged = Buffer.from(JSON.stringify([Date.now(), 'USR_x'])).toString('base64url');
     const other = await createOrganization(database());
-    const foreignPage = await server().graphql<Page>(QUERY, { token: await tokenFor(other.parent, other), variables: { limit: 1 } });
+    const foreignPage = await server().graphql<Page>(QUERY, { token: await tokenFor(other.parent, other, { now }), variables: { limit: 1 } });
     expect(foreignPage.errors).toBeUndefined();
     await createChild(database(), other.parent);
     await createChild(database(), other.parent);
-    const foreign = (await server().graphql<Page>(QUERY, { token: await tokenFor(other.parent, other), variables: { limit: 1 } })).data!.childAccounts.pageInfo.endCursor!;
+    const foreign = (await server().graphql<Page>(QUERY, { token: await tokenFor(other.parent, other, { now }), variables: { limit: 1 } })).data!.childAccounts.pageInfo.endCursor!;
     for (const bad of [`${forged}.${mac}`, `${body}.${mac.slice(0, -2)}AA`, `${body}`, 'garbage', `${cursor}.x`, foreign, 'x'.repeat(2000)]) {
       await expect(page({ after: bad }), bad.slice(0, 30)).rejects.toMatchObject({ code: 'INVALID_PAGINATION_TOKEN' });
     }

@@ -26,7 +26,7 @@ describe(`GraphQL organization and creditAnalysis (${testMode})`, () => {
     const { data, errors } = await server().graphql<{ organization: unknown }>(
       `{ organization { organizationName organizationUrl authUrls { signin signup verify reset update resend successful }
          domainRestrictionEnabled emailVerificationRequired providerASsoConfig { enabled clientId } credentials { publicKey jwtSecret } } }`,
-      { token: await tokenFor(built.parent, built) },
+      { token: await tokenFor(built.parent, built, { now }) },
     );
     expect(errors).toBeUndefined();
     const o = built.organization;
@@ -44,8 +44,8 @@ describe(`GraphQL organization and creditAnalysis (${testMode})`, () => {
   it('200 concurrent organization queries raise the retrieval count by exactly 200', async () => {
     const built = await createOrganization(database());
     const child = await createChild(database(), built.parent);
-    const parentToken = await tokenFor(built.parent, built);
-    const childToken = await tokenFor(child, built);
+    const parentToken = await tokenFor(built.parent, built, { now });
+    const childToken = await tokenFor(child, built, { now });
     const results = await Promise.all(
       Array.from({ length: 200 }, (_, i) =>
         server().graphql('{ organization { organizationName } }',
@@ -82,7 +82,7 @@ describe(`GraphQL organization and creditAnalysis (${testMode})`, () => {
       const elapsedDays = (now.getTime() - Date.parse('2026-06-01T00:00:00.000Z')) / DAY; // 10.25
       const purchased = organization.packagePurchases.reduce((s, p) => s + p.creditsAdded, 0);
       const b = organization.creditBalance;
-      const token = await tokenFor(organization.parent, { parent: organization.parent, organization });
+      const token = await tokenFor(organization.parent, { parent: organization.parent, organization }, { now });
       const { data, errors } = await server().graphql<{ creditAnalysis: unknown }>(ANALYSIS, { token });
       expect(errors).toBeUndefined();
       expect(data!.creditAnalysis).toEqual({
@@ -122,7 +122,7 @@ describe(`GraphQL organization and creditAnalysis (${testMode})`, () => {
   it('an organization with no usage this month and no purchases', async () => {
     const built = await createOrganization(database(), { purchases: [], organization: { creditBalance: 0, totalFreeUsers: 0 } });
     await createChild(database(), built.parent);
-    const { data } = await server().graphql<{ creditAnalysis: Record<string, unknown> }>(ANALYSIS, { token: await tokenFor(built.parent, built) });
+    const { data } = await server().graphql<{ creditAnalysis: Record<string, unknown> }>(ANALYSIS, { token: await tokenFor(built.parent, built, { now }) });
     expect(data!.creditAnalysis).toMatchObject({
       totalChildAccounts: 1,
       billableUsers: 1,
@@ -145,7 +145,7 @@ describe(`GraphQL organization and creditAnalysis (${testMode})`, () => {
         publicKey: `APK_dash${i}_${i}`, createdAt: new Date(now.getTime() - i * 60_000), lastLogin: new Date(now.getTime() - i * DAY),
       })),
     });
-    const token = await tokenFor(built.parent, built);
+    const token = await tokenFor(built.parent, built, { now });
     const dashboard = (limit: number) => `{
       me { userID ... on ParentAccount { creditBalance totalChildAccounts billableChildAccounts packagesHistory { packageType price } } }
       organization { organizationName credentials { publicKey jwtSecret } }
@@ -172,7 +172,7 @@ describe(`GraphQL organization and creditAnalysis (${testMode})`, () => {
 
   it('unexpected failures are masked: no stack, no SQL, code INTERNAL_ERROR or SERVICE_UNAVAILABLE', async () => {
     const built = await createOrganization(database());
-    const token = await tokenFor(built.parent, built);
+    const token = await tokenFor(built.parent, built, { now });
     const original = database().prisma.packagePurchase.findMany;
     database().prisma.packagePurchase.findMany = (() => Promise.reject(new Error('SELECT secret FROM "Organization" exploded'))) as never;
     try {

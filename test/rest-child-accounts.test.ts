@@ -15,7 +15,7 @@ describe(`GET ${PATH} (${testMode})`, () => {
 
   beforeAll(async () => {
     org = await createOrganization(database());
-    token = await tokenFor(org.parent, org);
+    token = await tokenFor(org.parent, org, { now });
     await database().prisma.account.createMany({
       data: Array.from({ length: 23 }, (_, i) => ({
         id: `USR_rest${String(i).padStart(3, '0')}`,
@@ -120,14 +120,14 @@ describe(`GET ${PATH} (${testMode})`, () => {
     const other = await createOrganization(database());
     await createChild(database(), other.parent);
     await createChild(database(), other.parent);
-    const foreign = (await rest(server(), `${PATH}?limit=1`, { token: await tokenFor(other.parent, other) })).body.data.data.pagination.nextPageToken;
+    const foreign = (await rest(server(), `${PATH}?limit=1`, { token: await tokenFor(other.parent, other, { now }) })).body.data.data.pagination.nextPageToken;
     expectError(await rest(server(), `${PATH}?lastKey=${encodeURIComponent(foreign)}`, { token }), 400, 'INVALID_PAGINATION_TOKEN');
   });
 
   it('auth: no token 401 UNAUTHORIZED, a child 401 UNAUTHORIZED_ACCESS', async () => {
     expectError(await rest(server(), PATH), 401, 'UNAUTHORIZED');
     const child = await createChild(database(), org.parent);
-    expectError(await rest(server(), PATH, { token: await tokenFor(child, org) }), 401, 'UNAUTHORIZED_ACCESS');
+    expectError(await rest(server(), PATH, { token: await tokenFor(child, org, { now }) }), 401, 'UNAUTHORIZED_ACCESS');
     await database().prisma.account.delete({ where: { id: child.id } });
   });
 });

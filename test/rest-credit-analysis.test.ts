@@ -21,7 +21,7 @@ describe(`GET ${PATH} (${testMode})`, () => {
       ],
     });
     for (let i = 0; i < 5; i++) await createChild(database(), org.parent);
-    const result = await rest(server(), PATH, { token: await tokenFor(org.parent, org) });
+    const result = await rest(server(), PATH, { token: await tokenFor(org.parent, org, { now }) });
     expect(result.status).toBe(200);
     expect(result.headers.get('cache-control')).toBe('no-store');
     const used = 4 * 5 + 100 + 10 * 2 + 8 * 3;
@@ -51,11 +51,11 @@ describe(`GET ${PATH} (${testMode})`, () => {
     const org = await createOrganization(database());
     const child = await createChild(database(), org.parent);
     expectError(await rest(server(), PATH), 401, 'UNAUTHORIZED');
-    expectError(await rest(server(), PATH, { token: await tokenFor(child, org) }), 401, 'UNAUTHORIZED_ACCESS');
+    expectError(await rest(server(), PATH, { token: await tokenFor(child, org, { now }) }), 401, 'UNAUTHORIZED_ACCESS');
     expectError(await rest(server(), PATH, { publicKey: org.parent.publicKey }), 401, 'UNAUTHORIZED');
     const inactive = await createOrganization(database(), { parent: { status: 'inactive' } });
-    expectError(await rest(server(), PATH, { token: await tokenFor(inactive.parent, inactive) }), 403, 'ACCOUNT_INACTIVE');
-    const token = await tokenFor(org.parent, org);
+    expectError(await rest(server(), PATH, { token: await tokenFor(inactive.parent, inactive, { now }) }), 403, 'ACCOUNT_INACTIVE');
+    const token = await tokenFor(org.parent, org, { now });
     // The organization row goes with its parent; the token still names the old key, whose secret is cached.
     server().app.deps.secrets.invalidate();
     await rest(server(), PATH, { token });
