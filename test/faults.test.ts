@@ -118,6 +118,29 @@ describe(`faults (${testMode})`, () => {
     }
   });
 
+  it.skipIf(testMode !== 'postgres')('pool exhausted: excess requests fail fast with 503, none hangs', async () => {
+    const db = await openDatabase({ url: database().url!, poolSize: 1, connectTimeoutMs: 300 });
+    const server = await startServer(db);
+    let release: () => void = () => {};
+    const held = db.sql.withConnection(() => new Promise<void>((resolve) => { release = resolve; }));
+    try {
+      const org = await createOrganization(database());
+      const token = await tokenFor(org.parent, org);
+      const started = Date.now();
+      const results = await Promise.all(Array.from({ length: 20 }, () => rest(server, '/auth/user-profile', { token })));
+      expect(results.map((r) => r.status)).toEqual(Array(20).fill(503));
+      expect(results.every((r) => r.body.error.code === 'SERVICE_UNAVAILABLE')).toBe(true);
+      expect(Date.now() - started).toBeLessThan(2000);
+      release();
+      await held;
+      expect((await rest(server, '/auth/user-profile', { token })).status).toBe(200);
+    } finally {
+      release();
+      await server.close();
+      await db.close();
+    }
+  });
+
   it('SIGTERM: 200 requests in flight all complete, the counter is flushed, the process exits 0 within 10 s', async () => {
     const dataDir = mkdtempSync(path.join(tmpdir(), 'sigterm-'));
     const own = testMode === 'postgres' ? await createTestDatabase() : undefined;

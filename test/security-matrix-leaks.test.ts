@@ -167,8 +167,8 @@ describe(`authorization matrix, leak scan and fuzzing (${testMode})`, () => {
           }
         },
       ),
-      { seed: 20261122, numRuns: 1500 },
+      { seed: 20261122, numRuns: 2500 },
     );
-    expect(runs).toBe(1500);
+    expect(runs).toBe(2500);
   });
 });
