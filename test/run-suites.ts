@@ -1,9 +1,9 @@
-import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { postgresBinDir, startCluster, type Cluster } from './helpers/postgres-cluster.js';
 
 /*
  * The test command: the whole suite on PGlite, then again on PostgreSQL — the server named by
@@ -59,68 +59,6 @@ function runVitest(label: string, env: NodeJS.ProcessEnv): Promise<Counts> {
       resolve(counts);
     });
   });
-}
-
-function postgresBinDir(): string | undefined {
-  const fromEnv = process.env.PG_BINDIR;
-  if (fromEnv && existsSync(path.join(fromEnv, 'initdb'))) return fromEnv;
-  const pgConfig = spawnSync('pg_config', ['--bindir'], { encoding: 'utf8' });
-  const candidates: string[] = [];
-  if (pgConfig.status === 0) candidates.push(pgConfig.stdout.trim());
-  if (existsSync('/usr/lib/postgresql')) {
-    for (const version of readdirSync('/usr/lib/postgresql').sort().reverse()) {
-      candidates.push(path.join('/usr/lib/postgresql', version, 'bin'));
-    }
-  }
-  return candidates.find((dir) => existsSync(path.join(dir, 'initdb')) && existsSync(path.join(dir, 'pg_ctl')));
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
-}
-
-type Cluster = { url: string; stop(): void };
-
-/** initdb refuses to run as root, so as root the cluster belongs to the `postgres` system user. */
-async function startCluster(binDir: string): Promise<Cluster> {
-  const asRoot = process.getuid?.() === 0;
-  const dir = mkdtempSync(path.join(tmpdir(), 'pg-test-'));
-  const dataDir = path.join(dir, 'data');
-  if (asRoot) {
-    const ids = spawnSync('id', ['-u', 'postgres'], { encoding: 'utf8' });
-    const gids = spawnSync('id', ['-g', 'postgres'], { encoding: 'utf8' });
-    if (ids.status !== 0) throw new Error('running as root and there is no `postgres` user to run the cluster');
-    chownSync(dir, Number(ids.stdout.trim()), Number(gids.stdout.trim()));
-    chmodSync(dir, 0o700);
-  }
-  const as = (command: string, args: string[]) => {
-    const [cmd, argv] = asRoot ? ['runuser', ['-u', 'postgres', '--', command, ...args]] : [command, args];
-    const result = spawnSync(cmd, argv, { encoding: 'utf8' });
-    if (result.status !== 0) throw new Error(`${command} failed:\n${result.stdout}${result.stderr}`);
-  };
-  const port = await freePort();
-  as(path.join(binDir, 'initdb'), ['-D', dataDir, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--no-sync']);
-  as(path.join(binDir, 'pg_ctl'), [
-    '-D', dataDir, '-l', path.join(dir, 'server.log'), '-w', '-t', '60',
-    '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200`,
-    'start',
-  ]);
-  return {
-    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
-    stop: () => {
-      try {
-        as(path.join(binDir, 'pg_ctl'), ['-D', dataDir, '-m', 'fast', '-w', 'stop']);
-      } finally {
-        rmSync(dir, { recursive: true, force: true });
-      }
-    },
-  };
 }
 
 const totals: Counts[] = [];

@@ -1,0 +1,207 @@
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { mintAccessToken } from '../../src/auth/tokens.js';
+import { openDatabase } from '../../src/db/database.js';
+import { migrate } from '../../src/db/migrator.js';
+import { seed } from '../../src/db/seed.js';
+import { freePort, postgresBinDir, startCluster, type Cluster } from '../helpers/postgres-cluster.js';
+
+/*
+ * npm run bench: the product against the floor (one prepared pg query as JSON over node:http),
+ * in one run on one database, each scenario measured by autocannon in a separate process.
+ */
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const { values: args } = parseArgs({
+  options: {
+    children: { type: 'string', default: '100000' },
+    duration: { type: 'string', default: '10' },
+    warmup: { type: 'string', default: '3' },
+    connections: { type: 'string', default: '50' },
+    soak: { type: 'string' },
+    only: { type: 'string' },
+    json: { type: 'string', default: path.join(root, '.bench', 'results.json') },
+  },
+});
+const children = Number(args.children);
+const duration = Number(args.duration);
+const connections = Number(args.connections);
+const CLOCK_TICK_US = 1_000_000 / Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim() || 100);
+
+function cpuTicks(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return Number(fields[11]) + Number(fields[12]);
+}
+function rssMb(pid: number, field: 'VmRSS' | 'VmHWM'): number {
+  const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((l) => l.startsWith(field))!;
+  return Math.round(Number(line.split(/\s+/)[1]) / 1024);
+}
+
+async function waitFor(url: string): Promise<void> {
+  for (let i = 0; i < 300; i++) {
+    try {
+      await fetch(url);
+      return;
+    } catch {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  throw new Error(`${url} did not come up`);
+}
+
+type Scenario = { name: string; url: string; method?: string; headers?: Record<string, string>; body?: string; target?: number };
+
+function autocannon(s: Scenario, seconds: number): { rps: number; p50: number; p99: number; requests: number; non2xx: number } {
+  const argv = [path.join(root, 'node_modules', 'autocannon', 'autocannon.js'), '-j', '-c', String(connections), '-d', String(seconds), '-m', s.method ?? 'GET'];
+  for (const [k, v] of Object.entries(s.headers ?? {})) argv.push('-H', `${k}=${v}`);
+  if (s.body) argv.push('-b', s.body);
+  argv.push(s.url);
+  const run = spawnSync(process.execPath, argv, { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+  const result = JSON.parse(run.stdout);
+  return {
+    rps: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    requests: result.requests.total,
+    non2xx: result.non2xx + result.errors,
+  };
+}
+
+async function transactions(client: pg.Client, db: string): Promise<number> {
+  const { rows } = await client.query<{ n: string }>('SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = $1', [db]);
+  return Number(rows[0]!.n);
+}
+
+let cluster: Cluster | undefined;
+const processes: ChildProcess[] = [];
+try {
+  let baseUrl = process.env.BENCH_DATABASE_URL;
+  if (!baseUrl) {
+    const bin = postgresBinDir();
+    if (!bin) throw new Error('no PostgreSQL server binaries and no BENCH_DATABASE_URL');
+    cluster = await startCluster(bin);
+    baseUrl = cluster.url;
+  }
+  const admin = new pg.Client({ connectionString: baseUrl });
+  await admin.connect();
+  const dbName = `bench_${process.pid}`;
+  await admin.query(`CREATE DATABASE ${dbName}`);
+  const url = new URL(baseUrl);
+  url.pathname = `/${dbName}`;
+  const databaseUrl = url.toString();
+
+  console.log(`seeding ${children} children…`);
+  const database = await openDatabase({ url: databaseUrl });
+  await migrate(database.sql);
+  const started = performance.now();
+  const [big] = await seed(database, { organizations: 1, childrenPerOrganization: children, seed: 1, now: new Date() });
+  console.log(`seeded in ${((performance.now() - started) / 1000).toFixed(1)} s`);
+  const org = await database.prisma.organization.findUniqueOrThrow({ where: { parentId: big!.parent.userID } });
+  const child = await database.prisma.account.findFirstOrThrow({ where: { parentId: org.parentId, status: 'active' } });
+  await database.close();
+  await admin.query(`ANALYZE`);
+  const mint = (subject: string) => mintAccessToken({ secret: org.jwtSecret, kid: big!.parent.publicKey, subject, ttlSeconds: 24 * 3600 });
+  const parentToken = await mint(big!.parent.userID);
+  const childToken = await mint(child.id);
+
+  spawnSync('npm', ['run', '-s', 'build'], { cwd: root, stdio: 'inherit' });
+  const [appPort, floorPort] = [await freePort(), await freePort()];
+  const env = { ...process.env, NODE_ENV: 'production', DATABASE_URL: databaseUrl, PORT: String(appPort), HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0', SEED_DEMO_ON_START: 'false' };
+  const app = spawn(process.execPath, [path.join(root, 'dist', 'main.js')], { env, stdio: ['ignore', 'ignore', 'inherit'] });
+  const floor = spawn(process.execPath, [path.join(root, 'test', 'bench', 'floor.mjs')], { env: { ...env, PORT: String(floorPort), FLOOR_ACCOUNT_ID: big!.parent.userID }, stdio: ['ignore', 'ignore', 'inherit'] });
+  processes.push(app, floor);
+  const base = `http://127.0.0.1:${appPort}`;
+  await Promise.all([waitFor(`${base}/health`), waitFor(`http://127.0.0.1:${floorPort}/`)]);
+
+  // The page token at depth 10,000, reached by walking the list.
+  const walk = await (async () => {
+    let lastKey: string | undefined;
+    for (let fetched = 0; fetched < Math.min(children - 100, 10_000); fetched += 100) {
+      const page = (await (await fetch(`${base}/auth/child-accounts?limit=100${lastKey ? `&lastKey=${encodeURIComponent(lastKey)}` : ''}`, { headers: { authorization: `Bearer ${parentToken}` } })).json()) as any;
+      lastKey = page.data.data.pagination.nextPageToken;
+    }
+    return lastKey!;
+  })();
+
+  const auth = (token: string) => ({ authorization: `Bearer ${token}` });
+  const gql = (query: string, token = parentToken): Partial<Scenario> => ({
+    method: 'POST',
+    headers: { ...auth(token), 'content-type': 'application/json' },
+    body: JSON.stringify({ query }),
+  });
+  const profileFields = 'userID username email publicKey accountType parentAccount accountStatus emailVerified createdAt updatedAt lastLogin organizationName domainRestrictionEnabled emailVerificationRequired authProvider lastLoginProvider providerAId childSignupCount signInCount emailConfirmationCount providerAAuthCount providerBAuthCount providerCAuthCount providerDAuthCount lastPasswordChanged loginAttempts lastLoginAttempt lockedUntil lastResetPasswordRequestAt ... on ParentAccount { organizationUrl authUrls { signin signup } creditBalance totalFreeUsers billableChildAccounts totalChildAccounts packagesHistory { packageType purchaseDate creditsAdded freeUsersAdded price transactionId } accountBalance availableBalance providerASsoConfig { enabled clientId } lastLowCreditNotificationAt lastCriticalCreditNotificationAt lastDepletedCreditNotificationAt }';
+  const dashboard = `{ me { ${profileFields} } organization { organizationName credentials { publicKey jwtSecret } } creditAnalysis { creditBalance totalCreditsUsed projectedMonthlyUsage alerts { low critical depleted } } childAccounts(limit: 50) { edges { node { username email lastSeen registered } } pageInfo { hasNextPage endCursor } stats { total active } } }`;
+  const scenarios: Scenario[] = [
+    { name: 'floor: one prepared pg query', url: `http://127.0.0.1:${floorPort}/` },
+    { name: 'REST profile (parent)', url: `${base}/auth/user-profile`, headers: auth(parentToken), target: 0.5 },
+    { name: 'REST profile (child)', url: `${base}/auth/user-profile`, headers: auth(childToken), target: 0.5 },
+    { name: 'REST organization (JWT)', url: `${base}/auth/organization-details`, headers: auth(parentToken), target: 0.3 },
+    { name: 'REST organization (public key)', url: `${base}/auth/organization-details`, headers: { 'x-public-key': big!.parent.publicKey }, target: 0.3 },
+    { name: 'REST child accounts, first page', url: `${base}/auth/child-accounts`, headers: auth(parentToken), target: 0.3 },
+    { name: 'REST child accounts, depth 10,000', url: `${base}/auth/child-accounts?lastKey=${encodeURIComponent(walk)}`, headers: auth(parentToken) },
+    { name: 'REST child accounts, search', url: `${base}/auth/child-accounts?search=smith`, headers: auth(parentToken) },
+    { name: 'REST child accounts, date range', url: `${base}/auth/child-accounts?startDate=2025-06-01&endDate=2025-06-30`, headers: auth(parentToken) },
+    { name: 'REST credit analysis', url: `${base}/parent/credit-analysis`, headers: auth(parentToken), target: 0.3 },
+    { name: 'GraphQL me (REST profile fields)', url: `${base}/graphql`, ...gql(`{ me { ${profileFields} } }`), target: 0.5 },
+    { name: 'GraphQL organization', url: `${base}/graphql`, ...gql('{ organization { organizationName organizationUrl authUrls { signin signup verify reset update resend successful } domainRestrictionEnabled emailVerificationRequired providerASsoConfig { enabled clientId } credentials { publicKey jwtSecret } } }') },
+    { name: 'GraphQL childAccounts', url: `${base}/graphql`, ...gql('{ childAccounts { edges { node { username email lastSeen registered } } pageInfo { hasNextPage endCursor } stats { total active } } }') },
+    { name: 'GraphQL creditAnalysis', url: `${base}/graphql`, ...gql('{ creditAnalysis { creditBalance totalFreeUsers totalChildAccounts billableUsers monthlyRetentionCredits operationUsage { childSignups signIns emailVerifications socialSignIns { providerA providerB providerC providerD total } } totalCreditsUsed projectedMonthlyUsage alerts { low critical depleted } packageHistory { packageType purchaseDate creditsAdded freeUsersAdded price transactionId } } }') },
+    { name: 'GraphQL dashboard (all four)', url: `${base}/graphql`, ...gql(dashboard) },
+  ].filter((s) => !args.only || s.name.includes(args.only) || s.name.startsWith('floor'));
+
+  const stats = new pg.Client({ connectionString: databaseUrl });
+  await stats.connect();
+  type Row = { scenario: string; rps: number; p50: number; p99: number; cpuUsPerRequest: number; dbTxPerRequest: number; peakRssMb: number; ratioToFloor: number; non2xx: number; target?: number };
+  const rows: Row[] = [];
+  let floorRps = 0;
+  for (const scenario of scenarios) {
+    const pid = scenario.name.startsWith('floor') ? floor.pid! : app.pid!;
+    autocannon(scenario, Number(args.warmup));
+    const [ticks, tx] = [cpuTicks(pid), await transactions(stats, dbName)];
+    const result = autocannon(scenario, duration);
+    const [ticksAfter, txAfter] = [cpuTicks(pid), await transactions(stats, dbName)];
+    if (scenario.name.startsWith('floor')) floorRps = result.rps;
+    const row: Row = {
+      scenario: scenario.name,
+      rps: Math.round(result.rps),
+      p50: result.p50,
+      p99: result.p99,
+      cpuUsPerRequest: Math.round(((ticksAfter - ticks) * CLOCK_TICK_US) / Math.max(1, result.requests)),
+      // Each statement outside a transaction is one; the stats query itself adds one per reading.
+      dbTxPerRequest: Number(((txAfter - tx - 1) / Math.max(1, result.requests)).toFixed(2)),
+      peakRssMb: rssMb(pid, 'VmHWM'),
+      ratioToFloor: Number((result.rps / floorRps).toFixed(2)),
+      non2xx: result.non2xx,
+      target: scenario.target,
+    };
+    rows.push(row);
+    console.log(`${row.scenario.padEnd(38)} ${String(row.rps).padStart(6)} req/s  p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${String(row.cpuUsPerRequest).padStart(5)} µs CPU  ${String(row.dbTxPerRequest).padStart(5)} db tx  ${String(row.peakRssMb).padStart(4)} MB  x${row.ratioToFloor.toFixed(2)}${row.target ? ` (target ${row.target})` : ''}${row.non2xx ? `  non-2xx ${row.non2xx}` : ''}`);
+  }
+  let soak: { seconds: number; rssStartMb: number; rssEndMb: number } | undefined;
+  if (args.soak) {
+    const seconds = Number(args.soak);
+    const scenario = scenarios.find((s) => s.name.startsWith('GraphQL dashboard'))!;
+    autocannon(scenario, 10);
+    const rssStartMb = rssMb(app.pid!, 'VmRSS');
+    autocannon(scenario, seconds);
+    const rssEndMb = rssMb(app.pid!, 'VmRSS');
+    soak = { seconds, rssStartMb, rssEndMb };
+    console.log(`soak ${seconds} s of the dashboard query: RSS ${rssStartMb} MB after warm-up, ${rssEndMb} MB at the end`);
+  }
+  await stats.end();
+  mkdirSync(path.dirname(args.json), { recursive: true });
+  writeFileSync(args.json, JSON.stringify({ date: new Date().toISOString(), children, duration, connections, rows, soak }, null, 2));
+  console.log(`results: ${args.json}`);
+  for (const p of processes) p.kill('SIGTERM');
+  await Promise.all(processes.map((p) => new Promise((resolve) => (p.exitCode !== null ? resolve(null) : p.on('exit', resolve)))));
+  await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`).catch(() => {});
+  await admin.end();
+} finally {
+  for (const p of processes) p.kill('SIGTERM');
+  await new Promise((r) => setTimeout(r, 500));
+  cluster?.stop();
+}
