@@ -49,21 +49,11 @@ export function createLoaders(prisma: PrismaClient) {
     const rows = await prisma.monthlyUsage.findMany({ where: { OR: pairs } });
     return byKey(keys, rows, (row) => `${row.organizationId}|${row.month.toISOString()}`);
   });
-  const childCountByParent = new DataLoader<string, number>(async (ids) => {
-    const groups = await prisma.account.groupBy({
-      by: ['parentId'],
-      where: { parentId: { in: [...ids] } },
-      _count: { _all: true },
-    });
-    const counts = new Map(groups.map((g) => [g.parentId, g._count._all]));
-    return ids.map((id) => counts.get(id) ?? 0);
-  });
   return {
     accountById,
     accountByPublicKey,
     organizationByParentId,
     packagePurchasesByOrganization,
     monthlyUsage,
-    childCountByParent,
   };
 }

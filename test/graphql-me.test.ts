@@ -113,6 +113,25 @@ describe(`GraphQL me (${testMode})`, () => {
     expect(data!.me).toEqual({ totalChildAccounts: 5, billableChildAccounts: 3 });
   });
 
+  it('totalChildAccounts follows inserts, deletes and moves made directly in the database', async () => {
+    const a = await createOrganization(database());
+    const b = await createOrganization(database());
+    const total = async (built: typeof a) =>
+      (await server().graphql<{ me: { totalChildAccounts: number } }>('{ me { ... on ParentAccount { totalChildAccounts } } }', {
+        token: await tokenFor(built.parent, built),
+      })).data!.me.totalChildAccounts;
+    await database().prisma.account.createMany({
+      data: Array.from({ length: 30 }, (_, i) => ({ id: `USR_move${i}`, type: 'child' as const, parentId: a.parent.id, username: `m${i}`, email: `m${i}@x.example`, publicKey: `APK_move${i}_1` })),
+    });
+    expect(await total(a)).toBe(30);
+    await database().sql.query(`DELETE FROM "Account" WHERE id IN ('USR_move0', 'USR_move1')`);
+    await database().sql.query(`UPDATE "Account" SET "parentId" = $1 WHERE id IN ('USR_move2', 'USR_move3', 'USR_move4')`, [b.parent.id]);
+    await database().sql.query(`UPDATE "Account" SET "lastLogin" = now() WHERE "parentId" = $1`, [a.parent.id]);
+    expect([await total(a), await total(b)]).toEqual([25, 3]);
+    const counted = await database().prisma.account.count({ where: { parentId: a.parent.id } });
+    expect(counted).toBe(25);
+  });
+
   it("a child sees its own fields, its parent's key as parentAccount, and no parent-only field", async () => {
     const built = await createOrganization(database());
     const child = await createChild(database(), built.parent, {

@@ -7,8 +7,8 @@ import type { ServiceContext } from './context.js';
 export async function getCreditAnalysis(viewer: Viewer, context: ServiceContext): Promise<CreditAnalysis> {
   const { organization } = viewer;
   const now = context.now();
-  const [totalChildAccounts, usage, purchases] = await Promise.all([
-    context.loaders.childCountByParent.load(organization.parentId),
+  const totalChildAccounts = organization.childCount;
+  const [usage, purchases] = await Promise.all([
     context.loaders.monthlyUsage.load(`${organization.parentId}|${monthStart(now).toISOString()}`),
     context.loaders.packagePurchasesByOrganization.load(organization.parentId),
   ]);

@@ -95,7 +95,8 @@ export async function getProfile(viewer: Viewer, context: ServiceContext): Promi
     lastResetPasswordRequestAt: account.lastResetPasswordRequestAt,
   };
   if (account.type === 'child') return { ...base, accountType: 'child' };
-  const totalChildAccounts = () => context.loaders.childCountByParent.load(account.id);
+  // Kept exact by the database (Organization.childCount), so no count per request.
+  const totalChildAccounts = async () => organization.childCount;
   return {
     ...base,
     accountType: 'parent',
