@@ -112,7 +112,8 @@ export async function listChildAccounts(
     nextPageToken: hasMore ? accounts[accounts.length - 1]?.cursor : undefined,
     stats: () =>
       (stats ??= Promise.all([
-        context.prisma.account.count({ where: { AND: filters } }),
+        // Unfiltered, the total is the organization's kept child count: no count over the rows.
+        filters.length === 1 ? viewer.organization.childCount : context.prisma.account.count({ where: { AND: filters } }),
         context.prisma.account.count({
           where: { AND: [...filters, { lastLogin: { gte: new Date(now.getTime() - ACTIVE_WINDOW_MS) } }] },
         }),
