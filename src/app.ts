@@ -1,5 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { NegativeCache } from './auth/negative-cache.js';
+import { NegativeCache } from './auth/expiring-map.js';
 import { SecretCache } from './auth/secret-cache.js';
 import type { Config } from './config.js';
 import { requestIdFrom, type AppDependencies } from './context.js';
@@ -92,8 +92,7 @@ export function createApp(options: { config: Config; database: Database; logger:
     response.end(payload);
   }
 
-  async function handle(request: IncomingMessage, response: ServerResponse) {
-    const requestId = requestIdFrom(request.headers['x-request-id'] as string | undefined);
+  async function handle(request: IncomingMessage, response: ServerResponse, requestId: string) {
     const url = new URL(request.url ?? '/', `http://${request.headers.host && /^[A-Za-z0-9.:[\]-]{1,255}$/.test(request.headers.host) ? request.headers.host : 'localhost'}`);
     const origin = request.headers.origin;
     const responseOptions: ResponseOptions = { requestId, headers: corsHeaders(config, typeof origin === 'string' ? origin : undefined) };
@@ -134,8 +133,8 @@ export function createApp(options: { config: Config; database: Database; logger:
       draining = true;
     },
     handle(request, response) {
-      handle(request, response).catch((error: unknown) => {
-        const requestId = requestIdFrom(request.headers['x-request-id'] as string | undefined);
+      const requestId = requestIdFrom(request.headers['x-request-id'] as string | undefined);
+      handle(request, response, requestId).catch((error: unknown) => {
         if (error instanceof PayloadTooLargeError) {
           // The rest of the body is not read; the connection closes after the answer.
           response.setHeader('Connection', 'close');

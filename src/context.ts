@@ -6,7 +6,7 @@ import {
   type Credentials,
   type Viewer,
 } from './auth/authenticate.js';
-import type { NegativeCache } from './auth/negative-cache.js';
+import type { NegativeCache } from './auth/expiring-map.js';
 import type { SecretCache } from './auth/secret-cache.js';
 import type { Config } from './config.js';
 import type { Database } from './db/database.js';

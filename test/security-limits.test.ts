@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { authenticateForOrganization, authenticateJwt, type AuthDependencies } from '../src/auth/authenticate.js';
-import { NegativeCache } from '../src/auth/negative-cache.js';
+import { NegativeCache } from '../src/auth/expiring-map.js';
 import { SecretCache } from '../src/auth/secret-cache.js';
 import { mintAccessToken } from '../src/auth/tokens.js';
 import { createLoaders } from '../src/loaders.js';

@@ -10,7 +10,7 @@ import {
 import type { Account, Organization } from '../generated/prisma/client.js';
 import type { Loaders } from '../loaders.js';
 import { TOKEN_ALGORITHM } from './tokens.js';
-import type { NegativeCache } from './negative-cache.js';
+import type { NegativeCache } from './expiring-map.js';
 import type { SecretCache } from './secret-cache.js';
 
 export type Viewer = {

@@ -1,11 +1,10 @@
 import type { PrismaClient } from '../generated/prisma/client.js';
+import { ExpiringMap } from './expiring-map.js';
 
 /** HS256 secrets must be at least 32 bytes (the seed refuses shorter ones; start-up reports them). */
 export const MIN_SECRET_BYTES = 32;
 
 export type SigningKey = { parentId: string; secret: Uint8Array };
-
-type Entry = { value: SigningKey | null; expires: number };
 
 /**
  * Organization signing secrets by public key (the token's `kid`), cached so that verifying a
@@ -14,7 +13,7 @@ type Entry = { value: SigningKey | null; expires: number };
  * at most once in that window. Bounded: the oldest entries go first.
  */
 export class SecretCache {
-  private readonly entries = new Map<string, Entry>();
+  private readonly entries: ExpiringMap<SigningKey | null>;
   private readonly pending = new Map<string, Promise<SigningKey | null>>();
 
   constructor(
@@ -24,17 +23,19 @@ export class SecretCache {
       negativeTtlMs: 10_000,
       maxEntries: 50_000,
     },
-  ) {}
+  ) {
+    this.entries = new ExpiringMap(options.maxEntries);
+  }
 
   async get(publicKey: string, now = Date.now()): Promise<SigningKey | null> {
-    const hit = this.entries.get(publicKey);
-    if (hit && hit.expires > now) return hit.value;
+    const hit = this.entries.get(publicKey, now);
+    if (hit) return hit.value;
     const inFlight = this.pending.get(publicKey);
     if (inFlight) return inFlight;
     const load = this.load(publicKey).finally(() => this.pending.delete(publicKey));
     this.pending.set(publicKey, load);
     const value = await load;
-    this.remember(publicKey, value, now);
+    this.entries.set(publicKey, value, value ? this.options.ttlMs : this.options.negativeTtlMs, now);
     return value;
   }
 
@@ -55,17 +56,5 @@ export class SecretCache {
     // An HS256 key shorter than the hash is guessable; such an organization gets no tokens through.
     if (secret.byteLength < MIN_SECRET_BYTES) return null;
     return { parentId: organization.parentId, secret };
-  }
-
-  private remember(publicKey: string, value: SigningKey | null, now: number): void {
-    if (this.entries.size >= this.options.maxEntries) {
-      const oldest = this.entries.keys().next();
-      if (!oldest.done) this.entries.delete(oldest.value);
-    }
-    this.entries.delete(publicKey);
-    this.entries.set(publicKey, {
-      value,
-      expires: now + (value ? this.options.ttlMs : this.options.negativeTtlMs),
-    });
   }
 }
