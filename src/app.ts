@@ -4,7 +4,7 @@ import { SecretCache } from './auth/secret-cache.js';
 import type { Config } from './config.js';
 import { requestIdFrom, type AppDependencies } from './context.js';
 import type { Database } from './db/database.js';
-import { HeaderTooLargeError, PayloadTooLargeError, RateLimitedError, ServiceUnavailableError } from './errors.js';
+import { ApiError, HeaderTooLargeError, PayloadTooLargeError, RateLimitedError, ServiceUnavailableError, toApiError } from './errors.js';
 import { createGraphQLHandler } from './graphql/yoga.js';
 import type { Logger } from './logger.js';
 import { RateLimiter } from './rate-limit.js';
@@ -135,17 +135,13 @@ export function createApp(options: { config: Config; database: Database; logger:
     handle(request, response) {
       const requestId = requestIdFrom(request.headers['x-request-id'] as string | undefined);
       handle(request, response, requestId).catch((error: unknown) => {
-        if (error instanceof PayloadTooLargeError) {
-          // The rest of the body is not read; the connection closes after the answer.
-          response.setHeader('Connection', 'close');
-          return sendError(response, error, { requestId });
-        }
-        logger.error('unexpected error while handling a request', { error, requestId });
-        if (!response.headersSent) {
-          sendError(response, new ServiceUnavailableError('The request could not be handled; try again shortly.'), { requestId });
-        } else {
-          response.destroy();
-        }
+        // The same mapping as the routes: expected errors as they are, outages 503, the rest 500.
+        const apiError = toApiError(error);
+        if (!(error instanceof ApiError)) logger.error('unexpected error while handling a request', { error, requestId });
+        if (response.headersSent) return response.destroy();
+        // An unread body (413) is not drained; the connection closes after the answer.
+        if (apiError instanceof PayloadTooLargeError) response.setHeader('Connection', 'close');
+        sendError(response, apiError, { requestId });
       });
     },
   };

@@ -1,5 +1,6 @@
 import SchemaBuilder from '@pothos/core';
 import ScopeAuthPlugin, { AuthScopeFailureType, type AuthFailure } from '@pothos/plugin-scope-auth';
+import { isParentByJwt } from '../auth/authorize.js';
 import type { RequestContext } from '../context.js';
 import { UnauthorizedAccessError, UnauthorizedError } from '../errors.js';
 
@@ -36,13 +37,10 @@ export const builder = new SchemaBuilder<{
     },
     authScopes: (context) => ({
       authenticated: async () => Boolean(await context.jwtViewer()),
-      parent: async () => (await context.jwtViewer()).kind === 'parent',
+      parent: async () => isParentByJwt(await context.jwtViewer()),
       child: async () => (await context.jwtViewer()).kind === 'child',
       organizationReader: async () => Boolean(await context.organizationViewer()),
-      parentViaJwt: async () => {
-        const viewer = await context.organizationViewer();
-        return viewer.kind === 'parent' && viewer.via === 'jwt';
-      },
+      parentViaJwt: async () => isParentByJwt(await context.organizationViewer()),
     }),
   },
 });

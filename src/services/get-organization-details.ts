@@ -1,4 +1,5 @@
 import type { Viewer } from '../auth/authenticate.js';
+import { isParentByJwt } from '../auth/authorize.js';
 import type { ServiceContext } from './context.js';
 
 /** decisions §3: the value every caller but the parent itself (by JWT) sees instead of the secret. */
@@ -21,11 +22,6 @@ export type OrganizationDetails = {
   providerASsoConfig: { enabled: boolean; clientId: string };
   credentials: { publicKey: string; jwtSecret: string };
 };
-
-/** Whether this caller may see the real signing secret: only the parent itself, by JWT. */
-export function maySeeSigningSecret(viewer: Viewer): boolean {
-  return viewer.kind === 'parent' && viewer.via === 'jwt';
-}
 
 /** The organization's details (spec: GET /auth/organization-details); counts the retrieval. */
 export async function getOrganizationDetails(viewer: Viewer, context: ServiceContext): Promise<OrganizationDetails> {
@@ -51,7 +47,7 @@ export async function getOrganizationDetails(viewer: Viewer, context: ServiceCon
     providerASsoConfig: { enabled: organization.providerASsoEnabled, clientId: organization.providerASsoClientId },
     credentials: {
       publicKey: parent?.publicKey ?? '',
-      jwtSecret: maySeeSigningSecret(viewer) ? organization.jwtSecret : MASKED_SECRET,
+      jwtSecret: isParentByJwt(viewer) ? organization.jwtSecret : MASKED_SECRET,
     },
   };
   context.retrievals.record(organization.parentId, context.now());
