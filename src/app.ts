@@ -1,9 +1,8 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { NegativeCache } from './auth/expiring-map.js';
-import { SecretCache } from './auth/secret-cache.js';
 import type { Config } from './config.js';
 import { requestIdFrom, type AppDependencies } from './context.js';
 import type { Database } from './db/database.js';
+import { EntityCache } from './db/entity-cache.js';
 import { ApiError, HeaderTooLargeError, PayloadTooLargeError, RateLimitedError, ServiceUnavailableError, toApiError } from './errors.js';
 import { createGraphQLHandler } from './graphql/yoga.js';
 import type { Logger } from './logger.js';
@@ -60,11 +59,16 @@ async function readBody(request: IncomingMessage, maxBytes: number): Promise<Buf
 /** The request handler: /graphql to Yoga, the REST paths to rest/, /health; the envelope for the rest. */
 export function createApp(options: { config: Config; database: Database; logger: Logger; now?: () => Date }): App {
   const { config, database, logger } = options;
+  const feed = database.changeFeed({
+    onStateChange: (live, error) =>
+      live
+        ? logger.info('listening for database changes; cache in use')
+        : logger.warn('database change listener lost; cache bypassed until it is back', { error }),
+  });
   const deps: AppDependencies = {
     config,
     database,
-    secrets: new SecretCache(database.prisma),
-    unknownPublicKeys: new NegativeCache(10_000, 100_000),
+    cache: new EntityCache(feed, config.cache),
     retrievals: new RetrievalCounter(database.prisma, (error) =>
       logger.warn('retrieval counter write failed; kept for the next attempt', { error }),
     ),
@@ -116,7 +120,9 @@ export function createApp(options: { config: Config; database: Database; logger:
     if (url.pathname === '/health') {
       return database.sql
         .query('SELECT 1 AS ok')
-        .then(() => sendJson(response, 200, { status: 'ok', database: database.kind }, responseOptions))
+        .then(() =>
+          sendJson(response, 200, { status: 'ok', database: database.kind, cache: feed.live ? 'live' : 'bypassed' }, responseOptions),
+        )
         .catch(() => sendError(response, new ServiceUnavailableError(), responseOptions));
     }
     const verdict = await limiter.check(request);
@@ -128,7 +134,11 @@ export function createApp(options: { config: Config; database: Database; logger:
 
   return {
     deps,
-    close: () => deps.retrievals.close(),
+    close: async () => {
+      await deps.retrievals.close();
+      deps.cache.close();
+      await feed.close();
+    },
     drain: () => {
       draining = true;
     },

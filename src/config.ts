@@ -41,6 +41,8 @@ const environment = z.object({
   RATE_LIMIT_STORE: z.enum(['memory', 'postgres']).default('memory'),
   TRUST_PROXY: bool(false),
   SHUTDOWN_TIMEOUT_MS: z.coerce.number().int().min(100).default(10_000),
+  CACHE_MAX_ENTRIES: z.coerce.number().int().min(0).default(20_000),
+  CACHE_TTL_SECONDS: z.coerce.number().int().min(1).default(600),
   GRAPHIQL: z.enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off']).optional(),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
 });
@@ -75,6 +77,8 @@ export type Config = {
     trustProxy: boolean;
   };
   shutdownTimeoutMs: number;
+  /** The entity cache (0 entries: no cache). */
+  cache: { maxEntries: number; ttlMs: number };
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
 };
 
@@ -129,6 +133,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       trustProxy: e.TRUST_PROXY,
     },
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
+    cache: { maxEntries: e.CACHE_MAX_ENTRIES, ttlMs: e.CACHE_TTL_SECONDS * 1000 },
     corsOrigins: e.CORS_ORIGINS.trim() === '*' ? '*' : e.CORS_ORIGINS.split(',').map((o) => o.trim()).filter(Boolean),
   };
 }

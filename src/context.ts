@@ -6,10 +6,9 @@ import {
   type Credentials,
   type Viewer,
 } from './auth/authenticate.js';
-import type { NegativeCache } from './auth/expiring-map.js';
-import type { SecretCache } from './auth/secret-cache.js';
 import type { Config } from './config.js';
 import type { Database } from './db/database.js';
+import type { EntityCache } from './db/entity-cache.js';
 import { createLoaders } from './loaders.js';
 import type { ServiceContext } from './services/context.js';
 import type { RetrievalCounter } from './services/retrieval-counter.js';
@@ -18,9 +17,8 @@ import type { RetrievalCounter } from './services/retrieval-counter.js';
 export type AppDependencies = {
   config: Config;
   database: Database;
-  secrets: SecretCache;
-  /** Public keys recently looked up and not found. */
-  unknownPublicKeys: NegativeCache;
+  /** Accounts, organizations, signing keys, purchases and usage, invalidated by the database. */
+  cache: EntityCache;
   retrievals: RetrievalCounter;
   now: () => Date;
 };
@@ -46,9 +44,11 @@ export function createRequestContext(
   credentials: Credentials,
   requestId: string,
 ): RequestContext {
-  const loaders = createLoaders(deps.database.prisma);
+  const loaders = createLoaders(deps.database.prisma, deps.cache);
   const services: ServiceContext = {
     prisma: deps.database.prisma,
+    sql: deps.database.sql,
+    cache: deps.cache,
     loaders,
     now: deps.now,
     retrievals: deps.retrievals,
@@ -56,8 +56,6 @@ export function createRequestContext(
   };
   const auth: AuthDependencies = {
     loaders,
-    secrets: deps.secrets,
-    unknownPublicKeys: deps.unknownPublicKeys,
     jwt: { issuer: deps.config.jwt.issuer, audience: deps.config.jwt.audience, maxAgeSeconds: deps.config.jwtMaxAgeSeconds },
     now: deps.now,
   };

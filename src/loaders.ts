@@ -1,58 +1,155 @@
 import DataLoader from 'dataloader';
+import { MIN_SECRET_BYTES, secretKey, type SigningKey } from './auth/tokens.js';
+import { cacheTags, type EntityCache } from './db/entity-cache.js';
 import type { Account, Organization, PrismaClient } from './generated/prisma/client.js';
 import type { MonthlyUsageTotals, PackagePurchase } from './domain/credit-analysis.js';
 
-/** Per-request loaders: each batches the lookups of one request into one query and caches them. */
+/**
+ * Per-request loaders: each batches the lookups of one request into one query and remembers them
+ * for the request. Underneath, the process's entity cache answers what it holds (see
+ * `db/entity-cache.ts`), so the hot paths usually make no query at all.
+ */
 export type Loaders = ReturnType<typeof createLoaders>;
 
-function byKey<K, V>(keys: readonly K[], rows: V[], keyOf: (row: V) => K): (V | null)[] {
-  const map = new Map(rows.map((row) => [keyOf(row), row]));
-  return keys.map((key) => map.get(key) ?? null);
+/**
+ * Answers `keys` from the cache, loads the misses in one query, and stores what was loaded with
+ * the tags of the rows it came from (a `null` is stored too: "no such row" until one is announced).
+ */
+async function throughCache<V>(
+  cache: EntityCache,
+  namespace: string,
+  keys: readonly string[],
+  load: (misses: string[]) => Promise<Map<string, V>>,
+  tags: (key: string, value: V | null) => string[],
+): Promise<(V | null)[]> {
+  const results: (V | null | undefined)[] = keys.map((key) => cache.get<V | null>(`${namespace}:${key}`)?.value);
+  const misses = keys.filter((_, i) => results[i] === undefined);
+  if (misses.length === 0) return results as (V | null)[];
+  const ticket = cache.ticket();
+  const found = await load(misses);
+  return keys.map((key, i) => {
+    if (results[i] !== undefined) return results[i];
+    const value = found.get(key) ?? null;
+    cache.set(ticket, `${namespace}:${key}`, value, tags(key, value));
+    return value;
+  });
 }
 
-export function createLoaders(prisma: PrismaClient) {
-  const accountById = new DataLoader<string, Account | null>(async (ids) =>
-    byKey(ids, await prisma.account.findMany({ where: { id: { in: [...ids] } } }), (a) => a.id),
+export function createLoaders(prisma: PrismaClient, cache: EntityCache) {
+  const accountTags = (account: Account) => [cacheTags.account(account.id), cacheTags.publicKey(account.publicKey)];
+
+  const accountById = new DataLoader<string, Account | null>((ids) =>
+    throughCache(
+      cache,
+      'account',
+      ids,
+      async (misses) => new Map((await prisma.account.findMany({ where: { id: { in: misses } } })).map((a) => [a.id, a])),
+      (id, account) => (account ? accountTags(account) : [cacheTags.account(id)]),
+    ),
   );
   const accountByPublicKey = new DataLoader<string, Account | null>(async (keys) => {
-    const rows = await prisma.account.findMany({ where: { publicKey: { in: [...keys] } } });
-    for (const row of rows) accountById.prime(row.id, row);
-    return byKey(keys, rows, (a) => a.publicKey);
-  });
-  const organizationByParentId = new DataLoader<string, Organization | null>(async (ids) =>
-    byKey(ids, await prisma.organization.findMany({ where: { parentId: { in: [...ids] } } }), (o) => o.parentId),
-  );
-  const packagePurchasesByOrganization = new DataLoader<string, PackagePurchase[]>(async (ids) => {
-    const rows = await prisma.packagePurchase.findMany({
-      where: { organizationId: { in: [...ids] } },
-      orderBy: [{ purchasedAt: 'desc' }, { transactionId: 'desc' }],
-    });
-    return ids.map((id) =>
-      rows
-        .filter((row) => row.organizationId === id)
-        .map((row) => ({
-          packageType: row.packageType,
-          purchaseDate: row.purchasedAt,
-          creditsAdded: row.creditsAdded,
-          freeUsersAdded: row.freeUsersAdded,
-          price: row.price.toNumber(),
-          transactionId: row.transactionId,
-        })),
+    const accounts = await throughCache(
+      cache,
+      'accountByKey',
+      keys,
+      async (misses) =>
+        new Map((await prisma.account.findMany({ where: { publicKey: { in: misses } } })).map((a) => [a.publicKey, a])),
+      (key, account) => (account ? accountTags(account) : [cacheTags.publicKey(key)]),
     );
+    for (const account of accounts) if (account) accountById.prime(account.id, account);
+    return accounts;
   });
+  const organizationByParentId = new DataLoader<string, Organization | null>((ids) =>
+    throughCache(
+      cache,
+      'organization',
+      ids,
+      async (misses) =>
+        new Map((await prisma.organization.findMany({ where: { parentId: { in: misses } } })).map((o) => [o.parentId, o])),
+      (id) => [cacheTags.organization(id)],
+    ),
+  );
+  /**
+   * The HS256 key of the organization whose parent holds this public key (a token's `kid`);
+   * null for an unknown key, a child's key, or a secret too short to be safe (decisions §2).
+   */
+  const signingKeyByPublicKey = new DataLoader<string, SigningKey | null>((keys) =>
+    throughCache<SigningKey | null>(
+      cache,
+      'signingKey',
+      keys,
+      async (misses) => {
+        const rows = await prisma.account.findMany({
+          where: { publicKey: { in: misses } },
+          select: { id: true, publicKey: true, type: true, organization: { select: { jwtSecret: true } } },
+        });
+        return new Map(
+          rows.map((row) => {
+            const secret = row.type === 'parent' && row.organization ? secretKey(row.organization.jwtSecret) : undefined;
+            const usable = secret !== undefined && secret.byteLength >= MIN_SECRET_BYTES;
+            return [row.publicKey, usable ? { parentId: row.id, secret } : null];
+          }),
+        );
+      },
+      (key, signingKey) =>
+        signingKey
+          ? [cacheTags.publicKey(key), cacheTags.account(signingKey.parentId), cacheTags.organization(signingKey.parentId)]
+          : [cacheTags.publicKey(key)],
+    ),
+  );
+  const packagePurchasesByOrganization = new DataLoader<string, PackagePurchase[]>(async (ids) =>
+    (
+      await throughCache(
+        cache,
+        'purchases',
+        ids,
+        async (misses) => {
+          const rows = await prisma.packagePurchase.findMany({
+            where: { organizationId: { in: misses } },
+            orderBy: [{ purchasedAt: 'desc' }, { transactionId: 'desc' }],
+          });
+          return new Map(
+            misses.map((id) => [
+              id,
+              rows
+                .filter((row) => row.organizationId === id)
+                .map((row) => ({
+                  packageType: row.packageType,
+                  purchaseDate: row.purchasedAt,
+                  creditsAdded: row.creditsAdded,
+                  freeUsersAdded: row.freeUsersAdded,
+                  price: row.price.toNumber(),
+                  transactionId: row.transactionId,
+                })),
+            ]),
+          );
+        },
+        (id) => [cacheTags.purchases(id)],
+      )
+    ).map((list) => list ?? []),
+  );
   /** Keyed by `${organizationId}|${first day of the month, ISO}`. */
-  const monthlyUsage = new DataLoader<string, MonthlyUsageTotals | null>(async (keys) => {
-    const pairs = keys.map((key) => {
-      const [organizationId, month] = key.split('|') as [string, string];
-      return { organizationId, month: new Date(month) };
-    });
-    const rows = await prisma.monthlyUsage.findMany({ where: { OR: pairs } });
-    return byKey(keys, rows, (row) => `${row.organizationId}|${row.month.toISOString()}`);
-  });
+  const monthlyUsage = new DataLoader<string, MonthlyUsageTotals | null>((keys) =>
+    throughCache(
+      cache,
+      'usage',
+      keys,
+      async (misses) => {
+        const pairs = misses.map((key) => {
+          const [organizationId, month] = key.split('|') as [string, string];
+          return { organizationId, month: new Date(month) };
+        });
+        const rows = await prisma.monthlyUsage.findMany({ where: { OR: pairs } });
+        return new Map(rows.map((row) => [`${row.organizationId}|${row.month.toISOString()}`, row]));
+      },
+      (key) => [cacheTags.usage(key.split('|')[0]!)],
+    ),
+  );
   return {
     accountById,
     accountByPublicKey,
     organizationByParentId,
+    signingKeyByPublicKey,
     packagePurchasesByOrganization,
     monthlyUsage,
   };

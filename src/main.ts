@@ -1,6 +1,6 @@
 import { Server as NetServer } from 'node:net';
 import { createApp, createHttpServer } from './app.js';
-import { MIN_SECRET_BYTES } from './auth/secret-cache.js';
+import { MIN_SECRET_BYTES } from './auth/tokens.js';
 import { loadConfigOrExit } from './config.js';
 import { migrate } from './db/migrator.js';
 import { openConfiguredDatabase } from './db/setup.js';

@@ -93,7 +93,7 @@ describe(`faults (${testMode})`, () => {
       const token = await tokenFor(org.parent, org);
       expect((await rest(server, '/auth/user-profile', { token })).status).toBe(200);
       await proxy.cut();
-      server.app.deps.secrets.invalidate();
+      server.app.deps.cache.clear();
       for (const p of ['/auth/user-profile', '/auth/organization-details', '/auth/child-accounts', '/parent/credit-analysis']) {
         const started = Date.now();
         const r = await rest(server, p, { token });

@@ -154,7 +154,7 @@ describe(`GraphQL organization and creditAnalysis (${testMode})`, () => {
     }`;
     const counts: number[] = [];
     for (const limit of [1, 10, 100]) {
-      server().app.deps.secrets.invalidate();
+      server().app.deps.cache.clear();
       const before = database().queries.count;
       const { data, errors } = await server().graphql<{ childAccounts: { edges: unknown[] } }>(dashboard(limit), { token });
       expect(errors).toBeUndefined();

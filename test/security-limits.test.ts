@@ -1,9 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { authenticateForOrganization, authenticateJwt, type AuthDependencies } from '../src/auth/authenticate.js';
-import { NegativeCache } from '../src/auth/expiring-map.js';
-import { SecretCache } from '../src/auth/secret-cache.js';
 import { mintAccessToken } from '../src/auth/tokens.js';
+import { EntityCache } from '../src/db/entity-cache.js';
 import { createLoaders } from '../src/loaders.js';
 import { createOrganization, tokenFor } from './helpers/builders.js';
 import { rest, startServer } from './helpers/app.js';
@@ -65,9 +64,10 @@ describe(`resource limits (${testMode})`, () => {
   });
 
   it('10,000 random kids and public keys cost one query each at most once; repeated, none', async () => {
-    const secrets = new SecretCache(database().prisma);
-    const unknownPublicKeys = new NegativeCache(60_000, 100_000);
-    const deps = (): AuthDependencies => ({ loaders: createLoaders(database().prisma), secrets, unknownPublicKeys, jwt: {}, now: () => new Date() });
+    const feed = database().changeFeed();
+    await feed.started();
+    const cache = new EntityCache(feed);
+    const deps = (): AuthDependencies => ({ loaders: createLoaders(database().prisma, cache), jwt: {}, now: () => new Date() });
     const kids = Array.from({ length: 10_000 }, (_, i) => `APK_${randomBytes(6).toString('hex')}_${i}`);
     const tokens = await Promise.all(kids.slice(0, 2000).map((kid) => mintAccessToken({ secret: 'x'.repeat(40), kid, subject: 'USR_x', ttlSeconds: 60 })));
     const refuse = async (work: () => Promise<unknown>) => expect(work()).rejects.toMatchObject({ code: expect.any(String) });
@@ -77,6 +77,8 @@ describe(`resource limits (${testMode})`, () => {
     for (const key of kids) await refuse(() => authenticateForOrganization({ publicKey: key }, deps()));
     for (const token of tokens) await refuse(() => authenticateJwt({ authorization: `Bearer ${token}` }, deps()));
     expect(database().queries.count - before).toBe(0);
+    cache.close();
+    await feed.close();
   });
 
   it('a signing secret shorter than 32 bytes lets no token through', async () => {

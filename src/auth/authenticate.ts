@@ -10,8 +10,6 @@ import {
 import type { Account, Organization } from '../generated/prisma/client.js';
 import type { Loaders } from '../loaders.js';
 import { TOKEN_ALGORITHM } from './tokens.js';
-import type { NegativeCache } from './expiring-map.js';
-import type { SecretCache } from './secret-cache.js';
 
 export type Viewer = {
   kind: 'parent' | 'child' | 'publicKey';
@@ -26,8 +24,6 @@ export type Credentials = { authorization?: string | null; publicKey?: string | 
 
 export type AuthDependencies = {
   loaders: Loaders;
-  secrets: SecretCache;
-  unknownPublicKeys: NegativeCache;
   jwt: { issuer?: string; audience?: string; maxAgeSeconds?: number };
   now: () => Date;
 };
@@ -75,7 +71,7 @@ export async function authenticateJwt(credentials: Credentials, deps: AuthDepend
   if (typeof kid !== 'string' || !isPublicKey(kid)) {
     throw new UnauthorizedError('The access token does not name a valid key.');
   }
-  const key = await deps.secrets.get(kid);
+  const key = await deps.loaders.signingKeyByPublicKey.load(kid);
   if (!key) throw new UnauthorizedError('The access token is invalid.');
 
   const options: JWTVerifyOptions = {
@@ -127,12 +123,8 @@ export async function authenticateForOrganization(
   const publicKey = credentials.publicKey?.trim();
   if (publicKey === undefined || publicKey === '') throw new MissingParentPublicKeyError();
   if (!isPublicKey(publicKey)) throw new InvalidParentAccountError('X-Public-Key is not a valid public key.');
-  if (deps.unknownPublicKeys.has(publicKey)) throw new UserNotFoundError('No account has this public key.');
   const account = await deps.loaders.accountByPublicKey.load(publicKey);
-  if (!account) {
-    deps.unknownPublicKeys.add(publicKey);
-    throw new UserNotFoundError('No account has this public key.');
-  }
+  if (!account) throw new UserNotFoundError('No account has this public key.');
   if (account.type !== 'parent') throw new InvalidParentAccountError('The public key is not a parent account\'s.');
   if (!isUsable(account, deps.now())) throw new InvalidParentAccountError('The parent account is not active.');
   const organization = await deps.loaders.organizationByParentId.load(account.id);

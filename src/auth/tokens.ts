@@ -17,6 +17,12 @@ export type MintOptions = {
   now?: Date;
 };
 
+/** HS256 secrets must be at least 32 bytes (the seed refuses shorter ones; start-up reports them). */
+export const MIN_SECRET_BYTES = 32;
+
+/** An organization's token key: its parent's id and the secret as bytes. */
+export type SigningKey = { parentId: string; secret: Uint8Array };
+
 export function secretKey(secret: string): Uint8Array {
   return new TextEncoder().encode(secret);
 }

@@ -5,6 +5,7 @@ import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaPGlite } from 'pglite-prisma-adapter';
 import pg from 'pg';
 import { PrismaClient } from '../generated/prisma/client.js';
+import { PgliteChangeFeed, PostgresChangeFeed, type ChangeFeed } from './change-feed.js';
 
 /** Raw SQL for the few jobs Prisma's query API does not cover: migrations, locks, bulk checks. */
 export interface SqlDriver {
@@ -31,6 +32,8 @@ export interface Database {
   readonly queries: { count: number };
   /** PostgreSQL mode: the pool under Prisma (shared rate-limit counters use it). */
   readonly pgPool?: pg.Pool;
+  /** Opens a listener for the change announcements of the database's triggers. */
+  changeFeed(options?: { onStateChange?: (live: boolean, error?: unknown) => void }): ChangeFeed;
   close(): Promise<void>;
 }
 
@@ -53,6 +56,14 @@ function createClient(adapter: PrismaPg | PrismaPGlite, countQueries: boolean | 
     queries.count += 1;
   });
   return { prisma: prisma as unknown as PrismaClient, queries };
+}
+
+/** Counts plain SQL statements alongside Prisma's (tests guarding against N+1). */
+function countingQuery(query: SqlConnection['query'], queries: { count: number }): SqlConnection['query'] {
+  return (text, params) => {
+    queries.count += 1;
+    return query(text, params);
+  };
 }
 
 export const pgliteExtensions = { pg_trgm };
@@ -83,6 +94,7 @@ function openPglite(pglite: PGlite, location: string, countQueries: boolean | un
       (await pglite.query<T>(text, params)).rows,
   };
   const { prisma, queries } = createClient(new PrismaPGlite(pglite), countQueries);
+  const counted = countQueries ? countingQuery(connection.query, queries) : connection.query;
   // PGlite is a single connection: session state (advisory locks, BEGIN) is shared by every
   // caller, so dedicated use of it is handed out one caller at a time.
   let queue: Promise<unknown> = Promise.resolve();
@@ -96,7 +108,8 @@ function openPglite(pglite: PGlite, location: string, countQueries: boolean | un
     location,
     prisma,
     queries,
-    sql: { kind: 'pglite', ...connection, withConnection },
+    sql: { kind: 'pglite', exec: connection.exec, query: counted, withConnection },
+    changeFeed: () => new PgliteChangeFeed(pglite),
     close: async () => {
       await prisma.$disconnect();
       if (!pglite.closed) await pglite.close();
@@ -134,9 +147,12 @@ function openPostgres(options: {
     prisma,
     queries,
     pgPool: pool,
+    changeFeed: (feedOptions) =>
+      new PostgresChangeFeed({ url: options.url, connectTimeoutMs: options.connectTimeoutMs, ...feedOptions }),
     sql: {
       kind: 'postgres',
-      ...onClient(pool),
+      exec: onClient(pool).exec,
+      query: options.countQueries ? countingQuery(onClient(pool).query, queries) : onClient(pool).query,
       withConnection: async (work) => {
         const client = await pool.connect();
         try {

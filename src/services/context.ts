@@ -1,3 +1,5 @@
+import type { SqlDriver } from '../db/database.js';
+import type { EntityCache } from '../db/entity-cache.js';
 import type { PrismaClient } from '../generated/prisma/client.js';
 import type { Loaders } from '../loaders.js';
 import type { RetrievalCounter } from './retrieval-counter.js';
@@ -5,6 +7,10 @@ import type { RetrievalCounter } from './retrieval-counter.js';
 /** What every service needs for one request: the database, this request's loaders, the clock. */
 export type ServiceContext = {
   prisma: PrismaClient;
+  /** Plain SQL for the child list, whose keyset and counting queries are hand-tuned. */
+  sql: SqlDriver;
+  /** The process's entity cache (the child list keeps its counts there). */
+  cache: EntityCache;
   loaders: Loaders;
   now: () => Date;
   retrievals: RetrievalCounter;

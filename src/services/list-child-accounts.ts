@@ -3,7 +3,7 @@ import type { Viewer } from '../auth/authenticate.js';
 import { parseDateRange } from '../domain/dates.js';
 import { decodePageToken, encodePageToken, type Position } from '../domain/pagination.js';
 import { InvalidLimitError, InvalidSearchError } from '../errors.js';
-import type { Prisma } from '../generated/prisma/client.js';
+import { cacheTags } from '../db/entity-cache.js';
 import type { ServiceContext } from './context.js';
 
 export const DEFAULT_LIMIT = 50;
@@ -60,6 +60,26 @@ function escapeLike(text: string): string {
   return text.replace(/[\\%_]/g, (c) => `\\${c}`);
 }
 
+type Stats = { total: number; active: number };
+/**
+ * Cached counts: valid while no child of the parent changes and no counted login leaves the
+ * window. `total` is null when unfiltered (the organization's child count is used instead).
+ */
+type CachedStats = { total: number | null; active: number; computedAt: number; validUntil: number };
+
+/** The WHERE clause of the filters (decisions §4), with its parameters from `$1`. */
+function filterSql(parentId: string, search: string | undefined, range: { from?: Date; to?: Date }) {
+  const params: unknown[] = [parentId];
+  const clauses = ['"parentId" = $1'];
+  if (range.from) clauses.push(`"createdAt" >= $${params.push(range.from)}`);
+  if (range.to) clauses.push(`"createdAt" <= $${params.push(range.to)}`);
+  if (search) {
+    const n = params.push(`%${escapeLike(search)}%`);
+    clauses.push(`(username ILIKE $${n} OR email ILIKE $${n})`);
+  }
+  return { where: clauses.join(' AND '), params, filtered: clauses.length > 1 };
+}
+
 /** A parent's children, newest registration first, keyset-paginated (spec: GET /auth/child-accounts). */
 export async function listChildAccounts(
   viewer: Viewer,
@@ -74,26 +94,16 @@ export async function listChildAccounts(
   const after: Position | undefined =
     input.after === undefined ? undefined : decodePageToken(input.after, parentId, key);
 
-  const filters: Prisma.AccountWhereInput[] = [{ parentId }];
-  if (range.from || range.to) filters.push({ createdAt: { gte: range.from, lte: range.to } });
-  if (search) {
-    const pattern = escapeLike(search);
-    filters.push({
-      OR: [
-        { username: { contains: pattern, mode: 'insensitive' } },
-        { email: { contains: pattern, mode: 'insensitive' } },
-      ],
-    });
-  }
-  const keyset: Prisma.AccountWhereInput[] = after
-    ? [{ OR: [{ createdAt: { lt: after.createdAt } }, { createdAt: after.createdAt, id: { lt: after.id } }] }]
-    : [];
-  const rows = await context.prisma.account.findMany({
-    where: { AND: [...filters, ...keyset] },
-    orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
-    take: limit + 1,
-    select: { id: true, username: true, email: true, lastLogin: true, createdAt: true },
-  });
+  const filters = filterSql(parentId, search, range);
+  const params = [...filters.params];
+  // Row comparison: one range condition on the (parentId, createdAt DESC, id DESC) index.
+  const keyset = after ? ` AND ("createdAt", id) < ($${params.push(after.createdAt)}, $${params.push(after.id)})` : '';
+  const rows = await context.sql.query<{ id: string; username: string; email: string; lastLogin: Date | null; createdAt: Date }>(
+    `SELECT id, username, email, "lastLogin", "createdAt" FROM "Account"
+     WHERE ${filters.where}${keyset}
+     ORDER BY "createdAt" DESC, id DESC LIMIT $${params.push(limit + 1)}`,
+    params,
+  );
   const hasMore = rows.length > limit;
   const page = rows.slice(0, limit);
   const accounts = page.map((row) => ({
@@ -103,20 +113,51 @@ export async function listChildAccounts(
     registered: row.createdAt,
     cursor: encodePageToken({ createdAt: row.createdAt, id: row.id }, parentId, key),
   }));
-  const now = context.now();
-  let stats: Promise<{ total: number; active: number }> | undefined;
+  let stats: Promise<Stats> | undefined;
   return {
     accounts,
     limit,
     hasMore,
     nextPageToken: hasMore ? accounts[accounts.length - 1]?.cursor : undefined,
-    stats: () =>
-      (stats ??= Promise.all([
-        // Unfiltered, the total is the organization's kept child count: no count over the rows.
-        filters.length === 1 ? viewer.organization.childCount : context.prisma.account.count({ where: { AND: filters } }),
-        context.prisma.account.count({
-          where: { AND: [...filters, { lastLogin: { gte: new Date(now.getTime() - ACTIVE_WINDOW_MS) } }] },
-        }),
-      ]).then(([total, active]) => ({ total, active }))),
+    stats: () => (stats ??= countChildren(viewer, filters, search, range, context)),
   };
+}
+
+/**
+ * stats.total and stats.active (decisions §4) for the filters. Counting can touch every child of
+ * a large parent, so the result is cached until a child of this parent changes (the database
+ * announces it) or the oldest login counted as active leaves the 30-day window.
+ */
+async function countChildren(
+  viewer: Viewer,
+  filters: ReturnType<typeof filterSql>,
+  search: string | undefined,
+  range: { from?: Date; to?: Date },
+  context: ServiceContext,
+): Promise<Stats> {
+  const parentId = viewer.account.id;
+  const now = context.now().getTime();
+  const cacheKey = `stats:${parentId}|${range.from?.getTime() ?? ''}|${range.to?.getTime() ?? ''}|${search ?? ''}`;
+  const hit = context.cache.get<CachedStats>(cacheKey)?.value;
+  if (hit && now >= hit.computedAt && now < hit.validUntil) {
+    return { total: hit.total ?? viewer.organization.childCount, active: hit.active };
+  }
+
+  const ticket = context.cache.ticket();
+  const params = [...filters.params];
+  const cutoff = `$${params.push(new Date(now - ACTIVE_WINDOW_MS))}`;
+  // Unfiltered, the total is the organization's kept child count: only the active ones are counted.
+  const total = filters.filtered ? 'count(*)::int' : 'NULL::int';
+  const where = filters.filtered ? filters.where : `${filters.where} AND "lastLogin" >= ${cutoff}`;
+  const [row] = await context.sql.query<{ total: number | null; active: number; oldest: Date | null }>(
+    `SELECT ${total} AS total, count(*) FILTER (WHERE "lastLogin" >= ${cutoff})::int AS active,
+            min("lastLogin") FILTER (WHERE "lastLogin" >= ${cutoff}) AS oldest
+     FROM "Account" WHERE ${where}`,
+    params,
+  );
+  // Unfiltered, the total is read from the organization each time, not kept with the count.
+  const result = { total: row?.total ?? null, active: row?.active ?? 0 };
+  const validUntil = row?.oldest ? row.oldest.getTime() + ACTIVE_WINDOW_MS : Number.POSITIVE_INFINITY;
+  context.cache.set(ticket, cacheKey, { ...result, computedAt: now, validUntil }, [cacheTags.children(parentId)]);
+  return { total: result.total ?? viewer.organization.childCount, active: result.active };
 }

@@ -1,0 +1,204 @@
+import type { PGlite } from '@electric-sql/pglite';
+import pg from 'pg';
+
+/** The channel the database's triggers announce changes on (migration change_notifications). */
+export const CHANGE_CHANNEL = 'api_cache';
+
+export type ChangeListener = {
+  /** One announced change: the JSON text the trigger sent. */
+  change(payload: string): void;
+  /** Notifications may have been missed (the listening connection went down or came back). */
+  reset(): void;
+};
+
+/**
+ * The database's change announcements. `live` is true only while every change committed up to
+ * a moment ago is known to have been delivered: a cache may serve entries only then.
+ */
+export interface ChangeFeed {
+  readonly live: boolean;
+  /** Resolves once the first attempt to listen has ended, live or not. */
+  started(): Promise<void>;
+  subscribe(listener: ChangeListener): () => void;
+  close(): Promise<void>;
+}
+
+abstract class BaseFeed implements ChangeFeed {
+  private readonly listeners = new Set<ChangeListener>();
+  abstract readonly live: boolean;
+  abstract started(): Promise<void>;
+
+  subscribe(listener: ChangeListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  protected emit(payload: string): void {
+    for (const listener of this.listeners) listener.change(payload);
+  }
+
+  protected reset(): void {
+    for (const listener of this.listeners) listener.reset();
+  }
+
+  abstract close(): Promise<void>;
+}
+
+/** PGlite: one in-process connection, so every change is made, and announced, through it. */
+export class PgliteChangeFeed extends BaseFeed {
+  private listening = false;
+  private unlisten: (() => Promise<void>) | undefined;
+  private readonly ready: Promise<void>;
+
+  constructor(pglite: PGlite) {
+    super();
+    this.ready = pglite.listen(CHANGE_CHANNEL, (payload) => this.emit(payload)).then((unlisten) => {
+      this.unlisten = unlisten;
+      this.listening = true;
+      this.reset();
+    });
+  }
+
+  get live(): boolean {
+    return this.listening;
+  }
+
+  async started(): Promise<void> {
+    await this.ready.catch(() => {});
+  }
+
+  async close(): Promise<void> {
+    await this.ready.catch(() => {});
+    this.listening = false;
+    await this.unlisten?.().catch(() => {});
+  }
+}
+
+export type PostgresFeedOptions = {
+  url: string;
+  /** How often the listening connection is checked. */
+  heartbeatMs?: number;
+  /** Not live when no check has succeeded for this long (a connection that died silently). */
+  staleAfterMs?: number;
+  connectTimeoutMs?: number;
+  onStateChange?: (live: boolean, error?: unknown) => void;
+};
+
+/**
+ * PostgreSQL: a dedicated connection that LISTENs, reconnecting after a loss. The server sends a
+ * session's pending notifications before the answer to its next query, so a heartbeat answered at
+ * T proves that every change committed before T was delivered: without a recent answer the feed
+ * is not live, even if the socket looks open.
+ */
+export class PostgresChangeFeed extends BaseFeed {
+  private client: pg.Client | undefined;
+  private confirmedAt = 0;
+  private closed = false;
+  private readonly heartbeatMs: number;
+  private readonly staleAfterMs: number;
+  private heartbeat: NodeJS.Timeout | undefined;
+  private reconnect: NodeJS.Timeout | undefined;
+  private connecting: Promise<void> | undefined;
+  /** The connection being opened, not yet listening. */
+  private attempt: pg.Client | undefined;
+  private failures = 0;
+
+  constructor(private readonly options: PostgresFeedOptions) {
+    super();
+    this.heartbeatMs = options.heartbeatMs ?? 1000;
+    this.staleAfterMs = options.staleAfterMs ?? 3000;
+    this.connecting = this.connect();
+  }
+
+  get live(): boolean {
+    return this.client !== undefined && Date.now() - this.confirmedAt < this.staleAfterMs;
+  }
+
+  /** Resolves once the first connection attempt has ended (live or not). */
+  async started(): Promise<void> {
+    await this.connecting;
+  }
+
+  private async connect(): Promise<void> {
+    if (this.closed) return;
+    const client = new pg.Client({
+      connectionString: this.options.url,
+      keepAlive: true,
+      connectionTimeoutMillis: this.options.connectTimeoutMs ?? 2000,
+      application_name: 'api-cache-listener',
+    });
+    this.attempt = client;
+    client.on('notification', (message) => {
+      if (message.channel === CHANGE_CHANNEL && message.payload !== undefined) this.emit(message.payload);
+    });
+    client.on('error', (error) => this.lost(client, error));
+    client.on('end', () => this.lost(client));
+    try {
+      await client.connect();
+      const sentAt = Date.now();
+      await client.query(`LISTEN ${CHANGE_CHANNEL}`);
+      if (this.closed || this.attempt !== client) {
+        await client.end().catch(() => {});
+        return;
+      }
+      this.attempt = undefined;
+      this.client = client;
+      this.confirmedAt = sentAt;
+      this.failures = 0;
+      // Whatever was cached before this connection may have missed changes.
+      this.reset();
+      this.options.onStateChange?.(true);
+      this.heartbeat = setInterval(() => void this.check(client), this.heartbeatMs);
+      this.heartbeat.unref();
+    } catch (error) {
+      this.lost(client, error);
+    } finally {
+      this.connecting = undefined;
+    }
+  }
+
+  private async check(client: pg.Client): Promise<void> {
+    const sentAt = Date.now();
+    try {
+      await client.query('SELECT 1');
+      if (client === this.client) this.confirmedAt = sentAt;
+    } catch (error) {
+      this.lost(client, error);
+    }
+  }
+
+  private lost(client: pg.Client, error?: unknown): void {
+    client.removeAllListeners('notification');
+    client.on('error', () => {});
+    void client.end().catch(() => {});
+    if (client === this.client) {
+      this.client = undefined;
+      if (this.heartbeat) clearInterval(this.heartbeat);
+      this.heartbeat = undefined;
+      this.reset();
+      this.options.onStateChange?.(false, error);
+    } else if (client === this.attempt) {
+      this.attempt = undefined;
+    } else {
+      return;
+    }
+    if (this.closed || this.reconnect) return;
+    this.failures += 1;
+    const delay = Math.min(100 * 2 ** Math.min(this.failures, 6), 5000);
+    this.reconnect = setTimeout(() => {
+      this.reconnect = undefined;
+      this.connecting = this.connect();
+    }, delay);
+    this.reconnect.unref();
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.heartbeat) clearInterval(this.heartbeat);
+    if (this.reconnect) clearTimeout(this.reconnect);
+    await this.connecting?.catch(() => {});
+    const client = this.client;
+    this.client = undefined;
+    await client?.end().catch(() => {});
+  }
+}

@@ -1,0 +1,270 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
+import { rest, useServer, type RestResult } from './helpers/app.js';
+import { testMode, useTestDatabase } from './helpers/database.js';
+
+/**
+ * The entity cache against changes made outside the server (another service writing the same
+ * database): each change shows within 100 ms of its commit, and once shown never reverts.
+ */
+describe('changes made directly in the database reach the API', () => {
+  const database = useTestDatabase();
+  const server = useServer(database);
+  /** Another service: its own connection on PostgreSQL; on PGlite the one connection there is. */
+  let outside: (sql: string, params?: unknown[]) => Promise<void>;
+  let client: pg.Client | undefined;
+
+  beforeAll(async () => {
+    if (testMode === 'postgres') {
+      client = new pg.Client({ connectionString: database().url! });
+      await client.connect();
+      outside = async (sql, params) => {
+        await client!.query(sql, params);
+      };
+    } else {
+      outside = async (sql, params) => {
+        await database().sql.query(sql, params);
+      };
+    }
+  });
+  afterAll(async () => {
+    await client?.end();
+  });
+
+  /** Makes the change, then asks until the answer shows it; the time from commit to first sight. */
+  async function reflected(
+    change: () => Promise<void>,
+    ask: () => Promise<RestResult>,
+    shows: (r: RestResult) => boolean,
+  ): Promise<number> {
+    await change();
+    const committed = performance.now();
+    let seen: number | undefined;
+    while (performance.now() - committed < 1000) {
+      if (shows(await ask())) {
+        seen = performance.now() - committed;
+        break;
+      }
+    }
+    expect(seen, 'the change never showed within a second').toBeDefined();
+    expect(seen!).toBeLessThan(100);
+    // Once shown, it stays: no stale entry comes back.
+    for (let i = 0; i < 20; i++) expect(shows(await ask())).toBe(true);
+    return seen!;
+  }
+
+  const profile = (token: string) => rest(server(), '/auth/user-profile', { token });
+  let org: BuiltOrganization;
+  let parentToken: string;
+
+  beforeAll(async () => {
+    org = await createOrganization(database());
+    parentToken = await tokenFor(org.parent, org);
+  });
+
+  it('organization settings, balance and child count (profile, organization details)', async () => {
+    expect((await profile(parentToken)).body.data.user.organizationName).toBe(org.organization.name);
+    await reflected(
+      () => outside(`UPDATE "Organization" SET name = 'Renamed Ltd' WHERE "parentId" = $1`, [org.parent.id]),
+      () => profile(parentToken),
+      (r) => r.body.data?.user?.organizationName === 'Renamed Ltd',
+    );
+    await reflected(
+      () => outside(`UPDATE "Organization" SET "creditBalance" = 4321 WHERE "parentId" = $1`, [org.parent.id]),
+      () => profile(parentToken),
+      (r) => r.body.data?.user?.creditBalance === 4321,
+    );
+    const before = (await profile(parentToken)).body.data.user.totalChildAccounts as number;
+    await reflected(
+      async () => {
+        await createChild(database(), org.parent);
+      },
+      () => profile(parentToken),
+      (r) => r.body.data?.user?.totalChildAccounts === before + 1,
+    );
+    await rest(server(), '/auth/organization-details', { publicKey: org.parent.publicKey });
+    await reflected(
+      () => outside(`UPDATE "Organization" SET "signinUrl" = 'https://moved.example.com/in' WHERE "parentId" = $1`, [org.parent.id]),
+      () => rest(server(), '/auth/organization-details', { publicKey: org.parent.publicKey }),
+      (r) => r.body.data?.authUrls?.signin === 'https://moved.example.com/in',
+    );
+  });
+
+  it('child logins and sign-ups change the child list counts (stats are cached per parent)', async () => {
+    const own = await createOrganization(database());
+    const child = await createChild(database(), own.parent);
+    const token = await tokenFor(own.parent, own);
+    const list = () => rest(server(), '/auth/child-accounts', { token });
+    const hits = server().app.deps.cache.stats.hits;
+    expect((await list()).body.data.data.stats).toEqual({ total: 1, active: 0 });
+    expect((await list()).body.data.data.stats).toEqual({ total: 1, active: 0 });
+    expect(server().app.deps.cache.stats.hits).toBeGreaterThan(hits);
+    await reflected(
+      () => outside(`UPDATE "Account" SET "lastLogin" = now() WHERE id = $1`, [child.id]),
+      list,
+      (r) => r.body.data?.data?.stats?.active === 1,
+    );
+    await reflected(
+      async () => {
+        await createChild(database(), own.parent, { username: 'late-arrival' });
+      },
+      () => rest(server(), '/auth/child-accounts?search=late-arrival', { token }),
+      (r) => r.body.data?.data?.stats?.total === 1 && r.body.data.data.accounts.length === 1,
+    );
+    await reflected(
+      async () => {},
+      list,
+      (r) => r.body.data?.data?.stats?.total === 2,
+    );
+  });
+
+  it('account status (decisions §2): locked, unlocked, inactive, deleted', async () => {
+    const own = await createOrganization(database());
+    const child = await createChild(database(), own.parent);
+    const token = await tokenFor(child, own);
+    expect((await profile(token)).status).toBe(200);
+    await reflected(
+      () => outside(`UPDATE "Account" SET status = 'locked', "lockedUntil" = now() + interval '1 hour' WHERE id = $1`, [child.id]),
+      () => profile(token),
+      (r) => r.status === 403 && r.body.error.code === 'ACCOUNT_INACTIVE',
+    );
+    await reflected(
+      () => outside(`UPDATE "Account" SET status = 'active', "lockedUntil" = NULL WHERE id = $1`, [child.id]),
+      () => profile(token),
+      (r) => r.status === 200,
+    );
+    await reflected(
+      () => outside(`UPDATE "Account" SET status = 'inactive' WHERE id = $1`, [child.id]),
+      () => profile(token),
+      (r) => r.status === 403 && r.body.error.code === 'ACCOUNT_INACTIVE',
+    );
+    await reflected(
+      () => outside(`DELETE FROM "Account" WHERE id = $1`, [child.id]),
+      () => profile(token),
+      (r) => r.status === 404 && r.body.error.code === 'USER_NOT_FOUND',
+    );
+    // The parent locked: its public key no longer opens the organization details.
+    await rest(server(), '/auth/organization-details', { publicKey: own.parent.publicKey });
+    await reflected(
+      () => outside(`UPDATE "Account" SET status = 'inactive' WHERE id = $1`, [own.parent.id]),
+      () => rest(server(), '/auth/organization-details', { publicKey: own.parent.publicKey }),
+      (r) => r.status === 400 && r.body.error.code === 'INVALID_PARENT_ACCOUNT',
+    );
+  });
+
+  it('credits spent: a child of a depleted organization is refused, and admitted again after a purchase', async () => {
+    const own = await createOrganization(database());
+    const child = await createChild(database(), own.parent);
+    const token = await tokenFor(child, own);
+    expect((await profile(token)).status).toBe(200);
+    await reflected(
+      () => outside(`UPDATE "Organization" SET "creditBalance" = 0 WHERE "parentId" = $1`, [own.parent.id]),
+      () => profile(token),
+      (r) => r.status === 403 && r.body.error.code === 'CREDITS_DEPLETED',
+    );
+    await reflected(
+      () => outside(`UPDATE "Organization" SET "creditBalance" = 10 WHERE "parentId" = $1`, [own.parent.id]),
+      () => profile(token),
+      (r) => r.status === 200,
+    );
+  });
+
+  it('a rotated signing secret: old tokens refused, new ones accepted', async () => {
+    const own = await createOrganization(database());
+    const old = await tokenFor(own.parent, own);
+    expect((await profile(old)).status).toBe(200);
+    const rotated = `rotated-secret-${own.parent.id}-0123456789abcdef0123456789`;
+    await reflected(
+      () => outside(`UPDATE "Organization" SET "jwtSecret" = $2 WHERE "parentId" = $1`, [own.parent.id, rotated]),
+      () => profile(old),
+      (r) => r.status === 401,
+    );
+    expect((await profile(await tokenFor(own.parent, own, { secret: rotated }))).status).toBe(200);
+  });
+
+  it('a new public key, and an account created under a key that was looked up before', async () => {
+    const own = await createOrganization(database());
+    const fresh = `APK_${own.parent.id.slice(4)}new_42`;
+    expect((await rest(server(), '/auth/organization-details', { publicKey: fresh })).status).toBe(404);
+    await reflected(
+      () => outside(`UPDATE "Account" SET "publicKey" = $2 WHERE id = $1`, [own.parent.id, fresh]),
+      () => rest(server(), '/auth/organization-details', { publicKey: fresh }),
+      (r) => r.status === 200,
+    );
+    expect((await rest(server(), '/auth/organization-details', { publicKey: own.parent.publicKey })).status).toBe(404);
+    // Tokens name the key in `kid`: the old key is gone, the new one verifies.
+    expect((await profile(await tokenFor(own.parent, own))).status).toBe(401);
+    expect((await profile(await tokenFor(own.parent, own, { kid: fresh }))).status).toBe(200);
+  });
+
+  it('purchases and monthly usage (credit analysis)', async () => {
+    const own = await createOrganization(database());
+    const token = await tokenFor(own.parent, own);
+    const analysis = () => rest(server(), '/parent/credit-analysis', { token });
+    expect((await analysis()).body.packageHistory).toHaveLength(1);
+    await reflected(
+      () =>
+        outside(
+          `INSERT INTO "PackagePurchase" ("transactionId", "organizationId", "packageType", "purchasedAt", "creditsAdded", "freeUsersAdded", price)
+           VALUES ($1, $2, 'GROWTH', now(), 55000, 5000, 50)`,
+          [`TXN_${own.parent.id}`, own.parent.id],
+        ),
+      analysis,
+      (r) => r.body.packageHistory?.length === 2,
+    );
+    const used = (await analysis()).body.totalCreditsUsed as number;
+    await reflected(
+      () =>
+        outside(
+          `INSERT INTO "MonthlyUsage" ("organizationId", month, "childSignups", "signIns", "emailVerifications", "providerAAuths", "providerBAuths", "providerCAuths", "providerDAuths")
+           VALUES ($1, date_trunc('month', now() AT TIME ZONE 'UTC'), 0, 7, 0, 0, 0, 0, 0)`,
+          [own.parent.id],
+        ),
+      analysis,
+      (r) => r.body.totalCreditsUsed === used + 7,
+    );
+  });
+
+  it('the retrieval counter’s own writes do not empty the cache', async () => {
+    const own = await createOrganization(database());
+    const token = await tokenFor(own.parent, own);
+    await rest(server(), '/auth/organization-details', { token });
+    await server().app.deps.retrievals.flush();
+    const stats = server().app.deps.cache.stats;
+    const before = stats.invalidations;
+    for (let i = 0; i < 5; i++) await rest(server(), '/auth/organization-details', { token });
+    await server().app.deps.retrievals.flush();
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(stats.invalidations).toBe(before);
+  });
+
+  it.runIf(testMode === 'postgres')('while the listener is down the cache is bypassed; back, it serves again', async () => {
+    const own = await createOrganization(database());
+    const token = await tokenFor(own.parent, own);
+    const health = async () => (await rest(server(), '/health')).body.cache as string;
+    await expect.poll(health, { timeout: 5000 }).toBe('live');
+    expect((await profile(token)).status).toBe(200);
+    await outside(
+      `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+       WHERE application_name = 'api-cache-listener' AND datname = current_database()`,
+    );
+    await expect.poll(health, { timeout: 2000, interval: 5 }).toBe('bypassed');
+    // Bypassed: the very next request sees a change, with no announcement to wait for.
+    await outside(`UPDATE "Account" SET status = 'inactive' WHERE id = $1`, [own.parent.id]);
+    expect((await profile(token)).status).toBe(403);
+    await outside(`UPDATE "Account" SET status = 'active' WHERE id = $1`, [own.parent.id]);
+    expect((await profile(token)).status).toBe(200);
+    // The listener reconnects by itself and the cache is used again, still invalidated.
+    await expect.poll(health, { timeout: 10_000, interval: 20 }).toBe('live');
+    const hits = server().app.deps.cache.stats.hits;
+    expect((await profile(token)).status).toBe(200);
+    expect((await profile(token)).status).toBe(200);
+    expect(server().app.deps.cache.stats.hits).toBeGreaterThan(hits);
+    await reflected(
+      () => outside(`UPDATE "Account" SET status = 'inactive' WHERE id = $1`, [own.parent.id]),
+      () => profile(token),
+      (r) => r.status === 403,
+    );
+  });
+});
