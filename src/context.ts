@@ -56,6 +56,7 @@ export function createRequestContext(
   };
   const auth: AuthDependencies = {
     loaders,
+    cache: deps.cache,
     jwt: { issuer: deps.config.jwt.issuer, audience: deps.config.jwt.audience, maxAgeSeconds: deps.config.jwtMaxAgeSeconds },
     now: deps.now,
   };

@@ -1,7 +1,7 @@
 import { mintAccessToken } from './auth/tokens.js';
 import type { Config } from './config.js';
 import type { Database } from './db/database.js';
-import { seed, type SeededOrganization } from './db/seed.js';
+import type { SeededOrganization } from './db/seed.js';
 
 export type DemoAccess = {
   organizations: SeededOrganization[];
@@ -14,6 +14,8 @@ const DEMO_TTL_SECONDS = 24 * 60 * 60;
 /** On an empty database: a small demo (one organization per alert level) so the API can be tried at once. */
 export async function seedDemoIfEmpty(database: Database, config: Config): Promise<DemoAccess | undefined> {
   if ((await database.prisma.organization.count()) > 0) return undefined;
+  // The generator (and its fake-data library) is loaded only when there is something to seed.
+  const { seed } = await import('./db/seed.js');
   const organizations = await seed(database, {
     organizations: 4,
     childrenPerOrganization: 25,

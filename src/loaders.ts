@@ -1,5 +1,5 @@
 import DataLoader from 'dataloader';
-import { MIN_SECRET_BYTES, secretKey, type SigningKey } from './auth/tokens.js';
+import { MIN_SECRET_BYTES, secretKey, verificationKey, type SigningKey } from './auth/tokens.js';
 import { cacheTags, type EntityCache } from './db/entity-cache.js';
 import type { Account, Organization, PrismaClient } from './generated/prisma/client.js';
 import type { MonthlyUsageTotals, PackagePurchase } from './domain/credit-analysis.js';
@@ -83,13 +83,14 @@ export function createLoaders(prisma: PrismaClient, cache: EntityCache) {
           where: { publicKey: { in: misses } },
           select: { id: true, publicKey: true, type: true, organization: { select: { jwtSecret: true } } },
         });
-        return new Map(
-          rows.map((row) => {
+        const entries = await Promise.all(
+          rows.map(async (row): Promise<[string, SigningKey | null]> => {
             const secret = row.type === 'parent' && row.organization ? secretKey(row.organization.jwtSecret) : undefined;
             const usable = secret !== undefined && secret.byteLength >= MIN_SECRET_BYTES;
-            return [row.publicKey, usable ? { parentId: row.id, secret } : null];
+            return [row.publicKey, usable ? { parentId: row.id, key: await verificationKey(secret) } : null];
           }),
         );
+        return new Map(entries);
       },
       (key, signingKey) =>
         signingKey

@@ -8,6 +8,7 @@ import {
   UserNotFoundError,
 } from '../errors.js';
 import type { Account, Organization } from '../generated/prisma/client.js';
+import { cacheTags, type EntityCache } from '../db/entity-cache.js';
 import type { Loaders } from '../loaders.js';
 import { TOKEN_ALGORITHM } from './tokens.js';
 
@@ -24,6 +25,8 @@ export type Credentials = { authorization?: string | null; publicKey?: string | 
 
 export type AuthDependencies = {
   loaders: Loaders;
+  /** Remembers verified tokens (dropped with their organization's key). */
+  cache: EntityCache;
   jwt: { issuer?: string; audience?: string; maxAgeSeconds?: number };
   now: () => Date;
 };
@@ -52,16 +55,21 @@ function bearerToken(authorization: string): string {
   return token;
 }
 
-/**
- * A JWT caller (decisions §2): HS256 only, signed with the secret of the organization named by
- * `kid`; `sub` must be an account of that same organization. The account's type and status come
- * from the database, never from claims.
- */
-export async function authenticateJwt(credentials: Credentials, deps: AuthDependencies): Promise<Viewer> {
-  if (credentials.authorization === undefined || credentials.authorization === null) {
-    throw new UnauthorizedError('An access token is required (Authorization: Bearer <token>).');
-  }
-  const token = bearerToken(credentials.authorization);
+/** What a verified token established: who, for which organization, and its time claims. */
+type VerifiedToken = { subject: string; parentId: string; exp: number; iat: number; nbf: number | undefined };
+
+/** The time rules of `verifyToken`, for a remembered token (same tolerance, same messages). */
+function checkTimes(token: VerifiedToken, now: Date, maxAgeSeconds: number | undefined): void {
+  const seconds = now.getTime() / 1000;
+  if (token.exp <= seconds - CLOCK_TOLERANCE_SECONDS) throw new UnauthorizedError('The access token has expired.');
+  const early = token.iat > seconds + CLOCK_TOLERANCE_SECONDS || (token.nbf !== undefined && token.nbf > seconds + CLOCK_TOLERANCE_SECONDS);
+  const old = maxAgeSeconds !== undefined && seconds - token.iat - CLOCK_TOLERANCE_SECONDS > maxAgeSeconds;
+  if (early || old) throw new UnauthorizedError('The access token is invalid.');
+}
+
+/** Full verification with jose; the result is remembered, tagged with the key it was checked with. */
+async function verifyToken(token: string, deps: AuthDependencies, now: Date): Promise<VerifiedToken> {
+  const ticket = deps.cache.ticket();
   let kid: unknown;
   try {
     kid = decodeProtectedHeader(token).kid;
@@ -78,33 +86,56 @@ export async function authenticateJwt(credentials: Credentials, deps: AuthDepend
     algorithms: [TOKEN_ALGORITHM],
     requiredClaims: ['exp', 'iat', 'sub'],
     clockTolerance: CLOCK_TOLERANCE_SECONDS,
-    currentDate: deps.now(),
+    currentDate: now,
     ...(deps.jwt.issuer ? { issuer: deps.jwt.issuer } : {}),
     ...(deps.jwt.audience ? { audience: deps.jwt.audience } : {}),
     ...(deps.jwt.maxAgeSeconds ? { maxTokenAge: deps.jwt.maxAgeSeconds } : {}),
   };
-  let subject: string;
+  let verified: VerifiedToken;
   try {
-    const { payload } = await jwtVerify(token, key.secret, options);
+    const { payload } = await jwtVerify(token, key.key, options);
     if (typeof payload.sub !== 'string' || payload.sub.length === 0) throw new UnauthorizedError();
+    if (typeof payload.iat !== 'number' || typeof payload.exp !== 'number') throw new UnauthorizedError();
+    verified = { subject: payload.sub, parentId: key.parentId, exp: payload.exp, iat: payload.iat, nbf: payload.nbf };
     // A token issued in the future was not issued by a correct clock: refused like an early nbf.
-    if (typeof payload.iat !== 'number' || payload.iat > deps.now().getTime() / 1000 + CLOCK_TOLERANCE_SECONDS) {
-      throw new UnauthorizedError();
-    }
-    subject = payload.sub;
+    checkTimes(verified, now, deps.jwt.maxAgeSeconds);
   } catch (error) {
     if (error instanceof joseErrors.JWTExpired) throw new UnauthorizedError('The access token has expired.');
     throw new UnauthorizedError('The access token is invalid.');
   }
+  deps.cache.set(ticket, `token:${token}`, verified, [
+    cacheTags.publicKey(kid),
+    cacheTags.account(key.parentId),
+    cacheTags.organization(key.parentId),
+  ]);
+  return verified;
+}
 
-  const account = await deps.loaders.accountById.load(subject);
+/**
+ * A JWT caller (decisions §2): HS256 only, signed with the secret of the organization named by
+ * `kid`; `sub` must be an account of that same organization. The account's type and status come
+ * from the database, never from claims.
+ */
+export async function authenticateJwt(credentials: Credentials, deps: AuthDependencies): Promise<Viewer> {
+  if (credentials.authorization === undefined || credentials.authorization === null) {
+    throw new UnauthorizedError('An access token is required (Authorization: Bearer <token>).');
+  }
+  const token = bearerToken(credentials.authorization);
+  const now = deps.now();
+  // A token already verified is not verified again while its organization's key is unchanged;
+  // its time claims are checked on every use.
+  const remembered = deps.cache.get<VerifiedToken>(`token:${token}`)?.value;
+  const verified = remembered ?? (await verifyToken(token, deps, now));
+  if (remembered) checkTimes(remembered, now, deps.jwt.maxAgeSeconds);
+
+  const account = await deps.loaders.accountById.load(verified.subject);
   if (!account) throw new UserNotFoundError('The account of this token no longer exists.');
   const organizationId = account.parentId ?? account.id;
   // A token signed with one organization's secret must not speak for another organization's account.
-  if (organizationId !== key.parentId) throw new UnauthorizedError('The access token is invalid.');
+  if (organizationId !== verified.parentId) throw new UnauthorizedError('The access token is invalid.');
   const organization = await deps.loaders.organizationByParentId.load(organizationId);
   if (!organization) throw new UserNotFoundError('The account of this token no longer exists.');
-  if (!isUsable(account, deps.now())) throw new AccountInactiveError();
+  if (!isUsable(account, now)) throw new AccountInactiveError();
   if (account.type === 'child' && organization.creditBalance <= 0) throw new CreditsDepletedError();
   return { kind: account.type, account, organization, via: 'jwt' };
 }

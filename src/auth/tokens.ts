@@ -20,10 +20,15 @@ export type MintOptions = {
 /** HS256 secrets must be at least 32 bytes (the seed refuses shorter ones; start-up reports them). */
 export const MIN_SECRET_BYTES = 32;
 
-/** An organization's token key: its parent's id and the secret as bytes. */
-export type SigningKey = { parentId: string; secret: Uint8Array };
+/** An organization's token key: its parent's id and the secret, imported once for HMAC checks. */
+export type SigningKey = { parentId: string; key: CryptoKey };
 
-export function secretKey(secret: string): Uint8Array {
+/** The secret as a WebCrypto HMAC-SHA-256 key (jose would otherwise import it on every check). */
+export function verificationKey(secret: Uint8Array<ArrayBuffer>): Promise<CryptoKey> {
+  return crypto.subtle.importKey('raw', secret, { name: 'HMAC', hash: 'SHA-256' }, false, ['verify']);
+}
+
+export function secretKey(secret: string): Uint8Array<ArrayBuffer> {
   return new TextEncoder().encode(secret);
 }
 

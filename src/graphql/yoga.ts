@@ -1,7 +1,6 @@
 import { GraphQLError } from 'graphql';
 import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
 import { useDisableIntrospection } from '@graphql-yoga/plugin-disable-introspection';
-import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import { createYoga } from 'graphql-yoga';
 import { createRequestContext, requestIdFrom, type AppDependencies, type RequestContext } from '../context.js';
 import { ApiError, toApiError } from '../errors.js';
@@ -16,10 +15,14 @@ export function createGraphQLHandler(deps: AppDependencies, logger: Logger) {
     schema,
     graphqlEndpoint: '/graphql',
     graphiql: deps.config.graphiql ? { title: 'Credits read API' } : false,
-    // GraphiQL's page and assets from the npm package, not from a CDN: it works offline.
-    renderGraphiQL,
+    // GraphiQL's page and assets from the npm package, not from a CDN: it works offline. Loaded
+    // on first use: the bundle is tens of megabytes in memory, and production serves no GraphiQL.
+    renderGraphiQL: async (options) => (await import('@graphql-yoga/render-graphiql')).renderGraphiQL(options),
     landingPage: false,
     batching: false,
+    // The body arrives already read and capped (MAX_BODY_BYTES, 413 in app.ts): Yoga's own limit
+    // would stream it again through a transform for nothing.
+    maxRequestBodySize: false,
     plugins: [
       // Refused before any resolver runs; the messages do not reveal the limits.
       EnvelopArmorPlugin({

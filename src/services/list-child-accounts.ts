@@ -111,7 +111,10 @@ export async function listChildAccounts(
     email: row.email,
     lastSeen: row.lastLogin,
     registered: row.createdAt,
-    cursor: encodePageToken({ createdAt: row.createdAt, id: row.id }, parentId, key),
+    // Signed on demand: REST needs only the last one, GraphQL only the cursors it is asked for.
+    get cursor() {
+      return encodePageToken({ createdAt: row.createdAt, id: row.id }, parentId, key);
+    },
   }));
   let stats: Promise<Stats> | undefined;
   return {
