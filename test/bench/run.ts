@@ -53,10 +53,19 @@ async function waitFor(url: string): Promise<void> {
   throw new Error(`${url} did not come up`);
 }
 
-type Scenario = { name: string; url: string; method?: string; headers?: Record<string, string>; body?: string; target?: number };
+type Scenario = {
+  name: string;
+  url: string;
+  method?: string;
+  headers?: Record<string, string>;
+  body?: string;
+  target?: number;
+  /** Concurrent connections (default --connections); 1 measures a single caller's latency. */
+  connections?: number;
+};
 
 function autocannon(s: Scenario, seconds: number): { rps: number; p50: number; p99: number; requests: number; non2xx: number } {
-  const argv = [path.join(root, 'node_modules', 'autocannon', 'autocannon.js'), '-j', '-c', String(connections), '-d', String(seconds), '-m', s.method ?? 'GET'];
+  const argv = [path.join(root, 'node_modules', 'autocannon', 'autocannon.js'), '-j', '-c', String(s.connections ?? connections), '-d', String(seconds), '-m', s.method ?? 'GET'];
   for (const [k, v] of Object.entries(s.headers ?? {})) argv.push('-H', `${k}=${v}`);
   if (s.body) argv.push('-b', s.body);
   argv.push(s.url);
@@ -111,7 +120,10 @@ try {
   spawnSync('npm', ['run', '-s', 'build'], { cwd: root, stdio: 'inherit' });
   const [appPort, floorPort] = [await freePort(), await freePort()];
   const env = { ...process.env, NODE_ENV: 'production', DATABASE_URL: databaseUrl, PORT: String(appPort), HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0', SEED_DEMO_ON_START: 'false' };
-  const app = spawn(process.execPath, [path.join(root, 'dist', 'main.js')], { env, stdio: ['ignore', 'ignore', 'inherit'] });
+  // The server runs as `npm start` runs it (same Node flags, such as the heap limit).
+  const startScript = (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
+  const nodeFlags = startScript.split(/\s+/).filter((word) => word.startsWith('--'));
+  const app = spawn(process.execPath, [...nodeFlags, path.join(root, 'dist', 'main.js')], { env, stdio: ['ignore', 'ignore', 'inherit'] });
   const floor = spawn(process.execPath, [path.join(root, 'test', 'bench', 'floor.mjs')], { env: { ...env, PORT: String(floorPort), FLOOR_ACCOUNT_ID: big!.parent.userID }, stdio: ['ignore', 'ignore', 'inherit'] });
   processes.push(app, floor);
   const base = `http://127.0.0.1:${appPort}`;
@@ -145,6 +157,10 @@ try {
     { name: 'REST child accounts, depth 10,000', url: `${base}/auth/child-accounts?lastKey=${encodeURIComponent(walk)}`, headers: auth(parentToken) },
     { name: 'REST child accounts, search', url: `${base}/auth/child-accounts?search=smith`, headers: auth(parentToken) },
     { name: 'REST child accounts, date range', url: `${base}/auth/child-accounts?startDate=2025-06-01&endDate=2025-06-30`, headers: auth(parentToken) },
+    { name: 'REST child accounts, search, 1 caller', url: `${base}/auth/child-accounts?search=smith`, headers: auth(parentToken), connections: 1 },
+    { name: 'REST child accounts, date range, 1 caller', url: `${base}/auth/child-accounts?startDate=2025-06-01&endDate=2025-06-30`, headers: auth(parentToken), connections: 1 },
+    { name: 'REST child accounts, first page, 1 caller', url: `${base}/auth/child-accounts`, headers: auth(parentToken), connections: 1 },
+    { name: 'REST child accounts, depth 10,000, 1 caller', url: `${base}/auth/child-accounts?lastKey=${encodeURIComponent(walk)}`, headers: auth(parentToken), connections: 1 },
     { name: 'REST credit analysis', url: `${base}/parent/credit-analysis`, headers: auth(parentToken), target: 0.3 },
     { name: 'GraphQL me (REST profile fields)', url: `${base}/graphql`, ...gql(`{ me { ${profileFields} } }`), target: 0.5 },
     { name: 'GraphQL organization', url: `${base}/graphql`, ...gql('{ organization { organizationName organizationUrl authUrls { signin signup verify reset update resend successful } domainRestrictionEnabled emailVerificationRequired providerASsoConfig { enabled clientId } credentials { publicKey jwtSecret } } }') },
@@ -180,6 +196,11 @@ try {
     };
     rows.push(row);
     console.log(`${row.scenario.padEnd(38)} ${String(row.rps).padStart(6)} req/s  p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${String(row.cpuUsPerRequest).padStart(5)} µs CPU  ${String(row.dbTxPerRequest).padStart(5)} db tx  ${String(row.peakRssMb).padStart(4)} MB  x${row.ratioToFloor.toFixed(2)}${row.target ? ` (target ${row.target})` : ''}${row.non2xx ? `  non-2xx ${row.non2xx}` : ''}`);
+  }
+  const row = (name: string) => rows.find((r) => r.scenario === name);
+  const [first, deep] = [row('REST child accounts, first page'), row('REST child accounts, depth 10,000')];
+  if (first && deep) {
+    console.log(`depth 10,000 vs first page: ${(deep.cpuUsPerRequest / first.cpuUsPerRequest).toFixed(2)}x the server CPU, ${(first.rps / deep.rps).toFixed(2)}x the time per request (target ≤ 1.2)`);
   }
   let soak: { seconds: number; rssStartMb: number; rssEndMb: number } | undefined;
   if (args.soak) {
