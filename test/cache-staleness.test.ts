@@ -119,6 +119,18 @@ describe('changes made directly in the database reach the API', () => {
     );
   });
 
+  it('concurrent requests missing the same counts share one count query', async () => {
+    const own = await createOrganization(database());
+    for (let i = 0; i < 5; i++) await createChild(database(), own.parent);
+    const token = await tokenFor(own.parent, own);
+    expect((await profile(token)).status).toBe(200);
+    const before = database().queries.count;
+    const pages = await Promise.all(Array.from({ length: 30 }, () => rest(server(), '/auth/child-accounts', { token })));
+    expect(pages.every((r) => r.body.data.data.stats.total === 5)).toBe(true);
+    // One page query per request, and the counts once.
+    expect(database().queries.count - before).toBe(31);
+  });
+
   it('account status (decisions §2): locked, unlocked, inactive, deleted', async () => {
     const own = await createOrganization(database());
     const child = await createChild(database(), own.parent);

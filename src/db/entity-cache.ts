@@ -26,6 +26,7 @@ export class EntityCache {
   private readonly entries = new Map<string, Entry>();
   private readonly byTag = new Map<string, Set<string>>();
   private epoch = 0;
+  private readonly inFlight = new Map<string, { epoch: number; result: Promise<unknown> }>();
   private readonly unsubscribe: () => void;
   readonly stats = { hits: 0, misses: 0, invalidations: 0 };
 
@@ -79,6 +80,23 @@ export class EntityCache {
       if (!keys) this.byTag.set(tag, (keys = new Set()));
       keys.add(key);
     }
+  }
+
+  /**
+   * One computation per key at a time in this process: callers arriving while `compute` runs
+   * share its result, unless a change was announced since it started. A costly miss (counting a million children) thus runs once, not once per
+   * waiting request, and cannot exhaust the connection pool.
+   */
+  shared<V>(key: string, compute: () => Promise<V>): Promise<V> {
+    const running = this.inFlight.get(key);
+    // A computation that started before the last announced change may have read the old rows.
+    if (running && running.epoch === this.epoch) return running.result as Promise<V>;
+    const entry = { epoch: this.epoch, result: compute() };
+    entry.result = entry.result.finally(() => {
+      if (this.inFlight.get(key) === entry) this.inFlight.delete(key);
+    });
+    this.inFlight.set(key, entry);
+    return entry.result as Promise<V>;
   }
 
   /** Drops every entry carrying `tag`. */

@@ -146,21 +146,28 @@ async function countChildren(
     return { total: hit.total ?? viewer.organization.childCount, active: hit.active };
   }
 
-  const ticket = context.cache.ticket();
-  const params = [...filters.params];
-  const cutoff = `$${params.push(new Date(now - ACTIVE_WINDOW_MS))}`;
-  // Unfiltered, the total is the organization's kept child count: only the active ones are counted.
-  const total = filters.filtered ? 'count(*)::int' : 'NULL::int';
-  const where = filters.filtered ? filters.where : `${filters.where} AND "lastLogin" >= ${cutoff}`;
-  const [row] = await context.sql.query<{ total: number | null; active: number; oldest: Date | null }>(
-    `SELECT ${total} AS total, count(*) FILTER (WHERE "lastLogin" >= ${cutoff})::int AS active,
-            min("lastLogin") FILTER (WHERE "lastLogin" >= ${cutoff}) AS oldest
-     FROM "Account" WHERE ${where}`,
-    params,
-  );
+  const counted = await context.cache.shared(cacheKey, async (): Promise<CachedStats> => {
+    const ticket = context.cache.ticket();
+    const params = [...filters.params];
+    const cutoff = `$${params.push(new Date(now - ACTIVE_WINDOW_MS))}`;
+    // Unfiltered, the total is the organization's kept child count: only the active ones are counted.
+    const total = filters.filtered ? 'count(*)::int' : 'NULL::int';
+    const where = filters.filtered ? filters.where : `${filters.where} AND "lastLogin" >= ${cutoff}`;
+    const [row] = await context.sql.query<{ total: number | null; active: number; oldest: Date | null }>(
+      `SELECT ${total} AS total, count(*) FILTER (WHERE "lastLogin" >= ${cutoff})::int AS active,
+              min("lastLogin") FILTER (WHERE "lastLogin" >= ${cutoff}) AS oldest
+       FROM "Account" WHERE ${where}`,
+      params,
+    );
+    const entry: CachedStats = {
+      total: row?.total ?? null,
+      active: row?.active ?? 0,
+      computedAt: now,
+      validUntil: row?.oldest ? row.oldest.getTime() + ACTIVE_WINDOW_MS : Number.POSITIVE_INFINITY,
+    };
+    context.cache.set(ticket, cacheKey, entry, [cacheTags.children(parentId)]);
+    return entry;
+  });
   // Unfiltered, the total is read from the organization each time, not kept with the count.
-  const result = { total: row?.total ?? null, active: row?.active ?? 0 };
-  const validUntil = row?.oldest ? row.oldest.getTime() + ACTIVE_WINDOW_MS : Number.POSITIVE_INFINITY;
-  context.cache.set(ticket, cacheKey, { ...result, computedAt: now, validUntil }, [cacheTags.children(parentId)]);
-  return { total: result.total ?? viewer.organization.childCount, active: result.active };
+  return { total: counted.total ?? viewer.organization.childCount, active: counted.active };
 }
