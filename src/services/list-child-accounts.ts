@@ -98,24 +98,31 @@ export async function listChildAccounts(
   const params = [...filters.params];
   // Row comparison: one range condition on the (parentId, createdAt DESC, id DESC) index.
   const keyset = after ? ` AND ("createdAt", id) < ($${params.push(after.createdAt)}, $${params.push(after.id)})` : '';
-  const rows = await context.sql.query<{ id: string; username: string; email: string; lastLogin: Date | null; createdAt: Date }>(
-    `SELECT id, username, email, "lastLogin", "createdAt" FROM "Account"
+  // Times as epoch milliseconds: a number is far cheaper for the driver than a timestamp text.
+  const rows = await context.sql.query<{ id: string; username: string; email: string; lastLoginMs: number | null; createdAtMs: number }>(
+    `SELECT id, username, email,
+            (extract(epoch FROM "lastLogin") * 1000)::float8 AS "lastLoginMs",
+            (extract(epoch FROM "createdAt") * 1000)::float8 AS "createdAtMs"
+     FROM "Account"
      WHERE ${filters.where}${keyset}
      ORDER BY "createdAt" DESC, id DESC LIMIT $${params.push(limit + 1)}`,
     params,
   );
   const hasMore = rows.length > limit;
   const page = rows.slice(0, limit);
-  const accounts = page.map((row) => ({
-    username: row.username,
-    email: row.email,
-    lastSeen: row.lastLogin,
-    registered: row.createdAt,
-    // Signed on demand: REST needs only the last one, GraphQL only the cursors it is asked for.
-    get cursor() {
-      return encodePageToken({ createdAt: row.createdAt, id: row.id }, parentId, key);
-    },
-  }));
+  const accounts = page.map((row) => {
+    const registered = new Date(row.createdAtMs);
+    return {
+      username: row.username,
+      email: row.email,
+      lastSeen: row.lastLoginMs === null ? null : new Date(row.lastLoginMs),
+      registered,
+      // Signed on demand: REST needs only the last one, GraphQL only the cursors it is asked for.
+      get cursor() {
+        return encodePageToken({ createdAt: registered, id: row.id }, parentId, key);
+      },
+    };
+  });
   let stats: Promise<Stats> | undefined;
   return {
     accounts,
