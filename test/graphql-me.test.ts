@@ -18,6 +18,15 @@ describe(`GraphQL me (${testMode})`, () => {
   const database = useTestDatabase();
   const server = useServer(database);
 
+  it('GraphiQL is served from the package (no CDN) outside production', async () => {
+    const response = await fetch(`${server().url}/graphql`, { headers: { accept: 'text/html' } });
+    expect(response.status).toBe(200);
+    expect(response.headers.get('content-type')).toMatch(/text\/html/);
+    const page = await response.text();
+    expect(page).toMatch(/graphiql/i);
+    expect(page).not.toMatch(/unpkg\.com|cdn\.jsdelivr|esm\.sh/);
+  });
+
   it('a parent sees every account field and the parent-only fields, as stored', async () => {
     const built = await createOrganization(database(), {
       parent: {
