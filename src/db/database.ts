@@ -7,7 +7,10 @@ import pg from 'pg';
 import { PrismaClient } from '../generated/prisma/client.js';
 import { PgliteChangeFeed, PostgresChangeFeed, type ChangeFeed } from './change-feed.js';
 
-/** Raw SQL for the few jobs Prisma's query API does not cover: migrations, locks, bulk checks. */
+/**
+ * Plain SQL beside Prisma: migrations, locks, bulk loads, and the child list's hand-tuned keyset
+ * and counting queries (the one hot path that always reaches the database).
+ */
 export interface SqlDriver {
   readonly kind: 'pglite' | 'postgres';
   /** Runs a script of one or more statements, without parameters. */
@@ -141,6 +144,7 @@ function openPostgres(options: {
     query: async <T extends Record<string, unknown>>(text: string, params: unknown[] = []) =>
       (await client.query<T>(text, params)).rows,
   });
+  const onPool = onClient(pool);
   return {
     kind: 'postgres',
     location: redactUrl(options.url),
@@ -151,8 +155,8 @@ function openPostgres(options: {
       new PostgresChangeFeed({ url: options.url, connectTimeoutMs: options.connectTimeoutMs, ...feedOptions }),
     sql: {
       kind: 'postgres',
-      exec: onClient(pool).exec,
-      query: options.countQueries ? countingQuery(onClient(pool).query, queries) : onClient(pool).query,
+      exec: onPool.exec,
+      query: options.countQueries ? countingQuery(onPool.query, queries) : onPool.query,
       withConnection: async (work) => {
         const client = await pool.connect();
         try {

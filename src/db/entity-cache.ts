@@ -40,14 +40,6 @@ export class EntityCache {
     });
   }
 
-  get live(): boolean {
-    return this.feed.live;
-  }
-
-  get size(): number {
-    return this.entries.size;
-  }
-
   /** The cached value, wrapped so that a cached `null` (known not to exist) differs from a miss. */
   get<V>(key: string, now = Date.now()): { value: V } | undefined {
     if (!this.feed.live) return undefined;
@@ -84,8 +76,8 @@ export class EntityCache {
 
   /**
    * One computation per key at a time in this process: callers arriving while `compute` runs
-   * share its result, unless a change was announced since it started. A costly miss (counting a million children) thus runs once, not once per
-   * waiting request, and cannot exhaust the connection pool.
+   * share its result, unless a change was announced since it started. A costly miss (counting a
+   * million children) thus runs once, not once per waiting request, and cannot exhaust the pool.
    */
   shared<V>(key: string, compute: () => Promise<V>): Promise<V> {
     const running = this.inFlight.get(key);
@@ -139,13 +131,14 @@ export class EntityCache {
       this.clear();
       return;
     }
-    if (change.all === true || typeof change.t !== 'string' || typeof change.id !== 'string') {
+    const tagOf = typeof change.t === 'string' ? announcedTags[change.t] : undefined;
+    if (change.all === true || tagOf === undefined || typeof change.id !== 'string') {
       this.clear();
       return;
     }
-    this.invalidate(`${change.t}:${change.id}`);
-    if (typeof change.k === 'string') this.invalidate(`publicKey:${change.k}`);
-    if (typeof change.p === 'string') this.invalidate(`children:${change.p}`);
+    this.invalidate(tagOf(change.id));
+    if (typeof change.k === 'string') this.invalidate(cacheTags.publicKey(change.k));
+    if (typeof change.p === 'string') this.invalidate(cacheTags.children(change.p));
   }
 }
 
@@ -158,4 +151,12 @@ export const cacheTags = {
   usage: (organizationId: string) => `usage:${organizationId}`,
   /** Any change to any child of this parent. */
   children: (parentId: string) => `children:${parentId}`,
+};
+
+/** The triggers' entity names ("t" in an announcement), each with the tag of its key. */
+const announcedTags: Record<string, ((key: string) => string) | undefined> = {
+  account: cacheTags.account,
+  organization: cacheTags.organization,
+  purchases: cacheTags.purchases,
+  usage: cacheTags.usage,
 };

@@ -67,7 +67,10 @@ type Stats = { total: number; active: number };
  */
 type CachedStats = { total: number | null; active: number; computedAt: number; validUntil: number };
 
-/** The WHERE clause of the filters (decisions §4), with its parameters from `$1`. */
+/**
+ * The WHERE clause of the filters (decisions §4), with its parameters from `$1`, and the key
+ * their counts are cached under.
+ */
 function filterSql(parentId: string, search: string | undefined, range: { from?: Date; to?: Date }) {
   const params: unknown[] = [parentId];
   const clauses = ['"parentId" = $1'];
@@ -77,7 +80,8 @@ function filterSql(parentId: string, search: string | undefined, range: { from?:
     const n = params.push(`%${escapeLike(search)}%`);
     clauses.push(`(username ILIKE $${n} OR email ILIKE $${n})`);
   }
-  return { where: clauses.join(' AND '), params, filtered: clauses.length > 1 };
+  const cacheKey = `stats:${parentId}|${range.from?.getTime() ?? ''}|${range.to?.getTime() ?? ''}|${search ?? ''}`;
+  return { where: clauses.join(' AND '), params, filtered: clauses.length > 1, cacheKey };
 }
 
 /** A parent's children, newest registration first, keyset-paginated (spec: GET /auth/child-accounts). */
@@ -129,7 +133,7 @@ export async function listChildAccounts(
     limit,
     hasMore,
     nextPageToken: hasMore ? accounts[accounts.length - 1]?.cursor : undefined,
-    stats: () => (stats ??= countChildren(viewer, filters, search, range, context)),
+    stats: () => (stats ??= countChildren(viewer, filters, context)),
   };
 }
 
@@ -141,40 +145,43 @@ export async function listChildAccounts(
 async function countChildren(
   viewer: Viewer,
   filters: ReturnType<typeof filterSql>,
-  search: string | undefined,
-  range: { from?: Date; to?: Date },
   context: ServiceContext,
 ): Promise<Stats> {
   const parentId = viewer.account.id;
   const now = context.now().getTime();
-  const cacheKey = `stats:${parentId}|${range.from?.getTime() ?? ''}|${range.to?.getTime() ?? ''}|${search ?? ''}`;
+  const { cacheKey } = filters;
   const hit = context.cache.get<CachedStats>(cacheKey)?.value;
-  if (hit && now >= hit.computedAt && now < hit.validUntil) {
-    return { total: hit.total ?? viewer.organization.childCount, active: hit.active };
-  }
-
-  const counted = await context.cache.shared(cacheKey, async (): Promise<CachedStats> => {
-    const ticket = context.cache.ticket();
-    const params = [...filters.params];
-    const cutoff = `$${params.push(new Date(now - ACTIVE_WINDOW_MS))}`;
-    // Unfiltered, the total is the organization's kept child count: only the active ones are counted.
-    const total = filters.filtered ? 'count(*)::int' : 'NULL::int';
-    const where = filters.filtered ? filters.where : `${filters.where} AND "lastLogin" >= ${cutoff}`;
-    const [row] = await context.sql.query<{ total: number | null; active: number; oldest: Date | null }>(
-      `SELECT ${total} AS total, count(*) FILTER (WHERE "lastLogin" >= ${cutoff})::int AS active,
-              min("lastLogin") FILTER (WHERE "lastLogin" >= ${cutoff}) AS oldest
-       FROM "Account" WHERE ${where}`,
-      params,
-    );
-    const entry: CachedStats = {
-      total: row?.total ?? null,
-      active: row?.active ?? 0,
-      computedAt: now,
-      validUntil: row?.oldest ? row.oldest.getTime() + ACTIVE_WINDOW_MS : Number.POSITIVE_INFINITY,
-    };
-    context.cache.set(ticket, cacheKey, entry, [cacheTags.children(parentId)]);
-    return entry;
-  });
+  const fresh = hit && now >= hit.computedAt && now < hit.validUntil ? hit : undefined;
+  const counted = fresh ?? (await context.cache.shared(cacheKey, () => queryCounts(parentId, filters, now, context)));
   // Unfiltered, the total is read from the organization each time, not kept with the count.
   return { total: counted.total ?? viewer.organization.childCount, active: counted.active };
+}
+
+/** One query for the counts of `countChildren`, kept with the moment the active ones expire. */
+async function queryCounts(
+  parentId: string,
+  filters: ReturnType<typeof filterSql>,
+  now: number,
+  context: ServiceContext,
+): Promise<CachedStats> {
+  const ticket = context.cache.ticket();
+  const params = [...filters.params];
+  const cutoff = `$${params.push(new Date(now - ACTIVE_WINDOW_MS))}`;
+  // Unfiltered, the total is the organization's kept child count: only the active ones are counted.
+  const total = filters.filtered ? 'count(*)::int' : 'NULL::int';
+  const where = filters.filtered ? filters.where : `${filters.where} AND "lastLogin" >= ${cutoff}`;
+  const [row] = await context.sql.query<{ total: number | null; active: number; oldest: Date | null }>(
+    `SELECT ${total} AS total, count(*) FILTER (WHERE "lastLogin" >= ${cutoff})::int AS active,
+            min("lastLogin") FILTER (WHERE "lastLogin" >= ${cutoff}) AS oldest
+     FROM "Account" WHERE ${where}`,
+    params,
+  );
+  const entry: CachedStats = {
+    total: row?.total ?? null,
+    active: row?.active ?? 0,
+    computedAt: now,
+    validUntil: row?.oldest ? row.oldest.getTime() + ACTIVE_WINDOW_MS : Number.POSITIVE_INFINITY,
+  };
+  context.cache.set(ticket, filters.cacheKey, entry, [cacheTags.children(parentId)]);
+  return entry;
 }
