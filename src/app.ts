@@ -4,6 +4,7 @@ import { requestIdFrom, type AppDependencies } from './context.js';
 import type { Database } from './db/database.js';
 import { EntityCache } from './db/entity-cache.js';
 import { ApiError, HeaderTooLargeError, PayloadTooLargeError, RateLimitedError, ServiceUnavailableError, toApiError } from './errors.js';
+import { createGraphQLServer } from './graphql/http.js';
 import { createGraphQLHandler } from './graphql/yoga.js';
 import type { Logger } from './logger.js';
 import { RateLimiter } from './rate-limit.js';
@@ -43,19 +44,6 @@ function oversizedHeader(request: IncomingMessage, maxBytes: number): string | u
   return undefined;
 }
 
-async function readBody(request: IncomingMessage, maxBytes: number): Promise<Buffer> {
-  const declared = Number(request.headers['content-length']);
-  if (Number.isFinite(declared) && declared > maxBytes) throw new PayloadTooLargeError();
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of request as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > maxBytes) throw new PayloadTooLargeError();
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks);
-}
-
 /** The request handler: /graphql to Yoga, the REST paths to rest/, /health; the envelope for the rest. */
 export function createApp(options: { config: Config; database: Database; logger: Logger; now?: () => Date }): App {
   const { config, database, logger } = options;
@@ -74,29 +62,9 @@ export function createApp(options: { config: Config; database: Database; logger:
     ),
     now: options.now ?? (() => new Date()),
   };
-  const graphql = createGraphQLHandler(deps, logger);
+  const serveGraphQL = createGraphQLServer(createGraphQLHandler(deps, logger), config.limits.maxBodyBytes);
   const limiter = new RateLimiter(config.rateLimit, database.pgPool);
   let draining = false;
-
-  async function serveGraphQL(request: IncomingMessage, response: ServerResponse, url: URL, responseOptions: ResponseOptions) {
-    const method = request.method ?? 'GET';
-    const body = method === 'GET' || method === 'HEAD' ? undefined : await readBody(request, config.limits.maxBodyBytes);
-    // Yoga's own Request and Headers (the lightweight ponyfill): Node's built-in ones cost far more.
-    const { Request: YogaRequest, Headers: YogaHeaders } = graphql.fetchAPI;
-    const headers = new YogaHeaders();
-    for (const [name, value] of Object.entries(request.headers)) {
-      if (value === undefined) continue;
-      for (const v of Array.isArray(value) ? value : [value]) headers.append(name, v);
-    }
-    const answer = await graphql.fetch(new YogaRequest(url, { method, headers, body: body?.toString('utf8') }), { requestId: responseOptions.requestId });
-    const payload = Buffer.from(await answer.arrayBuffer());
-    response.statusCode = answer.status;
-    answer.headers.forEach((value, name) => response.setHeader(name, value));
-    for (const [name, value] of Object.entries(responseOptions.headers ?? {})) response.setHeader(name, value);
-    response.setHeader('X-Request-Id', responseOptions.requestId);
-    response.setHeader('Content-Length', payload.length);
-    response.end(payload);
-  }
 
   async function handle(request: IncomingMessage, response: ServerResponse, requestId: string) {
     const url = new URL(request.url ?? '/', `http://${request.headers.host && /^[A-Za-z0-9.:[\]-]{1,255}$/.test(request.headers.host) ? request.headers.host : 'localhost'}`);

@@ -8,6 +8,7 @@ import type { Logger } from '../logger.js';
 import { schema } from './schema.js';
 
 type ServerContext = { requestId?: string };
+export type GraphQLHandler = ReturnType<typeof createGraphQLHandler>;
 
 /** GraphQL over HTTP at /graphql, with GraphiQL when enabled. */
 export function createGraphQLHandler(deps: AppDependencies, logger: Logger) {

@@ -1,0 +1,74 @@
+import { describe, expect, it } from 'vitest';
+import { createOrganization, tokenFor } from './helpers/builders.js';
+import { useServer } from './helpers/app.js';
+import { testMode, useTestDatabase } from './helpers/database.js';
+
+/*
+ * A JSON POST answered as JSON is served through Yoga's operation steps directly; every other
+ * request through Yoga's whole HTTP path. A client must not be able to tell them apart: the same
+ * operations, sent once each way, get the same status, media type and body.
+ */
+
+// Yoga's whole path: an Accept list (the direct path takes a single media type only).
+const VIA_WHOLE_PATH = 'application/json, text/plain;q=0.1';
+
+describe(`GraphQL over HTTP, both paths (${testMode})`, () => {
+  const database = useTestDatabase();
+  // Production: introspection off, suggestions off; the limits are on everywhere.
+  const server = useServer(database, { env: { NODE_ENV: 'production' } });
+
+  async function post(body: string, headers: Record<string, string>) {
+    const response = await fetch(`${server().url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
+    return { status: response.status, type: response.headers.get('content-type'), body: await response.text() };
+  }
+
+  it('answers every kind of operation, good and bad, the same way on both paths', async () => {
+    const built = await createOrganization(database());
+    const token = await tokenFor(built.parent, built);
+    const operations: [string, Record<string, unknown>][] = [
+      ['profile', { query: '{ me { userID username accountType ... on ParentAccount { creditBalance } } }' }],
+      ['organization with variables', { query: 'query Org($n: Int) { organization { organizationName } childAccounts(limit: $n) { pageInfo { hasNextPage } } }', variables: { n: 1 } }],
+      ['operation chosen by name', { query: 'query A { me { userID } } query B { organization { organizationName } }', operationName: 'B' }],
+      ['nested selection', { query: '{ me { ... on ParentAccount { packagesHistory { packageType } authUrls { signin } } } }' }],
+      ['syntax error', { query: '{ me { userID ' }],
+      ['unknown field', { query: '{ me { nope } }' }],
+      ['introspection in production', { query: '{ __schema { queryType { name } } }' }],
+      ['too deep', { query: '{ __schema { types { fields { type { ofType { ofType { ofType { ofType { name } } } } } } } } }' }],
+      ['too many aliases', { query: `{ ${Array.from({ length: 20 }, (_, i) => `a${i}: __typename`).join(' ')} }` }],
+      ['variable of the wrong type', { query: 'query($n: Int) { childAccounts(limit: $n) { pageInfo { hasNextPage } } }', variables: { n: 'ten' } }],
+      ['resolver refusal (limit out of range)', { query: '{ childAccounts(limit: 1000) { pageInfo { hasNextPage } } }' }],
+      ['unknown operation name', { query: 'query A { me { userID } }', operationName: 'Z' }],
+      ['null members', { query: '{ me { userID } }', variables: null, operationName: null, extensions: null }],
+    ];
+    for (const [name, params] of operations) {
+      for (const auth of [{ authorization: `Bearer ${token}` }, {}] as Record<string, string>[]) {
+        const body = JSON.stringify(params);
+        const direct = await post(body, auth);
+        const whole = await post(body, { ...auth, accept: VIA_WHOLE_PATH });
+        expect(direct, `${name}${'authorization' in auth ? '' : ', signed out'}`).toEqual(whole);
+        expect(direct.status, name).toBeLessThan(500);
+      }
+    }
+  });
+
+  it('answers application/graphql-response+json with its own status rules on both paths', async () => {
+    for (const query of ['{ me { userID ', '{ me { nope } }', '{ __typename }']) {
+      const body = JSON.stringify({ query });
+      const direct = await post(body, { accept: 'application/graphql-response+json' });
+      const whole = await post(body, { accept: `application/graphql-response+json, text/plain;q=0.1` });
+      expect(direct).toEqual(whole);
+      expect(direct.type).toBe('application/graphql-response+json; charset=utf-8');
+    }
+    // Request errors are 400 in this media type (GraphQL over HTTP), 200 in application/json.
+    expect((await post(JSON.stringify({ query: '{ me { nope } }' }), { accept: 'application/graphql-response+json' })).status).toBe(400);
+    expect((await post(JSON.stringify({ query: '{ me { nope } }' }), {})).status).toBe(200);
+  });
+
+  it('leaves malformed parameters to Yoga, which refuses them with 400', async () => {
+    for (const body of ['{"query": 5}', '{"query": "{ __typename }", "variables": [1]}', '{"query": "{ __typename }", "extra": 1}', '[{"query": "{ __typename }"}]', '{"query": "{ __typename }"', '"text"']) {
+      const answer = await post(body, {});
+      expect(answer.status, body).toBe(400);
+      expect(JSON.parse(answer.body).errors?.length, body).toBeGreaterThan(0);
+    }
+  });
+});
