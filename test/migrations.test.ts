@@ -33,6 +33,7 @@ describe(`migrations (${testMode})`, () => {
     expect(report.applied).toEqual(local.map((m) => m.name));
     expect(await tables(database)).toEqual([
       'Account',
+      'ChildSearch',
       'MonthlyUsage',
       'Organization',
       'PackagePurchase',

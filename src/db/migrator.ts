@@ -128,6 +128,9 @@ async function applyOne(connection: SqlConnection, migration: LocalMigration): P
   const id = randomUUID();
   try {
     await connection.exec('BEGIN');
+    // A migration may rewrite a large table: the pool's per-statement limit, meant for requests,
+    // does not apply to it.
+    await connection.exec('SET LOCAL statement_timeout = 0');
     await connection.exec(migration.script);
     await connection.query(
       `INSERT INTO "_prisma_migrations" (id, checksum, migration_name, started_at, finished_at, applied_steps_count)

@@ -68,8 +68,10 @@ type Stats = { total: number; active: number };
 type CachedStats = { total: number | null; active: number; computedAt: number; validUntil: number };
 
 /**
- * The WHERE clause of the filters (decisions §4), with its parameters from `$1`, and the key
- * their counts are cached under.
+ * The filters (decisions §4) as SQL: the table to read, its WHERE clause with parameters from `$1`,
+ * and the key their counts are cached under. A search reads ChildSearch (lower-cased copies of the
+ * children's names, kept by the database), where `LIKE lower(pattern)` is the ILIKE of the names;
+ * without one, Account itself. Both have the columns the clause and the counts name.
  */
 function filterSql(parentId: string, search: string | undefined, range: { from?: Date; to?: Date }) {
   const params: unknown[] = [parentId];
@@ -78,10 +80,11 @@ function filterSql(parentId: string, search: string | undefined, range: { from?:
   if (range.to) clauses.push(`"createdAt" <= $${params.push(range.to)}`);
   if (search) {
     const n = params.push(`%${escapeLike(search)}%`);
-    clauses.push(`(username ILIKE $${n} OR email ILIKE $${n})`);
+    clauses.push(`(username LIKE lower($${n}) OR email LIKE lower($${n}))`);
   }
   const cacheKey = `stats:${parentId}|${range.from?.getTime() ?? ''}|${range.to?.getTime() ?? ''}|${search ?? ''}`;
-  return { where: clauses.join(' AND '), params, filtered: clauses.length > 1, cacheKey };
+  const table = search ? '"ChildSearch"' : '"Account"';
+  return { table, where: clauses.join(' AND '), params, filtered: clauses.length > 1, cacheKey };
 }
 
 /** A parent's children, newest registration first, keyset-paginated (spec: GET /auth/child-accounts). */
@@ -103,18 +106,20 @@ export async function listChildAccounts(
   // Row comparison: one range condition on the (parentId, createdAt DESC, id DESC) index.
   const keyset = after ? ` AND ("createdAt", id) < ($${params.push(after.createdAt)}, $${params.push(after.id)})` : '';
   // Times as epoch milliseconds: a number is far cheaper for the driver than a timestamp text.
+  const columns = `a.id, a.username, a.email,
+            (extract(epoch FROM a."lastLogin") * 1000)::float8 AS "lastLoginMs",
+            (extract(epoch FROM a."createdAt") * 1000)::float8 AS "createdAtMs"`;
+  const page = `WHERE ${filters.where}${keyset} ORDER BY "createdAt" DESC, id DESC LIMIT $${params.push(limit + 1)}`;
   const rows = await context.sql.query<{ id: string; username: string; email: string; lastLoginMs: number | null; createdAtMs: number }>(
-    `SELECT id, username, email,
-            (extract(epoch FROM "lastLogin") * 1000)::float8 AS "lastLoginMs",
-            (extract(epoch FROM "createdAt") * 1000)::float8 AS "createdAtMs"
-     FROM "Account"
-     WHERE ${filters.where}${keyset}
-     ORDER BY "createdAt" DESC, id DESC LIMIT $${params.push(limit + 1)}`,
+    filters.table === '"Account"'
+      ? `SELECT ${columns} FROM "Account" a ${page}`
+      : // The page's ids from the narrow copy, then those rows (names as stored) from Account.
+        `SELECT ${columns} FROM (SELECT id, "createdAt" FROM ${filters.table} ${page}) m
+         JOIN "Account" a ON a.id = m.id ORDER BY m."createdAt" DESC, m.id DESC`,
     params,
   );
   const hasMore = rows.length > limit;
-  const page = rows.slice(0, limit);
-  const accounts = page.map((row) => {
+  const accounts = rows.slice(0, limit).map((row) => {
     const registered = new Date(row.createdAtMs);
     return {
       username: row.username,
@@ -173,7 +178,7 @@ async function queryCounts(
   const [row] = await context.sql.query<{ total: number | null; active: number; oldest: Date | null }>(
     `SELECT ${total} AS total, count(*) FILTER (WHERE "lastLogin" >= ${cutoff})::int AS active,
             min("lastLogin") FILTER (WHERE "lastLogin" >= ${cutoff}) AS oldest
-     FROM "Account" WHERE ${where}`,
+     FROM ${filters.table} WHERE ${where}`,
     params,
   );
   const entry: CachedStats = {
