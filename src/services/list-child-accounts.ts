@@ -41,6 +41,32 @@ export type ChildAccountPage = {
   stats: () => Promise<{ total: number; active: number }>;
 };
 
+/** A row of the list; a class, not an object literal with a getter, which V8 builds far slower. */
+class ListedChild implements ChildAccountListItem {
+  readonly username: string;
+  readonly email: string;
+  readonly lastSeen: Date | null;
+  readonly registered: Date;
+  readonly #id: string;
+  readonly #parentId: string;
+  readonly #key: string | Uint8Array;
+
+  constructor(row: { id: string; username: string; email: string; lastLoginMs: number | null; createdAtMs: number }, parentId: string, key: string | Uint8Array) {
+    this.username = row.username;
+    this.email = row.email;
+    this.lastSeen = row.lastLoginMs === null ? null : new Date(row.lastLoginMs);
+    this.registered = new Date(row.createdAtMs);
+    this.#id = row.id;
+    this.#parentId = parentId;
+    this.#key = key;
+  }
+
+  /** Signed on demand: REST needs only the last one, GraphQL only the cursors it is asked for. */
+  get cursor(): string {
+    return encodePageToken({ createdAt: this.registered, id: this.#id }, this.#parentId, this.#key);
+  }
+}
+
 function validLimit(limit: number | undefined): number {
   if (limit === undefined) return DEFAULT_LIMIT;
   if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LIMIT) throw new InvalidLimitError();
@@ -119,19 +145,7 @@ export async function listChildAccounts(
     params,
   );
   const hasMore = rows.length > limit;
-  const accounts = rows.slice(0, limit).map((row) => {
-    const registered = new Date(row.createdAtMs);
-    return {
-      username: row.username,
-      email: row.email,
-      lastSeen: row.lastLoginMs === null ? null : new Date(row.lastLoginMs),
-      registered,
-      // Signed on demand: REST needs only the last one, GraphQL only the cursors it is asked for.
-      get cursor() {
-        return encodePageToken({ createdAt: registered, id: row.id }, parentId, key);
-      },
-    };
-  });
+  const accounts = rows.slice(0, limit).map((row) => new ListedChild(row, parentId, key));
   let stats: Promise<Stats> | undefined;
   return {
     accounts,
