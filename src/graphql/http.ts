@@ -94,13 +94,13 @@ export function createGraphQLServer(graphql: GraphQLHandler, maxBodyBytes: numbe
       if (value === undefined) continue;
       for (const v of Array.isArray(value) ? value : [value]) headers.append(name, v);
     }
-    const serverContext = { requestId: options.requestId, waitUntil: ignoreSettled };
+    const serverContext = { requestId: options.requestId };
     const yogaRequest = () => new YogaRequest(url, { method, headers, body: body?.toString('utf8') });
     const mediaType = method === 'POST' ? regularMediaType(request.headers.accept) : undefined;
     let answer: Response | undefined;
     if (mediaType && body && isSingleJsonOperation(request, body)) {
       const operationRequest = yogaRequest();
-      const parsed = await graphql.parseRequest(operationRequest, serverContext);
+      const parsed = await graphql.parseRequest(operationRequest, { ...serverContext, waitUntil: ignoreSettled });
       if (parsed.response) answer = parsed.response;
       else if (!Array.isArray(parsed.requestParserResult)) {
         const result = await graphql.getResultForParams({ params: parsed.requestParserResult, request: operationRequest }, serverContext);
