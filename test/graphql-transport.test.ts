@@ -64,6 +64,22 @@ describe(`GraphQL over HTTP, both paths (${testMode})`, () => {
     expect((await post(JSON.stringify({ query: '{ me { nope } }' }), {})).status).toBe(200);
   });
 
+  it('gives browsers the same CORS answer on both paths', async () => {
+    const body = JSON.stringify({ query: '{ __typename }' });
+    const send = (accept?: string) =>
+      fetch(`${server().url}/graphql`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', origin: 'https://app.example', ...(accept ? { accept } : {}) },
+        body,
+      });
+    const [direct, whole] = [await send(), await send(VIA_WHOLE_PATH)];
+    for (const name of ['access-control-allow-origin', 'access-control-expose-headers', 'access-control-allow-credentials']) {
+      expect(direct.headers.get(name), name).toBe(whole.headers.get(name));
+    }
+    expect(direct.headers.get('access-control-allow-origin')).toBe('*');
+    expect(direct.headers.get('access-control-expose-headers')).toContain('X-Request-Id');
+  });
+
   it('leaves malformed parameters to Yoga, which refuses them with 400', async () => {
     for (const body of ['{"query": 5}', '{"query": "{ __typename }", "variables": [1]}', '{"query": "{ __typename }", "extra": 1}', '[{"query": "{ __typename }"}]', '{"query": "{ __typename }"', '"text"']) {
       const answer = await post(body, {});
