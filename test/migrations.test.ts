@@ -103,6 +103,16 @@ describe(`migrations (${testMode})`, () => {
     await expect(migrate(database.sql, good)).rejects.toBeInstanceOf(MigrationError);
   });
 
+  it('runs a migration without the per-statement time limit that requests have (a backfill may be long)', async () => {
+    const database = await emptyDatabase();
+    const probe = { name: '29990101000000_probe', script: 'CREATE TABLE "Probe" AS SELECT current_setting(\'statement_timeout\') AS value;', checksum: 'p'.repeat(64) };
+    await migrate(database.sql, [...readMigrations(), probe]);
+    expect(await database.sql.query(`SELECT value FROM "Probe"`)).toEqual([{ value: '0' }]);
+    // The pool's own connections keep their limit.
+    const [limit] = await database.sql.query<{ statement_timeout: string }>('SHOW statement_timeout');
+    if (testMode === 'postgres') expect(limit!.statement_timeout).not.toBe('0');
+  });
+
   it('reports a migration file changed after it was applied', async () => {
     const database = await emptyDatabase();
     await migrate(database.sql);
