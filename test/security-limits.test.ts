@@ -98,8 +98,26 @@ describe(`resource limits (${testMode})`, () => {
     const server = await startServer(database(), { env: { JWT_MAX_AGE_SECONDS: '60' } });
     try {
       const old = await tokenFor(org.parent, org, { now: new Date(Date.now() - 120_000), ttlSeconds: 3600 });
-      expect((await rest(server, '/auth/user-profile', { token: old })).status).toBe(401);
+      const refused = await rest(server, '/auth/user-profile', { token: old });
+      expect(refused.status).toBe(401);
+      expect(refused.body.error.message).toBe('The access token has expired.');
       expect((await rest(server, '/auth/user-profile', { token: await tokenFor(org.parent, org) })).status).toBe(200);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('a token verified once and remembered is refused the same way when it outgrows JWT_MAX_AGE_SECONDS', async () => {
+    const org = await createOrganization(database());
+    let now = new Date();
+    const server = await startServer(database(), { env: { JWT_MAX_AGE_SECONDS: '60' }, now: () => now });
+    try {
+      const token = await tokenFor(org.parent, org, { now, ttlSeconds: 3600 });
+      expect((await rest(server, '/auth/user-profile', { token })).status).toBe(200);
+      now = new Date(now.getTime() + 120_000);
+      const refused = await rest(server, '/auth/user-profile', { token });
+      expect(refused.status).toBe(401);
+      expect(refused.body.error.message).toBe('The access token has expired.');
     } finally {
       await server.close();
     }

@@ -61,10 +61,11 @@ type VerifiedToken = { subject: string; parentId: string; exp: number; iat: numb
 /** The time rules of `verifyToken`, for a remembered token (same tolerance, same messages). */
 function checkTimes(token: VerifiedToken, now: Date, maxAgeSeconds: number | undefined): void {
   const seconds = now.getTime() / 1000;
-  if (token.exp <= seconds - CLOCK_TOLERANCE_SECONDS) throw new UnauthorizedError('The access token has expired.');
-  const early = token.iat > seconds + CLOCK_TOLERANCE_SECONDS || (token.nbf !== undefined && token.nbf > seconds + CLOCK_TOLERANCE_SECONDS);
+  // Too old for the maximum age counts as expired, as jose reports it on a token's first check.
   const old = maxAgeSeconds !== undefined && seconds - token.iat - CLOCK_TOLERANCE_SECONDS > maxAgeSeconds;
-  if (early || old) throw new UnauthorizedError('The access token is invalid.');
+  if (token.exp <= seconds - CLOCK_TOLERANCE_SECONDS || old) throw new UnauthorizedError('The access token has expired.');
+  const early = token.iat > seconds + CLOCK_TOLERANCE_SECONDS || (token.nbf !== undefined && token.nbf > seconds + CLOCK_TOLERANCE_SECONDS);
+  if (early) throw new UnauthorizedError('The access token is invalid.');
 }
 
 /** Full verification with jose; the result is remembered, tagged with the key it was checked with. */
