@@ -1,10 +1,21 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { Config } from './config.js';
 import { requestIdFrom, type AppDependencies } from './context.js';
 import type { Database } from './db/database.js';
 import { EntityCache } from './db/entity-cache.js';
-import { ApiError, HeaderTooLargeError, PayloadTooLargeError, RateLimitedError, ServiceUnavailableError, toApiError } from './errors.js';
-import { createGraphQLServer } from './graphql/http.js';
+import {
+  ApiError,
+  BadRequestError,
+  ClientClosedError,
+  HeaderTooLargeError,
+  PayloadTooLargeError,
+  RateLimitedError,
+  ServiceUnavailableError,
+  toApiError,
+  UriTooLongError,
+} from './errors.js';
+import { createGraphQLServer, sendGraphQLError } from './graphql/http.js';
 import { createGraphQLHandler } from './graphql/yoga.js';
 import type { Logger } from './logger.js';
 import { RateLimiter } from './rate-limit.js';
@@ -23,8 +34,7 @@ export type App = {
 
 const ALLOWED_REQUEST_HEADERS = 'Authorization, Content-Type, X-Public-Key, X-Request-Id';
 const EXPOSED_HEADERS = 'X-Request-Id, WWW-Authenticate, Allow, Retry-After, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, RateLimit-Policy';
-/** Bearer tokens may be long (they are refused as tokens past 8 KiB); the node parser must let them reach us. */
-const MAX_AUTHORIZATION_BYTES = 2 * 1024 * 1024;
+const GRAPHQL_PATH = '/graphql';
 
 /** CORS for browser callers; no cookies are involved, so credentials are never allowed. */
 function corsHeaders(config: Config, origin: string | undefined): Record<string, string> {
@@ -43,6 +53,30 @@ function oversizedHeader(request: IncomingMessage, maxBytes: number): string | u
   }
   return undefined;
 }
+
+/** A Host header as RFC 9110 has it: a host name, an IPv4 address or a bracketed IPv6 one, and an optional port. */
+function isValidHost(host: string): boolean {
+  if (host.length === 0 || host.length > 255 || /[\s/?#@\\%]/.test(host)) return false;
+  try {
+    return new URL(`http://${host}`).host !== '';
+  } catch {
+    return false;
+  }
+}
+
+/** The request target as sent, split at the first `?` (origin form; anything else has no route). */
+function requestTarget(rawUrl: string): { path: string; query: string } {
+  const at = rawUrl.indexOf('?');
+  return at === -1 ? { path: rawUrl, query: '' } : { path: rawUrl.slice(0, at), query: rawUrl.slice(at + 1) };
+}
+
+/** The handler's view of a request while it is answered: who asked, and how to answer it. */
+type Exchange = {
+  request: IncomingMessage;
+  response: ServerResponse;
+  target: { path: string; query: string };
+  options: ResponseOptions;
+};
 
 /** The request handler: /graphql to Yoga, the REST paths to rest/, /health; the envelope for the rest. */
 export function createApp(options: { config: Config; database: Database; logger: Logger; now?: () => Date }): App {
@@ -64,30 +98,43 @@ export function createApp(options: { config: Config; database: Database; logger:
   };
   const serveGraphQL = createGraphQLServer(createGraphQLHandler(deps, logger), config.limits.maxBodyBytes);
   const limiter = new RateLimiter(config.rateLimit, database.pgPool);
+  const { limits } = config;
   let draining = false;
 
-  async function handle(request: IncomingMessage, response: ServerResponse, requestId: string) {
-    const url = new URL(request.url ?? '/', `http://${request.headers.host && /^[A-Za-z0-9.:[\]-]{1,255}$/.test(request.headers.host) ? request.headers.host : 'localhost'}`);
-    const origin = request.headers.origin;
-    const responseOptions: ResponseOptions = { requestId, headers: corsHeaders(config, typeof origin === 'string' ? origin : undefined) };
-    if (draining) response.setHeader('Connection', 'close');
-    response.on('finish', () => {
-      logger.info('request', { requestId, method: request.method, path: url.pathname, status: response.statusCode });
-    });
-    const tooLong = oversizedHeader(request, config.limits.maxHeaderBytes);
-    if (tooLong) return sendError(response, new HeaderTooLargeError(tooLong), responseOptions);
-    if (request.method === 'OPTIONS' && request.headers['access-control-request-method'] && (isRestPath(url.pathname) || url.pathname === '/health')) {
+  /** Refusals in the caller's protocol: GraphQL's error list at /graphql, the REST envelope elsewhere. */
+  function refuse(exchange: Exchange, error: ApiError): void {
+    if (exchange.target.path === GRAPHQL_PATH) return sendGraphQLError(exchange.response, error, exchange.options);
+    return sendError(exchange.response, error, exchange.options);
+  }
+
+  async function handle(exchange: Exchange) {
+    const { request, response, target, options: responseOptions } = exchange;
+    const preflight = request.method === 'OPTIONS' && request.headers['access-control-request-method'] !== undefined;
+    // Probes and preflights are not limited; everything else counts against its sender, malformed or not.
+    if (target.path !== '/health' && !preflight) {
+      const verdict = await limiter.check(request);
+      responseOptions.headers = { ...responseOptions.headers, ...verdict.headers };
+      if (!verdict.allowed) return refuse(exchange, new RateLimitedError(verdict.retryAfterSeconds));
+    }
+    // Bounded before anything reads them: the request target, the number and size of headers.
+    if ((request.url ?? '').length > limits.maxUrlBytes) return refuse(exchange, new UriTooLongError());
+    if (request.rawHeaders.length / 2 > limits.maxHeaderCount) return refuse(exchange, new HeaderTooLargeError('The request has too many header fields.'));
+    const tooLong = oversizedHeader(request, limits.maxHeaderBytes);
+    if (tooLong) return refuse(exchange, HeaderTooLargeError.forHeader(tooLong));
+    const host = request.headers.host;
+    if (host !== undefined && !isValidHost(host)) return refuse(exchange, new BadRequestError('The Host header is malformed.'));
+    if (preflight && (isRestPath(target.path) || target.path === '/health')) {
       response.writeHead(204, {
         ...responseOptions.headers,
         'Access-Control-Allow-Methods': ALLOWED_METHODS,
         'Access-Control-Allow-Headers': ALLOWED_REQUEST_HEADERS,
         'Access-Control-Max-Age': '600',
-        'X-Request-Id': requestId,
+        'X-Request-Id': responseOptions.requestId,
       });
       response.end();
       return;
     }
-    if (url.pathname === '/health') {
+    if (target.path === '/health') {
       return database.sql
         .query('SELECT 1 AS ok')
         .then(() =>
@@ -95,11 +142,8 @@ export function createApp(options: { config: Config; database: Database; logger:
         )
         .catch(() => sendError(response, new ServiceUnavailableError(), responseOptions));
     }
-    const verdict = await limiter.check(request);
-    responseOptions.headers = { ...responseOptions.headers, ...verdict.headers };
-    if (!verdict.allowed) return sendError(response, new RateLimitedError(verdict.retryAfterSeconds), responseOptions);
-    if (url.pathname === '/graphql') return serveGraphQL(request, response, url, responseOptions);
-    return handleRest(request, response, url, deps, logger, responseOptions);
+    if (target.path === GRAPHQL_PATH) return serveGraphQL(request, response, new URL(request.url!, 'http://localhost'), responseOptions);
+    return handleRest(request, response, target, deps, logger, responseOptions);
   }
 
   return {
@@ -114,22 +158,93 @@ export function createApp(options: { config: Config; database: Database; logger:
     },
     handle(request, response) {
       const requestId = requestIdFrom(request.headers['x-request-id'] as string | undefined);
-      handle(request, response, requestId).catch((error: unknown) => {
+      const origin = request.headers.origin;
+      const exchange: Exchange = {
+        request,
+        response,
+        target: requestTarget(request.url ?? '/'),
+        options: { requestId, headers: corsHeaders(config, typeof origin === 'string' ? origin : undefined) },
+      };
+      if (draining) response.setHeader('Connection', 'close');
+      response.on('finish', () => {
+        logger.info('request', { requestId, method: request.method, path: exchange.target.path.slice(0, 200), status: response.statusCode });
+      });
+      handle(exchange).catch((error: unknown) => {
+        if (error instanceof ClientClosedError) {
+          logger.debug('client closed the connection before its request was read', { requestId });
+          return response.destroy();
+        }
         // The same mapping as the routes: expected errors as they are, outages 503, the rest 500.
         const apiError = toApiError(error);
         if (!(error instanceof ApiError)) logger.error('unexpected error while handling a request', { error, requestId });
         if (response.headersSent) return response.destroy();
         // An unread body (413) is not drained; the connection closes after the answer.
         if (apiError instanceof PayloadTooLargeError) response.setHeader('Connection', 'close');
-        sendError(response, apiError, { requestId });
+        // With the CORS and rate-limit headers gathered so far, so that browsers can read it.
+        refuse(exchange, apiError);
       });
     },
   };
 }
 
-/** The HTTP server around the app, with the header-size room that long tokens need. */
+const DRAIN_AFTER_REFUSAL_BYTES = 4 * 1024 * 1024;
+const DRAIN_AFTER_REFUSAL_MS = 2000;
+const refused = new WeakSet<Duplex>();
+/** Connections with an answer under way. */
+const answering = new WeakSet<Duplex>();
+
+/** Answers a request that Node's parser refused, in the envelope, and closes the connection. */
+function refuseUnparsable(error: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex, limits: Config['limits']): void {
+  // Node reports the parser's error again for every further chunk: answered once.
+  if (refused.has(socket)) return;
+  refused.add(socket);
+  // As Node's own handler: only on a connection with no answer under way (it would be corrupted).
+  if (error.code === 'ECONNRESET' || !socket.writable || answering.has(socket)) {
+    socket.destroy();
+    return;
+  }
+  let apiError: ApiError;
+  if (error.code === 'HPE_HEADER_OVERFLOW') {
+    // The request line is the first line of the head: too long when no line ends within the bound.
+    const lineEnd = error.rawPacket?.indexOf(0x0a) ?? -1;
+    apiError = lineEnd === -1 || lineEnd > limits.maxUrlBytes + 16 ? new UriTooLongError() : new HeaderTooLargeError();
+  } else if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+    apiError = new ApiError('REQUEST_TIMEOUT', 408, 'The request was not received in time.');
+  } else {
+    apiError = new BadRequestError();
+  }
+  const body = JSON.stringify({ success: false, error: { code: apiError.code, message: apiError.message } });
+  // What the client is still sending is read and dropped for a moment, so that the answer reaches
+  // it instead of a reset; then the connection goes, whatever is left.
+  let drained = 0;
+  socket.on('data', (chunk: Buffer) => {
+    drained += chunk.length;
+    if (drained > DRAIN_AFTER_REFUSAL_BYTES) socket.destroy();
+  });
+  setTimeout(() => socket.destroy(), DRAIN_AFTER_REFUSAL_MS).unref();
+  socket.resume();
+  socket.end(
+    `HTTP/1.1 ${apiError.status} ${STATUS_CODES[apiError.status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
+}
+
+/**
+ * The HTTP server around the app. The whole request head (request line and headers) is bounded
+ * by MAX_HEAD_BYTES and MAX_HEADER_COUNT; within it, the target by MAX_URL_BYTES (414), each
+ * header by MAX_HEADER_BYTES and a bearer token by MAX_TOKEN_BYTES.
+ */
 export function createHttpServer(app: App): Server {
-  const server = createServer({ maxHeaderSize: MAX_AUTHORIZATION_BYTES }, (request, response) => app.handle(request, response));
+  const { limits } = app.deps.config;
+  const server = createServer({ maxHeaderSize: limits.maxHeadBytes }, (request, response) => {
+    const socket = request.socket;
+    answering.add(socket);
+    response.on('close', () => answering.delete(socket));
+    app.handle(request, response);
+  });
+  // One more than allowed is kept, so that a request with too many can be told apart and refused.
+  server.maxHeadersCount = limits.maxHeaderCount + 1;
+  server.on('clientError', (error, socket) => refuseUnparsable(error, socket, limits));
   server.headersTimeout = 20_000;
   server.requestTimeout = 30_000;
   server.keepAliveTimeout = 5_000;

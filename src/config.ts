@@ -1,3 +1,4 @@
+import proxyAddr from 'proxy-addr';
 import { z } from 'zod';
 
 const bool = (fallback: boolean) =>
@@ -33,15 +34,41 @@ const environment = z.object({
   CORS_ORIGINS: z.string().default('*'),
   INTROSPECTION: z.enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off']).optional(),
   JWT_MAX_AGE_SECONDS: z.coerce.number().int().min(1).optional(),
+  JWT_MAX_LIFETIME_SECONDS: z.coerce.number().int().min(60).default(86_400),
+  MAX_TOKEN_BYTES: z.coerce.number().int().min(512).max(65_536).default(4096),
   MAX_BODY_BYTES: z.coerce.number().int().min(1024).default(100_000),
   MAX_HEADER_BYTES: z.coerce.number().int().min(256).default(8192),
+  MAX_URL_BYTES: z.coerce.number().int().min(256).max(1_048_576).default(8192),
+  MAX_HEAD_BYTES: z.coerce.number().int().min(4096).max(1_048_576).default(32_768),
+  MAX_HEADER_COUNT: z.coerce.number().int().min(10).max(1000).default(100),
+  MAX_QUERY_PARAMETERS: z.coerce.number().int().min(10).max(10_000).default(100),
   RATE_LIMIT_PER_ADDRESS: z.coerce.number().int().min(0).default(600),
   RATE_LIMIT_PER_CREDENTIAL: z.coerce.number().int().min(0).default(300),
   RATE_LIMIT_WINDOW_SECONDS: z.coerce.number().int().min(1).default(60),
   RATE_LIMIT_STORE: z.enum(['memory', 'postgres']).default('memory'),
-  TRUST_PROXY: bool(false),
+  TRUST_PROXY: z
+    .string()
+    .optional()
+    .transform((value, context) => {
+      const text = value?.trim() ?? '';
+      if (['', 'false', '0', 'no', 'off'].includes(text)) return undefined;
+      if (/^\d+$/.test(text)) return Number(text);
+      if (['true', 'yes', 'on'].includes(text)) {
+        context.addIssue({ code: 'custom', message: 'name the proxies to trust: a hop count (1) or their addresses or subnets (loopback, 10.0.0.0/8)' });
+        return z.NEVER;
+      }
+      const entries = text.split(',').map((entry) => entry.trim()).filter(Boolean);
+      try {
+        proxyAddr.compile(entries);
+      } catch (error) {
+        context.addIssue({ code: 'custom', message: (error as Error).message });
+        return z.NEVER;
+      }
+      return entries;
+    }),
   SHUTDOWN_TIMEOUT_MS: z.coerce.number().int().min(100).default(10_000),
   CACHE_MAX_ENTRIES: z.coerce.number().int().min(0).default(20_000),
+  CACHE_MAX_BYTES: z.coerce.number().int().min(0).default(32 * 1024 * 1024),
   CACHE_TTL_SECONDS: z.coerce.number().int().min(1).default(600),
   GRAPHIQL: z.enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off']).optional(),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
@@ -68,17 +95,32 @@ export type Config = {
   introspection: boolean;
   /** Refuse tokens issued longer ago than this (unset: only `exp` counts). */
   jwtMaxAgeSeconds: number | undefined;
-  limits: { maxBodyBytes: number; maxHeaderBytes: number };
+  /** Refuse tokens whose `exp` lies further than this past their `iat`. */
+  jwtMaxLifetimeSeconds: number;
+  limits: {
+    maxBodyBytes: number;
+    maxHeaderBytes: number;
+    /** The request target (path and query). */
+    maxUrlBytes: number;
+    /** The whole request head: request line and every header. */
+    maxHeadBytes: number;
+    maxHeaderCount: number;
+    /** Query parameters read; the ones after are ignored. */
+    maxQueryParameters: number;
+    /** Bearer tokens longer than this are refused before any work. */
+    maxTokenBytes: number;
+  };
   rateLimit: {
     perAddress: number;
     perCredential: number;
     windowSeconds: number;
     store: 'memory' | 'postgres';
-    trustProxy: boolean;
+    /** Proxies whose X-Forwarded-For is believed: none, a hop count, or addresses and subnets. */
+    trustProxy: undefined | number | string[];
   };
   shutdownTimeoutMs: number;
-  /** The entity cache (0 entries: no cache). */
-  cache: { maxEntries: number; ttlMs: number };
+  /** The entity cache (0 entries or 0 bytes: no cache). */
+  cache: { maxEntries: number; maxBytes: number; ttlMs: number };
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
 };
 
@@ -124,7 +166,16 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
           : ['true', '1', 'yes', 'on'].includes(e.GRAPHIQL)
         : ['true', '1', 'yes', 'on'].includes(e.INTROSPECTION),
     jwtMaxAgeSeconds: e.JWT_MAX_AGE_SECONDS,
-    limits: { maxBodyBytes: e.MAX_BODY_BYTES, maxHeaderBytes: e.MAX_HEADER_BYTES },
+    jwtMaxLifetimeSeconds: e.JWT_MAX_LIFETIME_SECONDS,
+    limits: {
+      maxBodyBytes: e.MAX_BODY_BYTES,
+      maxHeaderBytes: e.MAX_HEADER_BYTES,
+      maxUrlBytes: e.MAX_URL_BYTES,
+      maxHeadBytes: e.MAX_HEAD_BYTES,
+      maxHeaderCount: e.MAX_HEADER_COUNT,
+      maxQueryParameters: e.MAX_QUERY_PARAMETERS,
+      maxTokenBytes: e.MAX_TOKEN_BYTES,
+    },
     rateLimit: {
       perAddress: e.RATE_LIMIT_PER_ADDRESS,
       perCredential: e.RATE_LIMIT_PER_CREDENTIAL,
@@ -133,7 +184,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       trustProxy: e.TRUST_PROXY,
     },
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
-    cache: { maxEntries: e.CACHE_MAX_ENTRIES, ttlMs: e.CACHE_TTL_SECONDS * 1000 },
+    cache: { maxEntries: e.CACHE_MAX_ENTRIES, maxBytes: e.CACHE_MAX_BYTES, ttlMs: e.CACHE_TTL_SECONDS * 1000 },
     corsOrigins: e.CORS_ORIGINS.trim() === '*' ? '*' : e.CORS_ORIGINS.split(',').map((o) => o.trim()).filter(Boolean),
   };
 }

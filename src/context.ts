@@ -45,19 +45,34 @@ export function createRequestContext(
   requestId: string,
 ): RequestContext {
   const loaders = createLoaders(deps.database.prisma, deps.cache);
+  // decisions §3 counts answers, not fields: a GraphQL operation that asks for the organization
+  // under fifteen aliases is one retrieval.
+  const counted = new Set<string>();
   const services: ServiceContext = {
     prisma: deps.database.prisma,
     sql: deps.database.sql,
     cache: deps.cache,
     loaders,
     now: deps.now,
-    retrievals: deps.retrievals,
+    retrievals: {
+      record: (organizationId, at) => {
+        if (counted.has(organizationId)) return;
+        counted.add(organizationId);
+        deps.retrievals.record(organizationId, at);
+      },
+    },
     paginationSecret: deps.config.paginationSecret,
   };
   const auth: AuthDependencies = {
     loaders,
     cache: deps.cache,
-    jwt: { issuer: deps.config.jwt.issuer, audience: deps.config.jwt.audience, maxAgeSeconds: deps.config.jwtMaxAgeSeconds },
+    jwt: {
+      issuer: deps.config.jwt.issuer,
+      audience: deps.config.jwt.audience,
+      maxAgeSeconds: deps.config.jwtMaxAgeSeconds,
+      maxLifetimeSeconds: deps.config.jwtMaxLifetimeSeconds,
+      maxTokenBytes: deps.config.limits.maxTokenBytes,
+    },
     now: deps.now,
   };
   let jwt: Promise<Viewer> | undefined;

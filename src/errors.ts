@@ -119,8 +119,33 @@ export class PayloadTooLargeError extends ApiError {
 }
 
 export class HeaderTooLargeError extends ApiError {
-  constructor(name: string) {
-    super('REQUEST_HEADER_FIELDS_TOO_LARGE', 431, `The ${name.length > 40 ? 'a' : name} header is too long.`);
+  constructor(message = 'The request headers are too large.') {
+    super('REQUEST_HEADER_FIELDS_TOO_LARGE', 431, message);
+  }
+
+  static forHeader(name: string): HeaderTooLargeError {
+    return new HeaderTooLargeError(`The ${name.length > 40 || !/^[A-Za-z0-9-]+$/.test(name) ? 'a' : name} header is too long.`);
+  }
+}
+
+export class UriTooLongError extends ApiError {
+  constructor(message = 'The request target (path and query string) is too long.') {
+    super('URI_TOO_LONG', 414, message);
+  }
+}
+
+/** A request the HTTP layer cannot take as it is (a malformed Host header, an unparsable head). */
+export class BadRequestError extends ApiError {
+  constructor(message = 'The request is malformed.') {
+    super('BAD_REQUEST', 400, message);
+  }
+}
+
+/** The client went away before its request was read: nobody is left to answer. Not an ApiError. */
+export class ClientClosedError extends Error {
+  constructor() {
+    super('the client closed the connection before its request was read');
+    this.name = 'ClientClosedError';
   }
 }
 

@@ -1,6 +1,7 @@
-import { createHash } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
+import proxyAddr from 'proxy-addr';
 import { RateLimiterMemory, RateLimiterPostgres, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import { credentialKey } from './auth/credentials.js';
 import type { Config } from './config.js';
 
 export type RateLimitVerdict =
@@ -9,14 +10,17 @@ export type RateLimitVerdict =
 
 /**
  * Requests per window per client address and per credential (each distinct bearer token or
- * public key; hashed, so forged tokens naming someone else's account cannot use up that
- * account's allowance). Decided before any database work. In memory by default; with
+ * public key, however it is spelled; hashed, so forged tokens naming someone else's account
+ * cannot use up that account's allowance). Decided before any database work. The client address
+ * is the peer's, or with TRUST_PROXY the one the trusted proxies report (proxy-addr, as Express
+ * derives it: X-Forwarded-For is read from the right, past the trusted hops only). In memory by default; with
  * RATE_LIMIT_STORE=postgres the counters live in the shared database, so the limits hold across
  * instances behind a load balancer.
  */
 export class RateLimiter {
   private readonly byAddress: RateLimiterAbstract | undefined;
   private readonly byCredential: RateLimiterAbstract | undefined;
+  private readonly trust: ((address: string, hop: number) => boolean) | undefined;
 
   constructor(
     private readonly config: Config['rateLimit'],
@@ -41,24 +45,22 @@ export class RateLimiter {
     };
     this.byAddress = make(config.perAddress, 'addr');
     this.byCredential = make(config.perCredential, 'cred');
+    const trusted = config.trustProxy;
+    this.trust =
+      trusted === undefined ? undefined : typeof trusted === 'number' ? (_address, hop) => hop < trusted : proxyAddr.compile(trusted);
   }
 
   clientAddress(request: IncomingMessage): string {
-    if (this.config.trustProxy) {
-      const forwarded = request.headers['x-forwarded-for'];
-      const first = (Array.isArray(forwarded) ? forwarded[0] : forwarded)?.split(',')[0]?.trim();
-      if (first) return first;
-    }
+    if (this.trust && request.socket.remoteAddress) return proxyAddr(request, this.trust);
     return request.socket.remoteAddress ?? 'unknown';
   }
 
   async check(request: IncomingMessage): Promise<RateLimitVerdict> {
-    const credential = request.headers.authorization ?? request.headers['x-public-key'];
+    const publicKey = request.headers['x-public-key'];
+    const credential = credentialKey(request.headers.authorization, typeof publicKey === 'string' ? publicKey : undefined);
     const checks: [RateLimiterAbstract, string][] = [];
     if (this.byAddress) checks.push([this.byAddress, this.clientAddress(request)]);
-    if (this.byCredential && typeof credential === 'string' && credential.length > 0) {
-      checks.push([this.byCredential, createHash('sha256').update(credential).digest('base64url')]);
-    }
+    if (this.byCredential && credential !== undefined) checks.push([this.byCredential, credential]);
     let tightest: { limit: number; remaining: number; resetSeconds: number } | undefined;
     for (const [limiter, key] of checks) {
       try {

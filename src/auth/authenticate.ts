@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { decodeProtectedHeader, errors as joseErrors, jwtVerify, type JWTVerifyOptions } from 'jose';
 import {
   AccountInactiveError,
@@ -10,6 +11,7 @@ import {
 import type { Account, Organization } from '../generated/prisma/client.js';
 import { cacheTags, type EntityCache } from '../db/entity-cache.js';
 import type { Loaders } from '../loaders.js';
+import { bearerToken, isCanonicalJws } from './credentials.js';
 import { TOKEN_ALGORITHM } from './tokens.js';
 
 export type Viewer = {
@@ -27,14 +29,21 @@ export type AuthDependencies = {
   loaders: Loaders;
   /** Remembers verified tokens (dropped with their organization's key). */
   cache: EntityCache;
-  jwt: { issuer?: string; audience?: string; maxAgeSeconds?: number };
+  jwt: {
+    issuer?: string;
+    audience?: string;
+    maxAgeSeconds?: number;
+    /** Longest `exp - iat` accepted. */
+    maxLifetimeSeconds: number;
+    /** Longest token accepted, in characters. */
+    maxTokenBytes: number;
+  };
   now: () => Date;
 };
 
 /** decisions §1: public keys are APK_<alphanumerics>_<digits>. */
 export const PUBLIC_KEY_PATTERN = /^APK_[A-Za-z0-9]+_[0-9]+$/;
 const MAX_PUBLIC_KEY_LENGTH = 128;
-const MAX_TOKEN_LENGTH = 8192;
 const CLOCK_TOLERANCE_SECONDS = 5;
 
 function isPublicKey(value: string): boolean {
@@ -45,14 +54,6 @@ function isPublicKey(value: string): boolean {
 export function isUsable(account: Pick<Account, 'status' | 'lockedUntil'>, now: Date): boolean {
   if (account.status === 'active') return true;
   return account.status === 'locked' && account.lockedUntil !== null && account.lockedUntil < now;
-}
-
-function bearerToken(authorization: string): string {
-  const match = /^Bearer[ \t]+([^\s]+)[ \t]*$/i.exec(authorization);
-  if (!match) throw new UnauthorizedError('The Authorization header must be "Bearer <token>".');
-  const token = match[1]!;
-  if (token.length > MAX_TOKEN_LENGTH) throw new UnauthorizedError('The access token is invalid.');
-  return token;
 }
 
 /** What a verified token established: who, for which organization, and its time claims. */
@@ -66,6 +67,11 @@ function checkTimes(token: VerifiedToken, now: Date, maxAgeSeconds: number | und
   if (token.exp <= seconds - CLOCK_TOLERANCE_SECONDS || old) throw new UnauthorizedError('The access token has expired.');
   const early = token.iat > seconds + CLOCK_TOLERANCE_SECONDS || (token.nbf !== undefined && token.nbf > seconds + CLOCK_TOLERANCE_SECONDS);
   if (early) throw new UnauthorizedError('The access token is invalid.');
+}
+
+/** Tokens are remembered under their digest: the key's size does not depend on what callers send. */
+function tokenCacheKey(token: string): string {
+  return `token:${createHash('sha256').update(token).digest('base64url')}`;
 }
 
 /** Full verification with jose; the result is remembered, tagged with the key it was checked with. */
@@ -97,6 +103,8 @@ async function verifyToken(token: string, deps: AuthDependencies, now: Date): Pr
     const { payload } = await jwtVerify(token, key.key, options);
     if (typeof payload.sub !== 'string' || payload.sub.length === 0) throw new UnauthorizedError();
     if (typeof payload.iat !== 'number' || typeof payload.exp !== 'number') throw new UnauthorizedError();
+    // A token may not outlive the configured lifetime, whatever its exp says.
+    if (!(payload.exp - payload.iat <= deps.jwt.maxLifetimeSeconds)) throw new UnauthorizedError();
     verified = { subject: payload.sub, parentId: key.parentId, exp: payload.exp, iat: payload.iat, nbf: payload.nbf };
     // A token issued in the future was not issued by a correct clock: refused like an early nbf.
     checkTimes(verified, now, deps.jwt.maxAgeSeconds);
@@ -104,7 +112,7 @@ async function verifyToken(token: string, deps: AuthDependencies, now: Date): Pr
     if (error instanceof joseErrors.JWTExpired) throw new UnauthorizedError('The access token has expired.');
     throw new UnauthorizedError('The access token is invalid.');
   }
-  deps.cache.set(ticket, `token:${token}`, verified, [
+  deps.cache.set(ticket, tokenCacheKey(token), verified, [
     cacheTags.publicKey(kid),
     cacheTags.account(key.parentId),
     cacheTags.organization(key.parentId),
@@ -121,11 +129,12 @@ export async function authenticateJwt(credentials: Credentials, deps: AuthDepend
   if (credentials.authorization === undefined || credentials.authorization === null) {
     throw new UnauthorizedError('An access token is required (Authorization: Bearer <token>).');
   }
-  const token = bearerToken(credentials.authorization);
+  const token = bearerToken(credentials.authorization, deps.jwt.maxTokenBytes);
+  if (!isCanonicalJws(token)) throw new UnauthorizedError('The access token is malformed.');
   const now = deps.now();
   // A token already verified is not verified again while its organization's key is unchanged;
   // its time claims are checked on every use.
-  const remembered = deps.cache.get<VerifiedToken>(`token:${token}`)?.value;
+  const remembered = deps.cache.get<VerifiedToken>(tokenCacheKey(token))?.value;
   const verified = remembered ?? (await verifyToken(token, deps, now));
   if (remembered) checkTimes(remembered, now, deps.jwt.maxAgeSeconds);
 

@@ -26,6 +26,10 @@ try {
 }
 
 const config = loadConfigOrExit();
+if (ttlSeconds > config.jwtMaxLifetimeSeconds) {
+  console.error(`token: the lifetime is longer than JWT_MAX_LIFETIME_SECONDS (${config.jwtMaxLifetimeSeconds} s): the API would refuse the token`);
+  process.exit(2);
+}
 const database = await openConfiguredDatabase(config);
 try {
   const found = await findTokenSubject(database.prisma, who);

@@ -1,13 +1,51 @@
+import { LRUCache } from 'lru-cache';
 import type { ChangeFeed } from './change-feed.js';
 
-type Entry = { value: unknown; expires: number; tags: readonly string[] };
+type Entry = { value: unknown; tags: readonly string[] };
 
 export type EntityCacheOptions = {
-  /** Entries kept at most; the least recently stored go first. */
+  /** Entries kept at most; the least recently used go first. */
   maxEntries: number;
+  /** Estimated bytes kept at most (keys, values and tags); the least recently used go first. */
+  maxBytes: number;
   /** A safety net only: entries are invalidated by the database's announcements long before. */
   ttlMs: number;
 };
+
+/** Bytes that an opaque object (a WebCrypto key) is counted as. */
+const OPAQUE_BYTES = 256;
+
+/**
+ * An estimate of the memory a cached value holds: strings at two bytes a character, numbers and
+ * booleans at 8, dates at 32, objects and arrays at 32 plus their members. Deliberately generous,
+ * so that the configured byte bound is an upper bound in practice.
+ */
+export function estimateBytes(value: unknown, depth = 0): number {
+  switch (typeof value) {
+    case 'string':
+      return 16 + 2 * value.length;
+    case 'number':
+    case 'boolean':
+    case 'bigint':
+      return 8;
+    case 'object': {
+      if (value === null) return 8;
+      if (value instanceof Date) return 32;
+      if (ArrayBuffer.isView(value)) return 64 + value.byteLength;
+      if (depth > 6) return OPAQUE_BYTES;
+      const prototype = Object.getPrototypeOf(value) as unknown;
+      if (!Array.isArray(value) && prototype !== Object.prototype && prototype !== null && !('toNumber' in (value as object))) {
+        return OPAQUE_BYTES;
+      }
+      let bytes = 32;
+      if (Array.isArray(value)) for (const item of value) bytes += 8 + estimateBytes(item, depth + 1);
+      else for (const [key, member] of Object.entries(value)) bytes += 8 + 2 * key.length + estimateBytes(member, depth + 1);
+      return bytes;
+    }
+    default:
+      return 8;
+  }
+}
 
 /** A read that may be stored: taken before the query, so a change announced meanwhile wins. */
 export type CacheTicket = { readonly epoch: number };
@@ -23,29 +61,52 @@ export type CacheTicket = { readonly epoch: number };
  * one just replaced.
  */
 export class EntityCache {
-  private readonly entries = new Map<string, Entry>();
+  /** Undefined when the cache is turned off (no entries or no bytes allowed). */
+  private readonly entries: LRUCache<string, Entry> | undefined;
+  /** Which keys carry a tag; kept in step with `entries` by its dispose hook. */
   private readonly byTag = new Map<string, Set<string>>();
   private epoch = 0;
   private readonly inFlight = new Map<string, { epoch: number; result: Promise<unknown> }>();
   private readonly unsubscribe: () => void;
-  readonly stats = { hits: 0, misses: 0, invalidations: 0 };
+  readonly stats = { hits: 0, misses: 0, invalidations: 0, evictions: 0 };
 
   constructor(
     private readonly feed: ChangeFeed,
-    private readonly options: EntityCacheOptions = { maxEntries: 20_000, ttlMs: 10 * 60_000 },
+    options: EntityCacheOptions = { maxEntries: 20_000, maxBytes: 32 * 1024 * 1024, ttlMs: 10 * 60_000 },
   ) {
+    if (options.maxEntries > 0 && options.maxBytes > 0) {
+      this.entries = new LRUCache<string, Entry>({
+        max: options.maxEntries,
+        maxSize: options.maxBytes,
+        sizeCalculation: (entry, key) => 64 + 2 * key.length + estimateBytes(entry.value) + estimateBytes(entry.tags),
+        ttl: options.ttlMs,
+        dispose: (entry, key, reason) => {
+          if (reason === 'evict') this.stats.evictions += 1;
+          this.untag(key, entry.tags);
+        },
+      });
+    }
     this.unsubscribe = feed.subscribe({
       change: (payload) => this.onChange(payload),
       reset: () => this.clear(),
     });
   }
 
+  /** Entries held now. */
+  get size(): number {
+    return this.entries?.size ?? 0;
+  }
+
+  /** Estimated bytes held now (never above the configured bound). */
+  get bytes(): number {
+    return this.entries?.calculatedSize ?? 0;
+  }
+
   /** The cached value, wrapped so that a cached `null` (known not to exist) differs from a miss. */
-  get<V>(key: string, now = Date.now()): { value: V } | undefined {
-    if (!this.feed.live) return undefined;
+  get<V>(key: string): { value: V } | undefined {
+    if (!this.feed.live || !this.entries) return undefined;
     const entry = this.entries.get(key);
-    if (entry === undefined || entry.expires <= now) {
-      if (entry) this.delete(key);
+    if (entry === undefined) {
       this.stats.misses += 1;
       return undefined;
     }
@@ -59,14 +120,12 @@ export class EntityCache {
   }
 
   /** Stores `value` unless a change was announced since `ticket` or the feed is not live. */
-  set(ticket: CacheTicket, key: string, value: unknown, tags: readonly string[], now = Date.now()): void {
-    if (ticket.epoch !== this.epoch || !this.feed.live || this.options.maxEntries <= 0) return;
-    this.delete(key);
-    if (this.entries.size >= this.options.maxEntries) {
-      const oldest = this.entries.keys().next();
-      if (!oldest.done) this.delete(oldest.value);
-    }
-    this.entries.set(key, { value, expires: now + this.options.ttlMs, tags });
+  set(ticket: CacheTicket, key: string, value: unknown, tags: readonly string[]): void {
+    if (ticket.epoch !== this.epoch || !this.feed.live || !this.entries) return;
+    const entry: Entry = { value, tags };
+    // An entry larger than the whole bound is not stored (and any older one under the key is dropped).
+    this.entries.set(key, entry);
+    if (this.entries.peek(key) !== entry) return;
     for (const tag of tags) {
       let keys = this.byTag.get(tag);
       if (!keys) this.byTag.set(tag, (keys = new Set()));
@@ -97,12 +156,12 @@ export class EntityCache {
     this.stats.invalidations += 1;
     const keys = this.byTag.get(tag);
     if (!keys) return;
-    for (const key of [...keys]) this.delete(key);
+    for (const key of [...keys]) this.entries?.delete(key);
   }
 
   clear(): void {
     this.epoch += 1;
-    this.entries.clear();
+    this.entries?.clear();
     this.byTag.clear();
   }
 
@@ -111,11 +170,8 @@ export class EntityCache {
     this.clear();
   }
 
-  private delete(key: string): void {
-    const entry = this.entries.get(key);
-    if (!entry) return;
-    this.entries.delete(key);
-    for (const tag of entry.tags) {
+  private untag(key: string, tags: readonly string[]): void {
+    for (const tag of tags) {
       const keys = this.byTag.get(tag);
       keys?.delete(key);
       if (keys?.size === 0) this.byTag.delete(tag);

@@ -21,9 +21,22 @@ function validCalendarDate(year: number, month: number, day: number): boolean {
   return day <= daysInMonth(year, month - 1);
 }
 
-/** Days in a month (month 0–11) of a year, leap years included. */
+const MONTH_DAYS = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+
+/** Days in a month (month 0–11) of a year of the proleptic Gregorian calendar, leap years included. */
 export function daysInMonth(year: number, monthIndex: number): number {
-  return new Date(Date.UTC(year, monthIndex + 1, 0)).getUTCDate();
+  const leap = (year % 4 === 0 && year % 100 !== 0) || year % 400 === 0;
+  return monthIndex === 1 && leap ? 29 : MONTH_DAYS[monthIndex]!;
+}
+
+/**
+ * Milliseconds since the epoch of a UTC calendar time. Not `Date.UTC` alone, which reads the
+ * years 0–99 as 1900–1999: the year is set on its own.
+ */
+function utcMillis(year: number, monthIndex: number, day: number, hour = 0, minute = 0, second = 0, millis = 0): number {
+  const date = new Date(Date.UTC(2000, 0, 1, hour, minute, second, millis));
+  date.setUTCFullYear(year, monthIndex, day);
+  return date.getTime();
 }
 
 export function parseDateBound(name: string, raw: string, bound: DateBound): Date {
@@ -43,7 +56,7 @@ export function parseDateBound(name: string, raw: string, bound: DateBound): Dat
   if (dateOnly) {
     const [year, month, day] = dateOnly.slice(1).map(Number) as [number, number, number];
     if (!validCalendarDate(year, month, day)) throw invalid(`is not a calendar date ("${value}")`);
-    const start = Date.UTC(year, month - 1, day);
+    const start = utcMillis(year, month - 1, day);
     return new Date(bound === 'start' ? start : start + DAY_MS - 1);
   }
   const dateTime = DATE_TIME.exec(value);
@@ -63,7 +76,7 @@ export function parseDateBound(name: string, raw: string, bound: DateBound): Dat
       if (hours > 23 || minutes > 59) throw invalid(`has an impossible offset ("${value}")`);
       offsetMinutes = sign * (hours * 60 + minutes);
     }
-    const utc = Date.UTC(year!, month! - 1, day!, hour!, minute!, second, millis) - offsetMinutes * 60_000;
+    const utc = utcMillis(year!, month! - 1, day!, hour!, minute!, second, millis) - offsetMinutes * 60_000;
     return new Date(utc);
   }
   throw invalid(`is not a valid date ("${value.length > 40 ? `${value.slice(0, 40)}…` : value}")`);

@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { isAsyncIterable, processRegularResult } from 'graphql-yoga';
-import { PayloadTooLargeError } from '../errors.js';
+import { ClientClosedError, PayloadTooLargeError, type ApiError } from '../errors.js';
 import type { ResponseOptions } from '../rest/http.js';
 import type { GraphQLHandler } from './yoga.js';
 
@@ -60,10 +60,16 @@ async function readBody(request: IncomingMessage, maxBytes: number): Promise<Buf
   if (Number.isFinite(declared) && declared > maxBytes) throw new PayloadTooLargeError();
   const chunks: Buffer[] = [];
   let size = 0;
-  for await (const chunk of request as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > maxBytes) throw new PayloadTooLargeError();
-    chunks.push(chunk);
+  try {
+    for await (const chunk of request as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size > maxBytes) throw new PayloadTooLargeError();
+      chunks.push(chunk);
+    }
+  } catch (error) {
+    // A client that hangs up mid-body is not a server error: there is nobody to answer.
+    if (!(error instanceof PayloadTooLargeError) && (request.destroyed || request.socket.destroyed)) throw new ClientClosedError();
+    throw error;
   }
   return Buffer.concat(chunks);
 }
@@ -73,21 +79,45 @@ function ignoreSettled(promise: Promise<unknown> | unknown): void {
   void Promise.resolve(promise).catch(() => undefined);
 }
 
+/**
+ * Headers of Yoga's answer that describe its own connection or framing, not the content. The
+ * answer is written here whole, with its own Content-Length; Node frames it and owns the
+ * connection (Connection: close while draining). Yoga marks event streams `Content-Encoding:
+ * none`, which is no encoding at all.
+ */
+const CONNECTION_HEADERS = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'proxy-connection', 'upgrade', 'te', 'trailer']);
+
 function send(response: ServerResponse, status: number, headers: Iterable<[string, string]>, payload: Buffer, options: ResponseOptions) {
   response.statusCode = status;
-  for (const [name, value] of headers) response.setHeader(name, value);
+  for (const [name, value] of headers) {
+    const lower = name.toLowerCase();
+    if (CONNECTION_HEADERS.has(lower) || (lower === 'content-encoding' && /^\s*(none|identity)\s*$/i.test(value))) continue;
+    response.setHeader(name, value);
+  }
   for (const [name, value] of Object.entries(options.headers ?? {})) response.setHeader(name, value);
   response.setHeader('X-Request-Id', options.requestId);
   response.setHeader('Content-Length', payload.length);
   response.end(payload);
 }
 
+/**
+ * A refusal made before Yoga runs (body or headers too large, rate limited, malformed request), in
+ * the shape GraphQL clients read: `{ errors: [{ message, extensions: { code } }] }`.
+ */
+export function sendGraphQLError(response: ServerResponse, error: ApiError, options: ResponseOptions): void {
+  const payload = Buffer.from(JSON.stringify({ errors: [{ message: error.message, extensions: { code: error.code } }] }));
+  send(response, error.status, [['Content-Type', 'application/json; charset=utf-8']], payload, options);
+}
+
 export function createGraphQLServer(graphql: GraphQLHandler, maxBodyBytes: number) {
   // Yoga's own Request and Headers (the lightweight ponyfill): Node's built-in ones cost far more.
   const { Request: YogaRequest, Headers: YogaHeaders } = graphql.fetchAPI;
 
+  /** `url`: the request target as sent, whose path is exactly the GraphQL endpoint. */
   return async function serveGraphQL(request: IncomingMessage, response: ServerResponse, url: URL, options: ResponseOptions) {
     const method = request.method ?? 'GET';
+    // GET carries the operation in the query string: the same bound as a POSTed body.
+    if (url.search.length > maxBodyBytes) throw new PayloadTooLargeError('The GraphQL request in the query string is too large.');
     const body = method === 'GET' || method === 'HEAD' ? undefined : await readBody(request, maxBodyBytes);
     const headers = new YogaHeaders();
     for (const [name, value] of Object.entries(request.headers)) {

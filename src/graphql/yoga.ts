@@ -67,10 +67,21 @@ export function createGraphQLHandler(deps: AppDependencies, logger: Logger) {
         if (!(original instanceof ApiError) && located.path === undefined && graphQLShaped(error) && graphQLShaped(original)) {
           // The request's own faults (parse, validation, variables, operation choice), not a
           // resolver's: the client's to read, with a code where the rule that refused gave none.
-          if (typeof error.extensions.code === 'string') return error;
+          // Only the code (and Yoga's status hint, which it does not send) reach the client:
+          // parsers attach the thrown error's name and message, which are not for clients. Yoga
+          // answers such an error with its own status even to application/json clients; without
+          // the attachment, the status hint must say so itself (no "spec" marker).
+          const { code, originalError } = error.extensions;
+          let { http } = error.extensions as { http?: Record<string, unknown> };
+          if (originalError !== undefined && http?.['spec']) {
+            const { spec: _spec, ...rest } = http;
+            http = rest;
+          }
           return new GraphQLError(error.message, {
             nodes: error.nodes,
-            extensions: { ...error.extensions, code: 'GRAPHQL_VALIDATION_FAILED' },
+            source: error.source,
+            positions: error.positions,
+            extensions: { code: typeof code === 'string' ? code : 'GRAPHQL_VALIDATION_FAILED', ...(http === undefined ? {} : { http }) },
           });
         }
         const apiError = original instanceof ApiError ? original : toApiError(original);

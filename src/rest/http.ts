@@ -38,18 +38,28 @@ function decode(text: string): string | undefined {
 }
 
 /**
- * Query parameters by name; a name given more than once keeps every value so it can be refused.
- * Unlike URLSearchParams, invalid UTF-8 is not silently replaced: the value becomes UNDECODABLE.
+ * Query parameters by name (the raw query string, without `?`); a name given more than once keeps
+ * every value so it can be refused. Unlike URLSearchParams, invalid UTF-8 is not silently
+ * replaced: the value becomes UNDECODABLE. Work is linear in the input, and only the first
+ * `maxParameters` parameters are read: the rest are ignored.
  */
-export function queryParameters(url: URL): Map<string, string[]> {
+export function queryParameters(query: string, maxParameters: number): Map<string, string[]> {
   const parameters = new Map<string, string[]>();
-  for (const pair of url.search.slice(1).split('&')) {
+  let read = 0;
+  for (let start = 0; start < query.length && read < maxParameters; ) {
+    let end = query.indexOf('&', start);
+    if (end === -1) end = query.length;
+    const pair = query.slice(start, end);
+    start = end + 1;
     if (pair === '') continue;
+    read += 1;
     const at = pair.indexOf('=');
     const name = decode(at === -1 ? pair : pair.slice(0, at));
     if (name === undefined) continue;
     const value = decode(at === -1 ? '' : pair.slice(at + 1)) ?? UNDECODABLE;
-    parameters.set(name, [...(parameters.get(name) ?? []), value]);
+    const values = parameters.get(name);
+    if (values) values.push(value);
+    else parameters.set(name, [value]);
   }
   return parameters;
 }

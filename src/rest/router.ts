@@ -32,21 +32,26 @@ export class NotFoundError extends ApiError {
   }
 }
 
-export function isRestPath(pathname: string): boolean {
-  return Object.hasOwn(ROUTES, pathname);
+/** Only the paths exactly as documented: no decoding, no dot segments, no doubled or back slashes. */
+export function isRestPath(path: string): boolean {
+  return Object.hasOwn(ROUTES, path);
 }
 
-/** Parses the request, authenticates, calls the one service, shapes the envelope. Nothing else. */
+/**
+ * Parses the request, authenticates, calls the one service, shapes the envelope. Nothing else.
+ * `path` and `query` are the request target as sent (split at the first `?`), not normalised: a
+ * proxy that allows or denies by path sees the path that is served.
+ */
 export async function handleRest(
   request: IncomingMessage,
   response: ServerResponse,
-  url: URL,
+  target: { path: string; query: string },
   deps: AppDependencies,
   logger: Logger,
   responseOptions: ResponseOptions,
 ): Promise<void> {
-  const route = ROUTES[url.pathname];
-  if (!route) return sendError(response, new NotFoundError(url.pathname), responseOptions);
+  const route = isRestPath(target.path) ? ROUTES[target.path] : undefined;
+  if (!route) return sendError(response, new NotFoundError(target.path), responseOptions);
   const method = request.method ?? 'GET';
   if (method !== 'GET' && method !== 'HEAD') {
     return sendError(response, new MethodNotAllowedError(method), {
@@ -60,12 +65,12 @@ export async function handleRest(
     responseOptions.requestId,
   );
   try {
-    const body = await route(context, queryParameters(url));
+    const body = await route(context, queryParameters(target.query, deps.config.limits.maxQueryParameters));
     sendJson(response, 200, body, { ...responseOptions, noStore: true });
   } catch (error) {
     const apiError = toApiError(error);
     if (!(error instanceof ApiError)) {
-      logger.error('unexpected error in a REST route', { error, path: url.pathname, requestId: responseOptions.requestId, code: apiError.code });
+      logger.error('unexpected error in a REST route', { error, path: target.path, requestId: responseOptions.requestId, code: apiError.code });
     }
     sendError(response, apiError, {
       ...responseOptions,

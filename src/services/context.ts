@@ -13,7 +13,8 @@ export type ServiceContext = {
   cache: EntityCache;
   loaders: Loaders;
   now: () => Date;
-  retrievals: RetrievalCounter;
+  /** Counts an organization-details retrieval; once per request, however often it is asked. */
+  retrievals: Pick<RetrievalCounter, 'record'>;
   /** Key material for page tokens; when unset, each organization's signing secret is used. */
   paginationSecret: string | undefined;
 };

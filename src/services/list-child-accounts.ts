@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { Viewer } from '../auth/authenticate.js';
 import { parseDateRange } from '../domain/dates.js';
-import { decodePageToken, encodePageToken, type Position } from '../domain/pagination.js';
+import { decodePageToken, encodePageToken, type PageScope, type Position } from '../domain/pagination.js';
 import { InvalidLimitError, InvalidSearchError } from '../errors.js';
 import { cacheTags } from '../db/entity-cache.js';
 import type { ServiceContext } from './context.js';
@@ -51,22 +51,22 @@ class ListedChild implements ChildAccountListItem {
   readonly lastSeen: Date | null;
   readonly registered: Date;
   readonly #id: string;
-  readonly #parentId: string;
+  readonly #scope: PageScope;
   readonly #key: string | Uint8Array;
 
-  constructor(row: ChildRow, parentId: string, key: string | Uint8Array) {
+  constructor(row: ChildRow, scope: PageScope, key: string | Uint8Array) {
     this.username = row.username;
     this.email = row.email;
     this.lastSeen = row.lastLoginMs === null ? null : new Date(row.lastLoginMs);
     this.registered = new Date(row.createdAtMs);
     this.#id = row.id;
-    this.#parentId = parentId;
+    this.#scope = scope;
     this.#key = key;
   }
 
   /** Signed on demand: REST needs only the last one, GraphQL only the cursors it is asked for. */
   get cursor(): string {
-    return encodePageToken({ createdAt: this.registered, id: this.#id }, this.#parentId, this.#key);
+    return encodePageToken({ createdAt: this.registered, id: this.#id }, this.#scope, this.#key);
   }
 }
 
@@ -98,7 +98,7 @@ type CachedStats = { total: number | null; active: number; computedAt: number; v
 
 /**
  * The filters (decisions §4) as SQL: the table to read, its WHERE clause with parameters from `$1`,
- * and the key their counts are cached under. A search reads ChildSearch (lower-cased copies of the
+ * the scope that page tokens are bound to, and the key their counts are cached under. A search reads ChildSearch (lower-cased copies of the
  * children's names, kept by the database), where `LIKE lower(pattern)` is the ILIKE of the names;
  * without one, Account itself. Both have the columns the clause and the counts name.
  */
@@ -111,9 +111,10 @@ function filterSql(parentId: string, search: string | undefined, range: { from?:
     const n = params.push(`%${escapeLike(search)}%`);
     clauses.push(`(username LIKE lower($${n}) OR email LIKE lower($${n}))`);
   }
-  const cacheKey = `stats:${parentId}|${range.from?.getTime() ?? ''}|${range.to?.getTime() ?? ''}|${search ?? ''}`;
+  // The normalised filters: two requests with the same scope select the same rows.
+  const scope: PageScope = `${parentId}|${range.from?.getTime() ?? ''}|${range.to?.getTime() ?? ''}|${search ?? ''}`;
   const table = search ? '"ChildSearch"' : '"Account"';
-  return { table, searched: search !== undefined, where: clauses.join(' AND '), params, filtered: clauses.length > 1, cacheKey };
+  return { table, searched: search !== undefined, where: clauses.join(' AND '), params, filtered: clauses.length > 1, scope, cacheKey: `stats:${scope}` };
 }
 
 /** A parent's children, newest registration first, keyset-paginated (spec: GET /auth/child-accounts). */
@@ -127,10 +128,11 @@ export async function listChildAccounts(
   const search = validSearch(input.search);
   const range = parseDateRange(input.startDate, input.endDate);
   const key = context.paginationSecret ?? viewer.organization.jwtSecret;
-  const after: Position | undefined =
-    input.after === undefined ? undefined : decodePageToken(input.after, parentId, key);
-
   const filters = filterSql(parentId, search, range);
+  // decisions §4: a token continues only the list it was issued for (same parent, same filters).
+  const after: Position | undefined =
+    input.after === undefined ? undefined : decodePageToken(input.after, filters.scope, key);
+
   const params = [...filters.params];
   // Row comparison: one range condition on the (parentId, createdAt DESC, id DESC) index.
   const keyset = after ? ` AND ("createdAt", id) < ($${params.push(after.createdAt)}, $${params.push(after.id)})` : '';
@@ -147,7 +149,7 @@ export async function listChildAccounts(
     params,
   );
   const hasMore = rows.length > limit;
-  const accounts = rows.slice(0, limit).map((row) => new ListedChild(row, parentId, key));
+  const accounts = rows.slice(0, limit).map((row) => new ListedChild(row, filters.scope, key));
   let stats: Promise<Stats> | undefined;
   return {
     accounts,
