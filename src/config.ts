@@ -24,6 +24,7 @@ const environment = z.object({
   ),
   DATA_DIR: z.string().min(1).default('./data'),
   MIGRATE_ON_START: bool(true),
+  MIGRATION_LOCK_TIMEOUT_MS: z.coerce.number().int().min(1000).default(600_000),
   SEED_DEMO_ON_START: bool(true),
   DATABASE_POOL_SIZE: z.coerce.number().int().min(1).max(500).default(10),
   DATABASE_CONNECT_TIMEOUT_MS: z.coerce.number().int().min(100).default(1500),
@@ -82,6 +83,8 @@ export type Config = {
   databaseUrl: string | undefined;
   dataDir: string;
   migrateOnStart: boolean;
+  /** How long to wait for another instance's migrations. */
+  migrationLockTimeoutMs: number;
   seedDemoOnStart: boolean;
   database: { poolSize: number; connectTimeoutMs: number; statementTimeoutMs: number };
   jwt: { issuer: string | undefined; audience: string | undefined };
@@ -149,6 +152,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     databaseUrl: e.DATABASE_URL,
     dataDir: e.DATA_DIR,
     migrateOnStart: e.MIGRATE_ON_START,
+    migrationLockTimeoutMs: e.MIGRATION_LOCK_TIMEOUT_MS,
     seedDemoOnStart: e.SEED_DEMO_ON_START,
     database: {
       poolSize: e.DATABASE_POOL_SIZE,

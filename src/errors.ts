@@ -99,7 +99,7 @@ export function isDatabaseUnavailable(error: unknown): boolean {
     const err = e as { code?: unknown; message?: unknown; cause?: unknown; name?: unknown };
     if (typeof err.code === 'string' && UNAVAILABLE_CODES.has(err.code)) return true;
     if (err.name === 'PrismaClientInitializationError') return true;
-    if (typeof err.message === 'string' && /connection terminated|timeout exceeded when trying to connect|Connection terminated|connect ECONNREFUSED|Can't reach database|statement timeout|DatabaseNotReachable|ConnectionClosed|SocketTimeout/i.test(err.message)) return true;
+    if (typeof err.message === 'string' && /connection terminated|timeout exceeded when trying to connect|Connection terminated|connect ECONNREFUSED|Can't reach database|statement timeout|Query read timeout|DatabaseNotReachable|ConnectionClosed|SocketTimeout/i.test(err.message)) return true;
     e = err.cause;
   }
   return false;

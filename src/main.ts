@@ -15,7 +15,7 @@ process.on('uncaughtException', (error) => logger.error('uncaught exception', { 
 
 const database = await openConfiguredDatabase(config);
 if (config.migrateOnStart) {
-  const report = await migrate(database.sql);
+  const report = await migrate(database.sql, undefined, { lockTimeoutMs: config.migrationLockTimeoutMs });
   if (report.applied.length > 0) console.log(`migrations applied: ${report.applied.join(', ')}`);
 }
 const demo = config.seedDemoOnStart ? await seedDemoIfEmpty(database, config) : undefined;

@@ -5,7 +5,7 @@ import { openConfiguredDatabase } from '../db/setup.js';
 const config = loadConfigOrExit();
 const database = await openConfiguredDatabase(config);
 try {
-  const report = await migrate(database.sql);
+  const report = await migrate(database.sql, undefined, { lockTimeoutMs: config.migrationLockTimeoutMs });
   for (const name of report.applied) console.log(`applied   ${name}`);
   for (const name of report.modified) console.warn(`warning: ${name} was changed after it was applied`);
   for (const name of report.unknown) console.warn(`warning: ${name} is applied but not in prisma/migrations`);

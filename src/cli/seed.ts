@@ -55,7 +55,7 @@ const options = {
 const config = loadConfigOrExit();
 const database = await openConfiguredDatabase(config);
 try {
-  await migrate(database.sql);
+  await migrate(database.sql, undefined, { lockTimeoutMs: config.migrationLockTimeoutMs });
   if (args.reset) await resetData(database.prisma);
   const started = performance.now();
   const organizations = await seed(database, options);

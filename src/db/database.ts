@@ -5,7 +5,11 @@ import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaPGlite } from 'pglite-prisma-adapter';
 import pg from 'pg';
 import { PrismaClient } from '../generated/prisma/client.js';
+import { isDatabaseUnavailable } from '../errors.js';
 import { PgliteChangeFeed, PostgresChangeFeed, type ChangeFeed } from './change-feed.js';
+
+/** How long past the statement timeout the client waits for a server that does not answer. */
+const CLIENT_TIMEOUT_MARGIN_MS = 1000;
 
 /**
  * Plain SQL beside Prisma: migrations, locks, bulk loads, and the child list's hand-tuned keyset
@@ -18,6 +22,12 @@ export interface SqlDriver {
   query<T extends Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]>;
   /** Runs `work` on one dedicated connection (session locks, explicit transactions). */
   withConnection<T>(work: (connection: SqlConnection) => Promise<T>): Promise<T>;
+  /**
+   * Runs `work` on a connection of its own, outside the pool and without the requests' time
+   * limits (statement and client-side query timeouts): migrations, which may wait for another
+   * instance's lock and rewrite large tables. The caller sets the bounds it needs.
+   */
+  withSession<T>(work: (connection: SqlConnection) => Promise<T>): Promise<T>;
 }
 
 export interface SqlConnection {
@@ -111,7 +121,7 @@ function openPglite(pglite: PGlite, location: string, countQueries: boolean | un
     location,
     prisma,
     queries,
-    sql: { kind: 'pglite', exec: connection.exec, query: counted, withConnection },
+    sql: { kind: 'pglite', exec: connection.exec, query: counted, withConnection, withSession: withConnection },
     changeFeed: () => new PgliteChangeFeed(pglite),
     close: async () => {
       await prisma.$disconnect();
@@ -127,17 +137,22 @@ function openPostgres(options: {
   statementTimeoutMs?: number;
   countQueries?: boolean;
 }): Database {
+  const statementTimeoutMs = options.statementTimeoutMs ?? 5000;
   const pool = new pg.Pool({
     connectionString: options.url,
     max: options.poolSize ?? 10,
     connectionTimeoutMillis: options.connectTimeoutMs ?? 2000,
-    statement_timeout: options.statementTimeoutMs ?? 5000,
+    statement_timeout: statementTimeoutMs,
+    // The server enforces statement_timeout only while it runs: a server that stops answering
+    // (frozen, or a network path that drops packets) is bounded here, by the client. A query
+    // that times out this way fails with its connection, which the pool then discards.
+    query_timeout: statementTimeoutMs + CLIENT_TIMEOUT_MARGIN_MS,
     idleTimeoutMillis: 30_000,
   });
   // An idle client that loses its server emits here; without a listener the process would exit.
   pool.on('error', () => {});
   const { prisma, queries } = createClient(new PrismaPg(pool), options.countQueries);
-  const onClient = (client: pg.PoolClient | pg.Pool): SqlConnection => ({
+  const onClient = (client: pg.PoolClient | pg.Pool | pg.Client): SqlConnection => ({
     exec: async (script) => {
       await client.query(script);
     },
@@ -159,10 +174,25 @@ function openPostgres(options: {
       query: options.countQueries ? countingQuery(onPool.query, queries) : onPool.query,
       withConnection: async (work) => {
         const client = await pool.connect();
+        let failure: Error | undefined;
+        try {
+          return await work(onClient(client));
+        } catch (error) {
+          // A connection whose query timed out may still be busy with it: not handed out again.
+          if (isDatabaseUnavailable(error)) failure = error instanceof Error ? error : new Error(String(error));
+          throw error;
+        } finally {
+          client.release(failure);
+        }
+      },
+      withSession: async (work) => {
+        const client = new pg.Client({ connectionString: options.url, connectionTimeoutMillis: options.connectTimeoutMs ?? 2000 });
+        client.on('error', () => {});
+        await client.connect();
         try {
           return await work(onClient(client));
         } finally {
-          client.release();
+          await client.end().catch(() => {});
         }
       },
     },

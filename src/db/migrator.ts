@@ -13,6 +13,9 @@ import type { SqlConnection, SqlDriver } from './database.js';
 
 export const defaultMigrationsDir = fileURLToPath(new URL('../../prisma/migrations', import.meta.url));
 
+/** How long an instance waits for another one's migrations by default: ten minutes. */
+export const DEFAULT_LOCK_TIMEOUT_MS = 10 * 60_000;
+
 /** The advisory lock id Prisma Migrate takes, so that Prisma and this migrator exclude each other. */
 const MIGRATION_LOCK_ID = 72707369;
 
@@ -75,9 +78,24 @@ type AppliedRow = {
 export async function migrate(
   sql: SqlDriver,
   migrations: LocalMigration[] = readMigrations(),
+  options: { lockTimeoutMs?: number } = {},
 ): Promise<MigrationReport> {
-  return sql.withConnection(async (connection) => {
-    await connection.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_ID]);
+  const lockTimeoutMs = options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS;
+  // A session of its own: neither the wait for the lock nor a long migration is bounded by the
+  // requests' time limits; the wait has its own bound (MIGRATION_LOCK_TIMEOUT_MS).
+  return sql.withSession(async (connection) => {
+    await connection.exec(`SET statement_timeout = 0; SET lock_timeout = ${Math.max(1, Math.floor(lockTimeoutMs))}`);
+    try {
+      await connection.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_ID]);
+    } catch (error) {
+      if ((error as { code?: unknown }).code === '55P03') {
+        throw new MigrationError(
+          `another instance held the migration lock for more than ${Math.round(lockTimeoutMs / 1000)} s (MIGRATION_LOCK_TIMEOUT_MS): is a migration still running?`,
+        );
+      }
+      throw error;
+    }
+    await connection.exec('SET lock_timeout = 0');
     try {
       return await applyPending(connection, migrations);
     } finally {

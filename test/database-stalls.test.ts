@@ -1,0 +1,126 @@
+import { createServer as createTcpServer, connect, type Socket } from 'node:net';
+import { describe, expect, it } from 'vitest';
+import { openDatabase } from '../src/db/database.js';
+import { migrate, readMigrations, type LocalMigration } from '../src/db/migrator.js';
+import { rest, startServer } from './helpers/app.js';
+import { createOrganization, tokenFor } from './helpers/builders.js';
+import { createEmptyDatabase, testMode, useTestDatabase } from './helpers/database.js';
+
+/**
+ * A TCP forwarder that can stall: while stalled it keeps every connection open but delivers
+ * nothing in either direction (a frozen server, a path that drops packets), then delivers what it
+ * held when resumed.
+ */
+async function startStallingProxy(target: { host: string; port: number }) {
+  let stalled = false;
+  const held: (() => void)[] = [];
+  const sockets = new Set<Socket>();
+  const server = createTcpServer((client) => {
+    const upstream = connect(target.port, target.host);
+    sockets.add(client).add(upstream);
+    const forward = (from: Socket, to: Socket) =>
+      from.on('data', (chunk) => {
+        if (stalled) held.push(() => to.write(chunk));
+        else to.write(chunk);
+      });
+    forward(client, upstream);
+    forward(upstream, client);
+    const drop = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('error', drop).on('close', drop);
+    upstream.on('error', drop).on('close', drop);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    port: (server.address() as { port: number }).port,
+    stall: () => {
+      stalled = true;
+    },
+    resume: () => {
+      stalled = false;
+      for (const deliver of held.splice(0)) deliver();
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const socket of sockets) socket.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+describe.skipIf(testMode !== 'postgres')(`database stalls (${testMode})`, () => {
+  const database = useTestDatabase();
+
+  it('a database that stops answering: 503 within the statement timeout plus a margin, and the pool recovers by itself', async () => {
+    const url = new URL(database().url!);
+    const proxy = await startStallingProxy({ host: url.hostname, port: Number(url.port) });
+    const viaProxy = new URL(url);
+    viaProxy.port = String(proxy.port);
+    const statementTimeoutMs = 1500;
+    const db = await openDatabase({ url: viaProxy.toString(), connectTimeoutMs: 1000, statementTimeoutMs, poolSize: 3 });
+    const server = await startServer(db);
+    try {
+      const org = await createOrganization(database());
+      const token = await tokenFor(org.parent, org);
+      // Every pooled connection opened and warm: the stall catches them holding a connection.
+      await Promise.all(Array.from({ length: 3 }, () => rest(server, '/auth/child-accounts', { token })));
+      proxy.stall();
+      server.app.deps.cache.clear();
+      const started = Date.now();
+      const answers = await Promise.all(
+        ['/auth/child-accounts', '/auth/user-profile', '/parent/credit-analysis', '/auth/child-accounts?search=x'].map((path) => rest(server, path, { token })),
+      );
+      const elapsed = Date.now() - started;
+      expect(answers.map((a) => a.status)).toEqual([503, 503, 503, 503]);
+      expect(answers.every((a) => a.body.error.code === 'SERVICE_UNAVAILABLE')).toBe(true);
+      // Bounded by the client (statement timeout + 1 s margin), with room for a loaded machine.
+      expect(elapsed).toBeLessThan(statementTimeoutMs + 1000 + 3000);
+      proxy.resume();
+      let status = 0;
+      for (let attempt = 0; attempt < 40 && status !== 200; attempt++) {
+        status = (await rest(server, '/auth/child-accounts', { token })).status;
+        if (status !== 200) await new Promise((resolve) => setTimeout(resolve, 250));
+      }
+      expect(status).toBe(200);
+    } finally {
+      proxy.resume();
+      await server.close();
+      await db.close();
+      await proxy.close();
+    }
+  });
+
+  it('a second instance waits for a long migration of the first, past the requests\' statement timeout, and both come up', async () => {
+    const empty = await createEmptyDatabase();
+    const slow: LocalMigration = { name: '99999999999999_slow', checksum: 'slow', script: 'SELECT pg_sleep(4);' };
+    const migrations = [...readMigrations(), slow];
+    // Both with a 1 s statement timeout, as requests have: the migration and the wait outlast it.
+    const first = await openDatabase({ url: empty.url!, statementTimeoutMs: 1000, poolSize: 2 });
+    const second = await openDatabase({ url: empty.url!, statementTimeoutMs: 1000, poolSize: 2 });
+    try {
+      const [a, b] = await Promise.all([
+        migrate(first.sql, migrations),
+        new Promise((resolve) => setTimeout(resolve, 300)).then(() => migrate(second.sql, migrations)),
+      ]);
+      expect([...a.applied, ...b.applied].sort()).toEqual(migrations.map((m) => m.name).sort());
+      expect(a.applied.length === 0 || b.applied.length === 0).toBe(true);
+      // A wait longer than its own bound is a readable failure, not a hang.
+      const holder = await openDatabase({ url: empty.url!, poolSize: 1 });
+      try {
+        await holder.sql.withConnection(async (connection) => {
+          await connection.query('SELECT pg_advisory_lock(72707369)');
+          await expect(migrate(second.sql, migrations, { lockTimeoutMs: 1000 })).rejects.toThrow(/MIGRATION_LOCK_TIMEOUT_MS/);
+          await connection.query('SELECT pg_advisory_unlock(72707369)');
+        });
+      } finally {
+        await holder.close();
+      }
+    } finally {
+      await first.close();
+      await second.close();
+      await empty.close();
+    }
+  });
+});
