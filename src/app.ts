@@ -229,18 +229,32 @@ function refuseUnparsable(error: NodeJS.ErrnoException & { rawPacket?: Buffer },
   );
 }
 
+/** The HTTP server, with a way to close the connections that have no request under way. */
+export type HttpServer = Server & {
+  /**
+   * Closes every connection that is not being answered: idle keep-alive ones, and ones that
+   * opened but never completed a request head (a slow or stalled client). For shutdown.
+   */
+  closeWaitingConnections(): void;
+};
+
 /**
- * The HTTP server around the app. The whole request head (request line and headers) is bounded
- * by MAX_HEAD_BYTES and MAX_HEADER_COUNT; within it, the target by MAX_URL_BYTES (414), each
- * header by MAX_HEADER_BYTES and a bearer token by MAX_TOKEN_BYTES.
+ * The HTTP server around a request handler (the app, or a stand-in while it starts). The whole
+ * request head (request line and headers) is bounded by MAX_HEAD_BYTES and MAX_HEADER_COUNT;
+ * within it, the target by MAX_URL_BYTES (414), each header by MAX_HEADER_BYTES and a bearer
+ * token by MAX_TOKEN_BYTES.
  */
-export function createHttpServer(app: App): Server {
-  const { limits } = app.deps.config;
+export function createHttpServer(limits: Config['limits'], handle: (request: IncomingMessage, response: ServerResponse) => void): HttpServer {
+  const connections = new Set<Duplex>();
   const server = createServer({ maxHeaderSize: limits.maxHeadBytes }, (request, response) => {
     const socket = request.socket;
     answering.add(socket);
     response.on('close', () => answering.delete(socket));
-    app.handle(request, response);
+    handle(request, response);
+  });
+  server.on('connection', (socket: Duplex) => {
+    connections.add(socket);
+    socket.on('close', () => connections.delete(socket));
   });
   // One more than allowed is kept, so that a request with too many can be told apart and refused.
   server.maxHeadersCount = limits.maxHeaderCount + 1;
@@ -248,5 +262,9 @@ export function createHttpServer(app: App): Server {
   server.headersTimeout = 20_000;
   server.requestTimeout = 30_000;
   server.keepAliveTimeout = 5_000;
-  return server;
+  return Object.assign(server, {
+    closeWaitingConnections() {
+      for (const socket of connections) if (!answering.has(socket)) socket.destroy();
+    },
+  });
 }

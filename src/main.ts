@@ -1,75 +1,129 @@
 import { Server as NetServer } from 'node:net';
-import { createApp, createHttpServer } from './app.js';
+import { createApp, createHttpServer, type App } from './app.js';
 import { MIN_SECRET_BYTES } from './auth/tokens.js';
 import { loadConfigOrExit } from './config.js';
+import { requestIdFrom } from './context.js';
+import type { Database } from './db/database.js';
 import { migrate } from './db/migrator.js';
 import { openConfiguredDatabase } from './db/setup.js';
 import { seedDemoIfEmpty } from './demo.js';
+import { ServiceUnavailableError } from './errors.js';
 import { createLogger } from './logger.js';
+import { sendError } from './rest/http.js';
+import { describeStartFailure } from './start-failure.js';
 
 const config = loadConfigOrExit();
 const logger = createLogger(config.logLevel);
-// One failed request must never end the process.
+/** How long the retrieval counter may take to flush when the shutdown deadline has passed. */
+const FINAL_FLUSH_MS = 2000;
+
+let app: App | undefined;
+let database: Database | undefined;
+
+/** A failed start: one readable line (the stack only with LOG_LEVEL=debug), exit status 1. */
+function failStart(error: unknown): never {
+  console.error(`start failed: ${describeStartFailure(error, config)}`);
+  if (config.logLevel === 'debug') console.error(error);
+  process.exit(1);
+}
+
+// Unhandled rejections are logged and survived: each one belongs to a single request or a
+// background write that retries by itself (the retrieval counter, the change listener).
 process.on('unhandledRejection', (reason) => logger.error('unhandled rejection', { error: reason }));
-process.on('uncaughtException', (error) => logger.error('uncaught exception', { error }));
-
-const database = await openConfiguredDatabase(config);
-if (config.migrateOnStart) {
-  const report = await migrate(database.sql, undefined, { lockTimeoutMs: config.migrationLockTimeoutMs });
-  if (report.applied.length > 0) console.log(`migrations applied: ${report.applied.join(', ')}`);
-}
-const demo = config.seedDemoOnStart ? await seedDemoIfEmpty(database, config) : undefined;
-const weak = await database.sql.query<{ parentId: string }>(
-  `SELECT "parentId" FROM "Organization" WHERE octet_length("jwtSecret") < $1 ORDER BY "parentId" LIMIT 20`,
-  [MIN_SECRET_BYTES],
-);
-if (weak.length > 0) {
-  logger.warn(`organizations with a signing secret shorter than ${MIN_SECRET_BYTES} bytes: their tokens are refused until the secret is rotated`, {
-    organizations: weak.map((row) => row.parentId),
-  });
-}
-
-const app = createApp({ config, database, logger });
-const server = createHttpServer(app);
-server.listen(config.port, config.host, () => {
-  const address = server.address();
-  const port = typeof address === 'object' && address ? address.port : config.port;
-  const base = `http://${config.host === '0.0.0.0' ? 'localhost' : config.host}:${port}`;
-  console.log(`listening on ${base} (database: ${database.kind}, ${database.location})`);
-  if (demo) {
-    console.log('\nDemo data seeded (one organization at each credit alert level).');
-    console.log(`  parent ${demo.parent.userID}, public key ${demo.parent.publicKey}`);
-    console.log(`  parent token (24 h): ${demo.parent.token}`);
-    if (demo.child) console.log(`  child ${demo.child.userID} token (24 h): ${demo.child.token}`);
-    console.log(`\n  GraphiQL: ${base}/graphql`);
-    console.log(`  curl -H "Authorization: Bearer <token>" ${base}/auth/user-profile`);
-    console.log('  more tokens: npm run token -- <userID|email>');
-  }
+// An exception nobody caught leaves the process in an unknown state: drain, flush, exit 1.
+process.on('uncaughtException', (error) => {
+  if (!app) failStart(error);
+  logger.error('uncaught exception; shutting down', { error });
+  void shutdown('uncaught exception', 1);
 });
 
+// The port first: a port in use is known at once, not after migrating. Until the app is ready,
+// requests are answered 503.
+const server = createHttpServer(config.limits, (request, response) => {
+  if (app) return app.handle(request, response);
+  response.setHeader('Connection', 'close');
+  const requestId = requestIdFrom(request.headers['x-request-id'] as string | undefined);
+  sendError(response, new ServiceUnavailableError('The service is starting; try again shortly.'), { requestId });
+});
+await new Promise<void>((resolve) => {
+  server.once('error', failStart);
+  server.listen(config.port, config.host, () => {
+    server.off('error', failStart);
+    resolve();
+  });
+});
+
+try {
+  database = await openConfiguredDatabase(config, 'the server');
+  if (config.migrateOnStart) {
+    const report = await migrate(database.sql, undefined, { lockTimeoutMs: config.migrationLockTimeoutMs });
+    if (report.applied.length > 0) console.log(`migrations applied: ${report.applied.join(', ')}`);
+  }
+} catch (error) {
+  failStart(error);
+}
+let demo;
+try {
+  demo = config.seedDemoOnStart ? await seedDemoIfEmpty(database, config) : undefined;
+  const weak = await database.sql.query<{ parentId: string }>(
+    `SELECT "parentId" FROM "Organization" WHERE octet_length("jwtSecret") < $1 ORDER BY "parentId" LIMIT 20`,
+    [MIN_SECRET_BYTES],
+  );
+  if (weak.length > 0) {
+    logger.warn(`organizations with a signing secret shorter than ${MIN_SECRET_BYTES} bytes: their tokens are refused until the secret is rotated`, {
+      organizations: weak.map((row) => row.parentId),
+    });
+  }
+} catch (error) {
+  failStart(error);
+}
+
+app = createApp({ config, database, logger });
+const address = server.address();
+const port = typeof address === 'object' && address ? address.port : config.port;
+const base = `http://${config.host === '0.0.0.0' ? 'localhost' : config.host}:${port}`;
+console.log(`listening on ${base} (database: ${database.kind}, ${database.location})`);
+if (demo) {
+  console.log('\nDemo data seeded (one organization at each credit alert level).');
+  console.log(`  parent ${demo.parent.userID}, public key ${demo.parent.publicKey}`);
+  console.log(`  parent token (24 h): ${demo.parent.token}`);
+  if (demo.child) console.log(`  child ${demo.child.userID} token (24 h): ${demo.child.token}`);
+  console.log(`\n  GraphiQL: ${base}/graphql`);
+  console.log(`  curl -H "Authorization: Bearer <token>" ${base}/auth/user-profile`);
+  // The embedded database belongs to this process: commands that open it wait until it stops.
+  if (database.kind === 'postgres') console.log('  more tokens: npm run token -- <userID|email>');
+}
+
 let stopping = false;
-/** Stop accepting, let in-flight requests finish, flush the retrieval counter, close the pool. */
-async function shutdown(signal: string): Promise<void> {
+/**
+ * Stop accepting, let in-flight requests finish, flush the retrieval counter, close the pool.
+ * Past SHUTDOWN_TIMEOUT_MS the remaining connections are cut, the counter is still flushed
+ * (within a bound), and the process exits 1.
+ */
+async function shutdown(reason: string, exitCode: number): Promise<void> {
   if (stopping) return;
   stopping = true;
-  logger.info(`${signal}: shutting down`);
+  logger.info(`${reason}: shutting down`);
   const deadline = setTimeout(() => {
-    logger.error('shutdown took too long; exiting');
-    process.exit(1);
+    logger.error('shutdown took too long; cutting the remaining connections');
+    server.closeAllConnections();
+    const flushed = app?.close() ?? Promise.resolve();
+    void Promise.race([flushed, new Promise((resolve) => setTimeout(resolve, FINAL_FLUSH_MS))]).finally(() => process.exit(1));
   }, config.shutdownTimeoutMs);
   deadline.unref();
-  app.drain();
+  app?.drain();
   // Stop accepting, but unlike http.Server#close do not drop connections at once: one accepted a
-  // moment ago may be about to send its request. Connections still idle a second later are closed;
-  // the others close after their answer (draining answers carry Connection: close).
+  // moment ago may be about to send its request. A second later, and every second after, the
+  // connections with no request under way are closed — idle ones, and ones that never completed
+  // a request head; the others close after their answer (draining answers carry Connection: close).
   const closed = new Promise<void>((resolve) => NetServer.prototype.close.call(server, () => resolve()));
-  const sweep = setInterval(() => server.closeIdleConnections(), 1000);
+  const sweep = setInterval(() => server.closeWaitingConnections(), 1000);
   await closed;
   clearInterval(sweep);
-  await app.close();
-  await database.close();
+  await app?.close();
+  await database?.close();
   clearTimeout(deadline);
-  process.exit(0);
+  process.exit(exitCode);
 }
-process.on('SIGTERM', () => void shutdown('SIGTERM'));
-process.on('SIGINT', () => void shutdown('SIGINT'));
+process.on('SIGTERM', () => void shutdown('SIGTERM', 0));
+process.on('SIGINT', () => void shutdown('SIGINT', 0));

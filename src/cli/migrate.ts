@@ -1,9 +1,9 @@
 import { loadConfigOrExit } from '../config.js';
 import { migrate } from '../db/migrator.js';
-import { openConfiguredDatabase } from '../db/setup.js';
+import { openConfiguredDatabaseOrExit } from '../db/setup.js';
 
 const config = loadConfigOrExit();
-const database = await openConfiguredDatabase(config);
+const database = await openConfiguredDatabaseOrExit(config, 'npm run db:migrate');
 try {
   const report = await migrate(database.sql, undefined, { lockTimeoutMs: config.migrationLockTimeoutMs });
   for (const name of report.applied) console.log(`applied   ${name}`);

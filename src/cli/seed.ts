@@ -2,7 +2,7 @@ import { parseArgs } from 'node:util';
 import { loadConfigOrExit } from '../config.js';
 import { migrate } from '../db/migrator.js';
 import { resetData, seed, SeedConflictError } from '../db/seed.js';
-import { openConfiguredDatabase } from '../db/setup.js';
+import { openConfiguredDatabaseOrExit } from '../db/setup.js';
 
 const usage = `usage: npm run db:seed -- [--orgs N] [--children N] [--seed S] [--now ISO] [--reset] [--json]
   --orgs N       organizations to create (default 4: one healthy, low, critical and depleted)
@@ -53,7 +53,7 @@ const options = {
 };
 
 const config = loadConfigOrExit();
-const database = await openConfiguredDatabase(config);
+const database = await openConfiguredDatabaseOrExit(config, 'npm run db:seed');
 try {
   await migrate(database.sql, undefined, { lockTimeoutMs: config.migrationLockTimeoutMs });
   if (args.reset) await resetData(database.prisma);

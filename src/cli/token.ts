@@ -2,7 +2,7 @@ import { parseArgs } from 'node:util';
 import { mintAccessToken, parseTtl } from '../auth/tokens.js';
 import { loadConfigOrExit } from '../config.js';
 import { findTokenSubject } from '../db/accounts.js';
-import { openConfiguredDatabase } from '../db/setup.js';
+import { openConfiguredDatabaseOrExit } from '../db/setup.js';
 
 const usage = 'usage: npm run token -- <userID|email> [--ttl 1h]';
 let parsed;
@@ -30,7 +30,7 @@ if (ttlSeconds > config.jwtMaxLifetimeSeconds) {
   console.error(`token: the lifetime is longer than JWT_MAX_LIFETIME_SECONDS (${config.jwtMaxLifetimeSeconds} s): the API would refuse the token`);
   process.exit(2);
 }
-const database = await openConfiguredDatabase(config);
+const database = await openConfiguredDatabaseOrExit(config, 'npm run token');
 try {
   const found = await findTokenSubject(database.prisma, who);
   if (found.kind === 'none') {

@@ -6,6 +6,7 @@ import { PrismaPGlite } from 'pglite-prisma-adapter';
 import pg from 'pg';
 import { PrismaClient } from '../generated/prisma/client.js';
 import { isDatabaseUnavailable } from '../errors.js';
+import { lockDataDir } from './data-dir-lock.js';
 import { PgliteChangeFeed, PostgresChangeFeed, type ChangeFeed } from './change-feed.js';
 
 /** How long past the statement timeout the client waits for a server that does not answer. */
@@ -57,7 +58,11 @@ export type DatabaseOptions = (
       connectTimeoutMs?: number;
       statementTimeoutMs?: number;
     }
-  | { dataDir: string }
+  | {
+      dataDir: string;
+      /** Who opens the folder, for the refusal another process gets (`the server`, `npm run token`). */
+      owner?: string;
+    }
   | { pglite: PGlite }
 ) & { countQueries?: boolean };
 
@@ -91,8 +96,25 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     location = 'memory';
   } else {
     mkdirSync(options.dataDir, { recursive: true });
-    pglite = new PGlite(options.dataDir, { extensions: pgliteExtensions });
-    location = options.dataDir;
+    const release = lockDataDir(options.dataDir, options.owner ?? 'another process');
+    try {
+      pglite = new PGlite(options.dataDir, { extensions: pgliteExtensions });
+      await pglite.waitReady;
+    } catch (error) {
+      release();
+      throw error;
+    }
+    const database = openPglite(pglite, options.dataDir, options.countQueries);
+    return {
+      ...database,
+      close: async () => {
+        try {
+          await database.close();
+        } finally {
+          release();
+        }
+      },
+    };
   }
   await pglite.waitReady;
   return openPglite(pglite, location, options.countQueries);

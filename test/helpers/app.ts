@@ -29,7 +29,7 @@ export async function startServer(
     ...options.env,
   });
   const app = createApp({ config, database, logger: createLogger(config.logLevel), now: options.now });
-  const server: Server = createHttpServer(app);
+  const server: Server = createHttpServer(config.limits, (request, response) => app.handle(request, response));
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return {

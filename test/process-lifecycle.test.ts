@@ -1,0 +1,193 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { connect, createServer as createTcpServer, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { openDatabase } from '../src/db/database.js';
+import { createTestDatabase, testMode, type TestDatabase } from './helpers/database.js';
+
+const root = path.resolve(import.meta.dirname, '..');
+
+type Run = { child: ChildProcess; output: () => string; exited: Promise<{ code: number | null; at: number }> };
+
+/** Node itself with tsx as a loader, so that signals reach the process and no wrapper. */
+function run(script: string, env: NodeJS.ProcessEnv, args: string[] = []): Run {
+  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout!.on('data', (chunk) => (output += chunk));
+  child.stderr!.on('data', (chunk) => (output += chunk));
+  const exited = new Promise<{ code: number | null; at: number }>((resolve) => child.on('exit', (code) => resolve({ code, at: Date.now() })));
+  return { child, output: () => output, exited };
+}
+
+function baseEnv(extra: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env, HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'warn', SEED_DEMO_ON_START: 'false', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0', ...extra };
+  delete env.DATABASE_URL;
+  if (extra.DATABASE_URL) env.DATABASE_URL = extra.DATABASE_URL;
+  return env;
+}
+
+async function listening(server: Run): Promise<string> {
+  for (let i = 0; i < 600; i++) {
+    const base = /listening on (http:\/\/\S+)/.exec(server.output())?.[1];
+    if (base) return base;
+    if (server.child.exitCode !== null) break;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`the server did not start:\n${server.output()}`);
+}
+
+/** What a failed start printed: one line, no stack trace. */
+function expectOneLine(output: string, pattern: RegExp) {
+  const lines = output.split('\n').filter((line) => line.trim() !== '' && !line.includes('ExperimentalWarning') && !line.includes('--trace-warnings'));
+  expect(lines, output).toHaveLength(1);
+  expect(lines[0]).toMatch(pattern);
+  expect(output).not.toMatch(/\n\s+at /);
+}
+
+describe(`process lifecycle (${testMode})`, () => {
+  const folders: string[] = [];
+  const folder = () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'lifecycle-'));
+    folders.push(dir);
+    return dir;
+  };
+  afterAll(() => {
+    for (const dir of folders) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('a database that cannot be reached: exit 1 within seconds, one readable line', async () => {
+    const started = Date.now();
+    const server = run('src/main.ts', baseEnv({ DATABASE_URL: 'postgres://user:secret@127.0.0.1:1/none' }));
+    const exit = await server.exited;
+    expect(exit.code).toBe(1);
+    expect(exit.at - started).toBeLessThan(20_000);
+    expectOneLine(server.output(), /^start failed: cannot reach the database at 127\.0\.0\.1:1: .*DATABASE_URL/);
+    expect(server.output()).not.toContain('secret');
+  });
+
+  it.skipIf(testMode !== 'postgres')('a database that does not exist: exit 1, one line that says so', async () => {
+    const own = await createTestDatabase();
+    try {
+      const url = new URL(own.url!);
+      url.pathname = '/no_such_database_here';
+      const server = run('src/main.ts', baseEnv({ DATABASE_URL: url.toString() }));
+      expect((await server.exited).code).toBe(1);
+      expectOneLine(server.output(), /^start failed: the database named in DATABASE_URL does not exist at /);
+    } finally {
+      await own.close();
+    }
+  });
+
+  it('a port in use: exit 1 before opening the database, one line naming PORT', async () => {
+    const holder = createTcpServer();
+    await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+    const port = (holder.address() as { port: number }).port;
+    try {
+      const dataDir = folder();
+      const server = run('src/main.ts', baseEnv({ DATA_DIR: dataDir, PORT: String(port) }));
+      expect((await server.exited).code).toBe(1);
+      expectOneLine(server.output(), new RegExp(`^start failed: port ${port} is in use on 127\\.0\\.0\\.1: .*PORT`));
+    } finally {
+      holder.close();
+    }
+  });
+
+  it('SIGTERM with a client holding unfinished headers: the connection is closed, the process exits 0 long before the deadline', async () => {
+    const dataDir = folder();
+    const server = run('src/main.ts', baseEnv({ DATA_DIR: dataDir, SHUTDOWN_TIMEOUT_MS: '15000' }));
+    const base = await listening(server);
+    const { port } = new URL(base);
+    const slow = connect(Number(port), '127.0.0.1', () => slow.write('GET /auth/user-profile HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: '));
+    slow.on('error', () => undefined);
+    const slowClosed = new Promise<void>((resolve) => slow.on('close', () => resolve()));
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const signalled = Date.now();
+    server.child.kill('SIGTERM');
+    const exit = await server.exited;
+    await slowClosed;
+    expect(exit.code).toBe(0);
+    expect(exit.at - signalled).toBeLessThan(10_000);
+  });
+
+  it('past the shutdown deadline the retrieval counter is still flushed: no answered retrieval is lost', async () => {
+    const own: TestDatabase | undefined = testMode === 'postgres' ? await createTestDatabase() : undefined;
+    const dataDir = folder();
+    const env = baseEnv(own ? { DATABASE_URL: own.url, SHUTDOWN_TIMEOUT_MS: '3000', SEED_DEMO_ON_START: 'true' } : { DATA_DIR: dataDir, SHUTDOWN_TIMEOUT_MS: '3000', SEED_DEMO_ON_START: 'true' });
+    const server = run('src/main.ts', env);
+    try {
+      const base = await listening(server);
+      const key = /public key (APK_\S+)/.exec(server.output())?.[1];
+      expect(key).toBeDefined();
+      const { port } = new URL(base);
+      const body = JSON.stringify({ query: '{ organization { organizationName } }' });
+      const head = `POST /graphql HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nX-Public-Key: ${key}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n`;
+      const open = (): Promise<{ socket: Socket; answer: Promise<string> }> =>
+        new Promise((resolve) => {
+          let received = '';
+          const socket = connect(Number(port), '127.0.0.1', () => {
+            socket.write(head + body.slice(0, 5));
+            resolve({ socket, answer });
+          });
+          const answer = new Promise<string>((done) => {
+            socket.on('data', (chunk) => (received += chunk));
+            socket.on('close', () => done(received));
+            socket.on('error', () => done(received));
+          });
+        });
+      // One request that never completes keeps the shutdown waiting until its deadline; ten
+      // others complete just before it, so that their retrievals are still unwritten then.
+      const stuck = await open();
+      const late = await Promise.all(Array.from({ length: 10 }, open));
+      server.child.kill('SIGTERM');
+      await new Promise((resolve) => setTimeout(resolve, 2850));
+      for (const { socket } of late) socket.write(body.slice(5));
+      const answers = await Promise.all(late.map((l) => l.answer));
+      const exit = await server.exited;
+      stuck.socket.destroy();
+      expect(exit.code).toBe(1);
+      const answered = answers.filter((a) => a.startsWith('HTTP/1.1 200')).length;
+      const check = own ?? (await openDatabase({ dataDir }));
+      try {
+        const rows = await check.sql.query<{ n: string }>(
+          `SELECT "detailsRetrievalCount"::text AS n FROM "Organization" o JOIN "Account" a ON a.id = o."parentId" WHERE a."publicKey" = $1`,
+          [key],
+        );
+        expect(Number(rows[0]!.n)).toBeGreaterThanOrEqual(answered);
+        expect(Number(rows[0]!.n)).toBeLessThanOrEqual(10);
+      } finally {
+        if (!own) await check.close();
+      }
+    } finally {
+      server.child.kill('SIGKILL');
+      await own?.close();
+    }
+  });
+
+  it.skipIf(testMode !== 'pglite')('the embedded folder has one owner: a second process refuses at once with one line; a dead owner is replaced', async () => {
+    const dataDir = folder();
+    const server = run('src/main.ts', baseEnv({ DATA_DIR: dataDir }));
+    await listening(server);
+    const pid = server.child.pid!;
+    const env = baseEnv({ DATA_DIR: dataDir });
+    for (const [script, args, command] of [
+      ['src/cli/token.ts', ['someone@example.com'], 'npm run token'],
+      ['src/cli/seed.ts', ['--orgs', '1', '--children', '1'], 'npm run db:seed'],
+      ['src/cli/migrate.ts', [], 'npm run db:migrate'],
+    ] as const) {
+      const second = run(script, env, [...args]);
+      expect((await second.exited).code).toBe(1);
+      expectOneLine(second.output(), new RegExp(`^${command}: .* is in use by the server \\(pid ${pid}\\): stop it, or use DATABASE_URL$`));
+    }
+    const another = run('src/main.ts', baseEnv({ DATA_DIR: dataDir }));
+    expect((await another.exited).code).toBe(1);
+    expectOneLine(another.output(), /^start failed: .* is in use by the server/);
+    // A crash leaves the owner file behind: the next process sees its owner is gone and goes on.
+    server.child.kill('SIGKILL');
+    await server.exited;
+    const after = run('src/cli/migrate.ts', env);
+    expect((await after.exited).code, after.output()).toBe(0);
+    expect(after.output()).toMatch(/up to date/);
+  });
+});
