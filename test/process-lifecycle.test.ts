@@ -114,7 +114,7 @@ describe(`process lifecycle (${testMode})`, () => {
   it('past the shutdown deadline the retrieval counter is still flushed: no answered retrieval is lost', async () => {
     const own: TestDatabase | undefined = testMode === 'postgres' ? await createTestDatabase() : undefined;
     const dataDir = folder();
-    const env = baseEnv(own ? { DATABASE_URL: own.url, SHUTDOWN_TIMEOUT_MS: '3000', SEED_DEMO_ON_START: 'true' } : { DATA_DIR: dataDir, SHUTDOWN_TIMEOUT_MS: '3000', SEED_DEMO_ON_START: 'true' });
+    const env = baseEnv(own ? { DATABASE_URL: own.url, SHUTDOWN_TIMEOUT_MS: '4000', SEED_DEMO_ON_START: 'true' } : { DATA_DIR: dataDir, SHUTDOWN_TIMEOUT_MS: '4000', SEED_DEMO_ON_START: 'true' });
     const server = run('src/main.ts', env);
     try {
       const base = await listening(server);
@@ -138,16 +138,23 @@ describe(`process lifecycle (${testMode})`, () => {
         });
       // One request that never completes keeps the shutdown waiting until its deadline; ten
       // others complete just before it, so that their retrievals are still unwritten then.
+      // Warm: the first GraphQL request builds what later ones reuse.
+      await fetch(`${base}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-public-key': key! }, body });
       const stuck = await open();
       const late = await Promise.all(Array.from({ length: 10 }, open));
+      // Accepted and read by the server before the signal (a connection still in the kernel's
+      // backlog when the listener closes is refused, as with any server).
+      await new Promise((resolve) => setTimeout(resolve, 500));
       server.child.kill('SIGTERM');
-      await new Promise((resolve) => setTimeout(resolve, 2850));
+      await new Promise((resolve) => setTimeout(resolve, 3500));
       for (const { socket } of late) socket.write(body.slice(5));
       const answers = await Promise.all(late.map((l) => l.answer));
       const exit = await server.exited;
       stuck.socket.destroy();
       expect(exit.code).toBe(1);
       const answered = answers.filter((a) => a.startsWith('HTTP/1.1 200')).length;
+      // They were answered before the deadline cut the connections (else the test proves nothing).
+      expect(answered, answers.map((a) => a.slice(0, 30)).join('|')).toBe(10);
       const check = own ?? (await openDatabase({ dataDir }));
       try {
         const rows = await check.sql.query<{ n: string }>(
@@ -155,7 +162,7 @@ describe(`process lifecycle (${testMode})`, () => {
           [key],
         );
         expect(Number(rows[0]!.n)).toBeGreaterThanOrEqual(answered);
-        expect(Number(rows[0]!.n)).toBeLessThanOrEqual(10);
+        expect(Number(rows[0]!.n)).toBeLessThanOrEqual(11);
       } finally {
         if (!own) await check.close();
       }
