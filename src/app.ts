@@ -19,7 +19,7 @@ import { createGraphQLServer, sendGraphQLError } from './graphql/http.js';
 import { createGraphQLHandler } from './graphql/yoga.js';
 import type { Logger } from './logger.js';
 import { RateLimiter } from './rate-limit.js';
-import { sendError, sendJson, type ResponseOptions } from './rest/http.js';
+import { errorEnvelope, sendError, sendJson, type ResponseOptions } from './rest/http.js';
 import { ALLOWED_METHODS, handleRest, isRestPath } from './rest/router.js';
 import { RetrievalCounter } from './services/retrieval-counter.js';
 
@@ -189,17 +189,11 @@ export function createApp(options: { config: Config; database: Database; logger:
 
 const DRAIN_AFTER_REFUSAL_BYTES = 4 * 1024 * 1024;
 const DRAIN_AFTER_REFUSAL_MS = 2000;
-const refused = new WeakSet<Duplex>();
-/** Connections with an answer under way. */
-const answering = new WeakSet<Duplex>();
 
 /** Answers a request that Node's parser refused, in the envelope, and closes the connection. */
-function refuseUnparsable(error: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex, limits: Config['limits']): void {
-  // Node reports the parser's error again for every further chunk: answered once.
-  if (refused.has(socket)) return;
-  refused.add(socket);
+function refuseUnparsable(error: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex, limits: Config['limits'], answered: boolean): void {
   // As Node's own handler: only on a connection with no answer under way (it would be corrupted).
-  if (error.code === 'ECONNRESET' || !socket.writable || answering.has(socket)) {
+  if (error.code === 'ECONNRESET' || !socket.writable || answered) {
     socket.destroy();
     return;
   }
@@ -213,7 +207,7 @@ function refuseUnparsable(error: NodeJS.ErrnoException & { rawPacket?: Buffer },
   } else {
     apiError = new BadRequestError();
   }
-  const body = JSON.stringify({ success: false, error: { code: apiError.code, message: apiError.message } });
+  const body = JSON.stringify(errorEnvelope(apiError));
   // What the client is still sending is read and dropped for a moment, so that the answer reaches
   // it instead of a reset; then the connection goes, whatever is left.
   let drained = 0;
@@ -246,6 +240,10 @@ export type HttpServer = Server & {
  */
 export function createHttpServer(limits: Config['limits'], handle: (request: IncomingMessage, response: ServerResponse) => void): HttpServer {
   const connections = new Set<Duplex>();
+  /** Connections with an answer under way. */
+  const answering = new WeakSet<Duplex>();
+  /** Connections whose unparsable request was answered. */
+  const refused = new WeakSet<Duplex>();
   const server = createServer({ maxHeaderSize: limits.maxHeadBytes }, (request, response) => {
     const socket = request.socket;
     answering.add(socket);
@@ -258,7 +256,12 @@ export function createHttpServer(limits: Config['limits'], handle: (request: Inc
   });
   // One more than allowed is kept, so that a request with too many can be told apart and refused.
   server.maxHeadersCount = limits.maxHeaderCount + 1;
-  server.on('clientError', (error, socket) => refuseUnparsable(error, socket, limits));
+  server.on('clientError', (error, socket) => {
+    // Node reports the parser's error again for every further chunk: answered once.
+    if (refused.has(socket)) return;
+    refused.add(socket);
+    refuseUnparsable(error, socket, limits, answering.has(socket));
+  });
   server.headersTimeout = 20_000;
   server.requestTimeout = 30_000;
   server.keepAliveTimeout = 5_000;

@@ -75,7 +75,7 @@ function tokenCacheKey(token: string): string {
 }
 
 /** Full verification with jose; the result is remembered, tagged with the key it was checked with. */
-async function verifyToken(token: string, deps: AuthDependencies, now: Date): Promise<VerifiedToken> {
+async function verifyToken(token: string, cacheKey: string, deps: AuthDependencies, now: Date): Promise<VerifiedToken> {
   const ticket = deps.cache.ticket();
   let kid: unknown;
   try {
@@ -112,7 +112,7 @@ async function verifyToken(token: string, deps: AuthDependencies, now: Date): Pr
     if (error instanceof joseErrors.JWTExpired) throw new UnauthorizedError('The access token has expired.');
     throw new UnauthorizedError('The access token is invalid.');
   }
-  deps.cache.set(ticket, tokenCacheKey(token), verified, [
+  deps.cache.set(ticket, cacheKey, verified, [
     cacheTags.publicKey(kid),
     cacheTags.account(key.parentId),
     cacheTags.organization(key.parentId),
@@ -134,8 +134,9 @@ export async function authenticateJwt(credentials: Credentials, deps: AuthDepend
   const now = deps.now();
   // A token already verified is not verified again while its organization's key is unchanged;
   // its time claims are checked on every use.
-  const remembered = deps.cache.get<VerifiedToken>(tokenCacheKey(token))?.value;
-  const verified = remembered ?? (await verifyToken(token, deps, now));
+  const cacheKey = tokenCacheKey(token);
+  const remembered = deps.cache.get<VerifiedToken>(cacheKey)?.value;
+  const verified = remembered ?? (await verifyToken(token, cacheKey, deps, now));
   if (remembered) checkTimes(remembered, now, deps.jwt.maxAgeSeconds);
 
   const account = await deps.loaders.accountById.load(verified.subject);

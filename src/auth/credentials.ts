@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { isCanonicalBase64url } from '../domain/base64url.js';
+import { canonicalBase64url, isCanonicalBase64url } from '../domain/base64url.js';
 import { UnauthorizedError } from '../errors.js';
 
 /*
@@ -42,7 +42,7 @@ export function credentialKey(authorization: string | undefined, publicKey: stri
       const segments = token.split('.');
       material =
         segments.length === 3 && segments.every((segment) => /^[A-Za-z0-9_=-]*$/.test(segment))
-          ? `jws:${segments.map((segment) => Buffer.from(segment, 'base64url').toString('base64url')).join('.')}`
+          ? `jws:${segments.map(canonicalBase64url).join('.')}`
           : `bearer:${token}`;
     }
   } else if (publicKey !== undefined && publicKey.trim() !== '') {

@@ -89,35 +89,31 @@ export const pgliteExtensions = { pg_trgm };
 /** Opens the one database of the process: a PostgreSQL server when given a URL, PGlite otherwise. */
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
   if ('url' in options) return openPostgres(options);
-  let pglite: PGlite;
-  let location: string;
   if ('pglite' in options) {
-    pglite = options.pglite;
-    location = 'memory';
-  } else {
-    mkdirSync(options.dataDir, { recursive: true });
-    const release = lockDataDir(options.dataDir, options.owner ?? 'another process');
-    try {
-      pglite = new PGlite(options.dataDir, { extensions: pgliteExtensions });
-      await pglite.waitReady;
-    } catch (error) {
-      release();
-      throw error;
-    }
-    const database = openPglite(pglite, options.dataDir, options.countQueries);
-    return {
-      ...database,
-      close: async () => {
-        try {
-          await database.close();
-        } finally {
-          release();
-        }
-      },
-    };
+    await options.pglite.waitReady;
+    return openPglite(options.pglite, 'memory', options.countQueries);
   }
-  await pglite.waitReady;
-  return openPglite(pglite, location, options.countQueries);
+  mkdirSync(options.dataDir, { recursive: true });
+  const release = lockDataDir(options.dataDir, options.owner ?? 'another process');
+  let pglite: PGlite;
+  try {
+    pglite = new PGlite(options.dataDir, { extensions: pgliteExtensions });
+    await pglite.waitReady;
+  } catch (error) {
+    release();
+    throw error;
+  }
+  const database = openPglite(pglite, options.dataDir, options.countQueries);
+  return {
+    ...database,
+    close: async () => {
+      try {
+        await database.close();
+      } finally {
+        release();
+      }
+    },
+  };
 }
 
 function openPglite(pglite: PGlite, location: string, countQueries: boolean | undefined): Database {

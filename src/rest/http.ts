@@ -22,8 +22,12 @@ export function sendJson(response: ServerResponse, status: number, body: unknown
 }
 
 /** decisions §6: `{ success: false, error: { code, message } }` everywhere. */
+export function errorEnvelope(error: ApiError): { success: false; error: { code: string; message: string } } {
+  return { success: false, error: { code: error.code, message: error.message } };
+}
+
 export function sendError(response: ServerResponse, error: ApiError, options: ResponseOptions): void {
-  sendJson(response, error.status, { success: false, error: { code: error.code, message: error.message } }, options);
+  sendJson(response, error.status, errorEnvelope(error), options);
 }
 
 /** Stands for a value that is not valid percent-encoded UTF-8: every parameter rule refuses it. */
