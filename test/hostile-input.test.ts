@@ -112,6 +112,12 @@ describe(`hostile input (${testMode})`, () => {
       expect(database().queries.count).toBe(before);
     });
 
+    it('a head Node cannot parse is 400 BAD_REQUEST in the envelope, and the connection closes', async () => {
+      const answer = await rawRequest(server().url, 'GARBAGE\r\nNot a header line');
+      expectEnvelope(answer, 400, 'BAD_REQUEST');
+      expect(answer.header('connection')).toBe('close');
+    });
+
     it('GET /graphql obeys MAX_BODY_BYTES like a POSTed body, answered as GraphQL errors', async () => {
       const small = await startServer(database(), { env: { MAX_BODY_BYTES: '1024' } });
       try {
