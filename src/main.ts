@@ -54,7 +54,12 @@ await new Promise<void>((resolve) => {
 });
 
 try {
-  database = await openConfiguredDatabase(config, 'the server');
+  database = await openConfiguredDatabase(config, 'the server', (error) => {
+    // The embedded database's thread ended by itself: nothing can be answered any more.
+    if (!app) failStart(error);
+    logger.error('the embedded database stopped; shutting down', { error });
+    void shutdown('embedded database lost', 1);
+  });
   if (config.migrateOnStart) {
     const report = await migrate(database.sql, undefined, { lockTimeoutMs: config.migrationLockTimeoutMs });
     if (report.applied.length > 0) console.log(`migrations applied: ${report.applied.join(', ')}`);

@@ -1,4 +1,4 @@
-import type { PGlite } from '@electric-sql/pglite';
+import type { EventEmitter } from 'node:events';
 import pg from 'pg';
 
 /** The channel the database's triggers announce changes on (migration change_notifications). */
@@ -44,16 +44,33 @@ abstract class BaseFeed implements ChangeFeed {
   abstract close(): Promise<void>;
 }
 
-/** PGlite: one in-process connection, so every change is made, and announced, through it. */
-export class PgliteChangeFeed extends BaseFeed {
+/**
+ * The embedded database: one session behind a pool of one connection. LISTEN there once, and every
+ * change is announced in the answer to the statement that made it, on the connection that sent
+ * it, before that statement's promise settles. A connection closed while a statement was still
+ * running (one the pool gave up on) may take an announcement with it: listeners are reset then.
+ */
+export class SessionChangeFeed extends BaseFeed {
   private listening = false;
-  private unlisten: (() => Promise<void>) | undefined;
+  private closed = false;
   private readonly ready: Promise<void>;
+  private readonly onNotification = (message: pg.Notification) => {
+    if (message.channel === CHANGE_CHANNEL && message.payload !== undefined && this.listening) this.emit(message.payload);
+  };
+  private readonly onLost = () => {
+    if (this.listening) this.reset();
+  };
 
-  constructor(pglite: PGlite) {
+  /** `session` emits each connection's `notification`s, and `lost` when a connection is discarded. */
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly session: EventEmitter,
+  ) {
     super();
-    this.ready = pglite.listen(CHANGE_CHANNEL, (payload) => this.emit(payload)).then((unlisten) => {
-      this.unlisten = unlisten;
+    session.on('notification', this.onNotification);
+    session.on('lost', this.onLost);
+    this.ready = pool.query(`LISTEN ${CHANGE_CHANNEL}`).then(() => {
+      if (this.closed) return;
       this.listening = true;
       this.reset();
     });
@@ -68,14 +85,18 @@ export class PgliteChangeFeed extends BaseFeed {
   }
 
   async close(): Promise<void> {
+    this.closed = true;
     await this.ready.catch(() => {});
     this.listening = false;
-    await this.unlisten?.().catch(() => {});
+    this.session.off('notification', this.onNotification);
+    this.session.off('lost', this.onLost);
+    await this.pool.query(`UNLISTEN ${CHANGE_CHANNEL}`).catch(() => {});
   }
 }
 
 export type PostgresFeedOptions = {
-  url: string;
+  /** Where the server is: the same settings as the pool's. */
+  connection: pg.ClientConfig;
   /** How often the listening connection is checked. */
   heartbeatMs?: number;
   /** Not live when no check has succeeded for this long (a connection that died silently). */
@@ -122,7 +143,7 @@ export class PostgresChangeFeed extends BaseFeed {
   private async connect(): Promise<void> {
     if (this.closed) return;
     const client = new pg.Client({
-      connectionString: this.options.url,
+      ...this.options.connection,
       keepAlive: true,
       connectionTimeoutMillis: this.options.connectTimeoutMs ?? 2000,
       application_name: 'api-cache-listener',

@@ -1,16 +1,17 @@
+import { EventEmitter } from 'node:events';
 import { mkdirSync } from 'node:fs';
-import { PGlite } from '@electric-sql/pglite';
-import { pg_trgm } from '@electric-sql/pglite/contrib/pg_trgm';
 import { PrismaPg } from '@prisma/adapter-pg';
-import { PrismaPGlite } from 'pglite-prisma-adapter';
 import pg from 'pg';
 import { PrismaClient } from '../generated/prisma/client.js';
 import { isDatabaseUnavailable } from '../errors.js';
 import { lockDataDir } from './data-dir-lock.js';
-import { PgliteChangeFeed, PostgresChangeFeed, type ChangeFeed } from './change-feed.js';
+import { PostgresChangeFeed, SessionChangeFeed, type ChangeFeed } from './change-feed.js';
+import { startEmbeddedServer, type EmbeddedServer } from './embedded.js';
 
 /** How long past the statement timeout the client waits for a server that does not answer. */
 const CLIENT_TIMEOUT_MARGIN_MS = 1000;
+/** The embedded session's client-side bound (the longest `setTimeout` allows): migrations set their own. */
+const SESSION_QUERY_TIMEOUT_MS = 2 ** 31 - 1;
 
 /**
  * Plain SQL beside Prisma: migrations, locks, bulk loads, and the child list's hand-tuned keyset
@@ -46,6 +47,8 @@ export interface Database {
   readonly queries: { count: number };
   /** PostgreSQL mode: the pool under Prisma (shared rate-limit counters use it). */
   readonly pgPool?: pg.Pool;
+  /** Embedded mode: writes the whole database as a tarball (`{ memory: true, snapshot }` loads one). */
+  dump?(file: string): Promise<void>;
   /** Opens a listener for the change announcements of the database's triggers. */
   changeFeed(options?: { onStateChange?: (live: boolean, error?: unknown) => void }): ChangeFeed;
   close(): Promise<void>;
@@ -59,14 +62,24 @@ export type DatabaseOptions = (
       statementTimeoutMs?: number;
     }
   | {
+      /** The embedded database, kept in this folder. */
       dataDir: string;
       /** Who opens the folder, for the refusal another process gets (`the server`, `npm run token`). */
       owner?: string;
+      connectTimeoutMs?: number;
+      statementTimeoutMs?: number;
+      /** Called if the embedded database's thread ends without being closed. */
+      onLost?: (error: Error) => void;
     }
-  | { pglite: PGlite }
+  | {
+      /** The embedded database in memory, empty or started from a snapshot (`dump`). */
+      memory: true;
+      snapshot?: string;
+      statementTimeoutMs?: number;
+    }
 ) & { countQueries?: boolean };
 
-function createClient(adapter: PrismaPg | PrismaPGlite, countQueries: boolean | undefined) {
+function createClient(adapter: PrismaPg, countQueries: boolean | undefined) {
   const queries = { count: 0 };
   if (!countQueries) return { prisma: new PrismaClient({ adapter }), queries };
   const prisma = new PrismaClient({ adapter, log: [{ emit: 'event', level: 'query' }] });
@@ -84,135 +97,156 @@ function countingQuery(query: SqlConnection['query'], queries: { count: number }
   };
 }
 
-export const pgliteExtensions = { pg_trgm };
-
-/** Opens the one database of the process: a PostgreSQL server when given a URL, PGlite otherwise. */
+/**
+ * Opens the one database of the process: a PostgreSQL server when given a URL, the embedded
+ * PGlite otherwise. Both are reached through the same `pg` pool, Prisma adapter and SQL code; the
+ * embedded one runs on a thread of its own (`embedded.ts`).
+ */
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
-  if ('url' in options) return openPostgres(options);
-  if ('pglite' in options) {
-    await options.pglite.waitReady;
-    return openPglite(options.pglite, 'memory', options.countQueries);
+  if ('url' in options) return openPool({ ...options, kind: 'postgres', location: redactUrl(options.url), connection: { connectionString: options.url } });
+  if ('memory' in options) {
+    const server = await startEmbeddedServer({ snapshot: options.snapshot });
+    return openEmbedded(server, 'memory', options);
   }
   mkdirSync(options.dataDir, { recursive: true });
   const release = lockDataDir(options.dataDir, options.owner ?? 'another process');
-  let pglite: PGlite;
   try {
-    pglite = new PGlite(options.dataDir, { extensions: pgliteExtensions });
-    await pglite.waitReady;
+    const server = await startEmbeddedServer({ dataDir: options.dataDir }, options.onLost);
+    const database = await openEmbedded(server, options.dataDir, options);
+    return {
+      ...database,
+      close: async () => {
+        try {
+          await database.close();
+        } finally {
+          release();
+        }
+      },
+    };
   } catch (error) {
     release();
     throw error;
   }
-  const database = openPglite(pglite, options.dataDir, options.countQueries);
+}
+
+async function openEmbedded(
+  server: EmbeddedServer,
+  location: string,
+  options: { connectTimeoutMs?: number; statementTimeoutMs?: number; countQueries?: boolean },
+): Promise<Database> {
+  const database = openPool({
+    ...options,
+    kind: 'pglite',
+    location,
+    // PGlite is one session: the pool holds one connection, and callers queue for it (within
+    // the connect timeout) as they would for a busy PostgreSQL pool.
+    poolSize: 1,
+    connection: { host: server.socketDir, port: server.port, user: 'postgres', database: 'postgres' },
+  });
   return {
     ...database,
+    dump: (file) => server.dump(file),
     close: async () => {
       try {
         await database.close();
       } finally {
-        release();
+        await server.stop();
       }
     },
   };
 }
 
-function openPglite(pglite: PGlite, location: string, countQueries: boolean | undefined): Database {
-  const connection: SqlConnection = {
-    exec: async (script) => {
-      await pglite.exec(script);
-    },
-    query: async <T extends Record<string, unknown>>(text: string, params: unknown[] = []) =>
-      (await pglite.query<T>(text, params)).rows,
-  };
-  const { prisma, queries } = createClient(new PrismaPGlite(pglite), countQueries);
-  const counted = countQueries ? countingQuery(connection.query, queries) : connection.query;
-  // PGlite is a single connection: session state (advisory locks, BEGIN) is shared by every
-  // caller, so dedicated use of it is handed out one caller at a time.
-  let queue: Promise<unknown> = Promise.resolve();
-  const withConnection = <T>(work: (c: SqlConnection) => Promise<T>): Promise<T> => {
-    const turn = queue.then(() => work(connection));
-    queue = turn.catch(() => {});
-    return turn;
-  };
-  return {
-    kind: 'pglite',
-    location,
-    prisma,
-    queries,
-    sql: { kind: 'pglite', exec: connection.exec, query: counted, withConnection, withSession: withConnection },
-    changeFeed: () => new PgliteChangeFeed(pglite),
-    close: async () => {
-      await prisma.$disconnect();
-      if (!pglite.closed) await pglite.close();
-    },
-  };
-}
-
-function openPostgres(options: {
-  url: string;
+type PoolOptions = {
+  kind: Database['kind'];
+  location: string;
+  connection: pg.ClientConfig;
   poolSize?: number;
   connectTimeoutMs?: number;
   statementTimeoutMs?: number;
   countQueries?: boolean;
-}): Database {
+};
+
+function openPool(options: PoolOptions): Database {
   const statementTimeoutMs = options.statementTimeoutMs ?? 5000;
+  const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
+  const embedded = options.kind === 'pglite';
   const pool = new pg.Pool({
-    connectionString: options.url,
+    ...options.connection,
     max: options.poolSize ?? 10,
-    connectionTimeoutMillis: options.connectTimeoutMs ?? 2000,
+    connectionTimeoutMillis: connectTimeoutMs,
     statement_timeout: statementTimeoutMs,
     // The server enforces statement_timeout only while it runs: a server that stops answering
     // (frozen, or a network path that drops packets) is bounded here, by the client. A query
-    // that times out this way fails with its connection, which the pool then discards.
+    // that times out this way fails with its connection, which the pool then discards. PGlite
+    // does not enforce statement_timeout at all: there this is the only bound.
     query_timeout: statementTimeoutMs + CLIENT_TIMEOUT_MARGIN_MS,
-    idleTimeoutMillis: 30_000,
+    // The embedded database's one connection stays open: its closing is how a lost answer shows.
+    idleTimeoutMillis: embedded ? 0 : 30_000,
   });
   // An idle client that loses its server emits here; without a listener the process would exit.
   pool.on('error', () => {});
+  // Embedded: the one session's announcements, whichever connection of the pool they come on.
+  const session = new EventEmitter();
+  if (embedded) {
+    pool.on('connect', (client) => client.on('notification', (message) => session.emit('notification', message)));
+    pool.on('remove', () => session.emit('lost'));
+  }
   const { prisma, queries } = createClient(new PrismaPg(pool), options.countQueries);
-  const onClient = (client: pg.PoolClient | pg.Pool | pg.Client): SqlConnection => ({
-    exec: async (script) => {
-      await client.query(script);
-    },
-    query: async <T extends Record<string, unknown>>(text: string, params: unknown[] = []) =>
-      (await client.query<T>(text, params)).rows,
-  });
+  const onClient = (client: pg.PoolClient | pg.Pool | pg.Client, queryTimeoutMs?: number): SqlConnection => {
+    // `query_timeout` per query overrides the pool's (pg reads it; its typings omit it).
+    const config = (text: string, values?: unknown[]): pg.QueryConfig =>
+      (queryTimeoutMs ? { text, values, query_timeout: queryTimeoutMs } : { text, values }) as pg.QueryConfig;
+    return {
+      exec: async (script) => {
+        await client.query(config(script));
+      },
+      query: async <T extends Record<string, unknown>>(text: string, params: unknown[] = []) =>
+        (await client.query<T>(config(text, params))).rows,
+    };
+  };
   const onPool = onClient(pool);
+  const withConnection = async <T>(work: (connection: SqlConnection) => Promise<T>, queryTimeoutMs?: number): Promise<T> => {
+    const client = await pool.connect();
+    let failure: Error | undefined;
+    try {
+      return await work(onClient(client, queryTimeoutMs));
+    } catch (error) {
+      // A connection whose query timed out may still be busy with it: not handed out again.
+      if (isDatabaseUnavailable(error)) failure = error instanceof Error ? error : new Error(String(error));
+      throw error;
+    } finally {
+      client.release(failure);
+    }
+  };
   return {
-    kind: 'postgres',
-    location: redactUrl(options.url),
+    kind: options.kind,
+    location: options.location,
     prisma,
     queries,
-    pgPool: pool,
+    // Shared state across instances (rate-limit counters) only where there can be several.
+    ...(embedded ? {} : { pgPool: pool }),
     changeFeed: (feedOptions) =>
-      new PostgresChangeFeed({ url: options.url, connectTimeoutMs: options.connectTimeoutMs, ...feedOptions }),
+      embedded
+        ? new SessionChangeFeed(pool, session)
+        : new PostgresChangeFeed({ connection: options.connection, connectTimeoutMs, ...feedOptions }),
     sql: {
-      kind: 'postgres',
+      kind: options.kind,
       exec: onPool.exec,
       query: options.countQueries ? countingQuery(onPool.query, queries) : onPool.query,
-      withConnection: async (work) => {
-        const client = await pool.connect();
-        let failure: Error | undefined;
-        try {
-          return await work(onClient(client));
-        } catch (error) {
-          // A connection whose query timed out may still be busy with it: not handed out again.
-          if (isDatabaseUnavailable(error)) failure = error instanceof Error ? error : new Error(String(error));
-          throw error;
-        } finally {
-          client.release(failure);
-        }
-      },
-      withSession: async (work) => {
-        const client = new pg.Client({ connectionString: options.url, connectionTimeoutMillis: options.connectTimeoutMs ?? 2000 });
-        client.on('error', () => {});
-        await client.connect();
-        try {
-          return await work(onClient(client));
-        } finally {
-          await client.end().catch(() => {});
-        }
-      },
+      withConnection: (work) => withConnection(work),
+      withSession: embedded
+        ? // One session only: the pool's connection, without the requests' time bound.
+          (work) => withConnection(work, SESSION_QUERY_TIMEOUT_MS)
+        : async (work) => {
+            const client = new pg.Client({ ...options.connection, connectionTimeoutMillis: connectTimeoutMs });
+            client.on('error', () => {});
+            await client.connect();
+            try {
+              return await work(onClient(client));
+            } finally {
+              await client.end().catch(() => {});
+            }
+          },
     },
     close: async () => {
       await prisma.$disconnect();

@@ -2,7 +2,11 @@ import type { Config } from '../config.js';
 import { openDatabase, type Database } from './database.js';
 
 /** The database the configuration names: PostgreSQL with DATABASE_URL, PGlite in DATA_DIR without. */
-export function openConfiguredDatabase(config: Config, owner = 'another process'): Promise<Database> {
+export function openConfiguredDatabase(
+  config: Config,
+  owner = 'another process',
+  onLost?: (error: Error) => void,
+): Promise<Database> {
   if (config.databaseUrl) {
     return openDatabase({
       url: config.databaseUrl,
@@ -11,7 +15,13 @@ export function openConfiguredDatabase(config: Config, owner = 'another process'
       statementTimeoutMs: config.database.statementTimeoutMs,
     });
   }
-  return openDatabase({ dataDir: config.dataDir, owner });
+  return openDatabase({
+    dataDir: config.dataDir,
+    owner,
+    onLost,
+    connectTimeoutMs: config.database.connectTimeoutMs,
+    statementTimeoutMs: config.database.statementTimeoutMs,
+  });
 }
 
 /** For commands: the database, or one line saying why not (the folder is in use, …) and exit 1. */

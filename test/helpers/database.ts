@@ -1,9 +1,7 @@
-import { readFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import { afterAll, beforeAll, inject } from 'vitest';
-import { openDatabase, pgliteExtensions, type Database } from '../../src/db/database.js';
+import { openDatabase, type Database } from '../../src/db/database.js';
 
 export type TestDatabase = Database & {
   /** PostgreSQL mode: the URL of this file's own database (for commands run as child processes). */
@@ -24,12 +22,7 @@ export async function createTestDatabase(): Promise<TestDatabase> {
 
 async function createDatabase(migrated: boolean): Promise<TestDatabase> {
   if (testMode === 'pglite') {
-    const snapshot = inject('pgliteSnapshot');
-    const pglite = new PGlite({
-      extensions: pgliteExtensions,
-      ...(migrated ? { loadDataDir: new Blob([readFileSync(snapshot)]) } : {}),
-    });
-    return openDatabase({ pglite, countQueries: true });
+    return openDatabase({ memory: true, snapshot: migrated ? inject('pgliteSnapshot') : undefined, countQueries: true });
   }
   const serverUrl = inject('postgresUrl');
   const prefixed = `${inject('postgresPrefix')}${randomBytes(6).toString('hex')}`;

@@ -1,10 +1,9 @@
-import { writeFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { PGlite } from '@electric-sql/pglite';
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
-import { openDatabase, pgliteExtensions } from '../../src/db/database.js';
+import { openDatabase } from '../../src/db/database.js';
 import { migrate } from '../../src/db/migrator.js';
 
 declare module 'vitest' {
@@ -49,14 +48,12 @@ export default async function setup(project: TestProject) {
       await admin.end();
     };
   }
-  const pglite = new PGlite({ extensions: pgliteExtensions });
-  const database = await openDatabase({ pglite });
+  const database = await openDatabase({ memory: true });
   await migrate(database.sql);
-  const snapshot = await pglite.dumpDataDir('none');
-  await database.close();
   const dir = mkdtempSync(path.join(tmpdir(), 'pglite-snapshot-'));
   const file = path.join(dir, 'migrated.tar');
-  writeFileSync(file, Buffer.from(await snapshot.arrayBuffer()));
+  await database.dump!(file);
+  await database.close();
   project.provide('pgliteSnapshot', file);
   project.provide('postgresUrl', '');
   project.provide('postgresTemplate', '');
