@@ -7,6 +7,12 @@ const bool = (fallback: boolean) =>
     .optional()
     .transform((v) => (v === undefined ? fallback : ['true', '1', 'yes', 'on'].includes(v)));
 
+/** A switch whose default depends on other settings: undefined when unset. */
+const optionalBool = z
+  .enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off'])
+  .optional()
+  .transform((v) => (v === undefined ? undefined : ['true', '1', 'yes', 'on'].includes(v)));
+
 const optionalString = z
   .string()
   .optional()
@@ -25,7 +31,8 @@ const environment = z.object({
   DATA_DIR: z.string().min(1).default('./data'),
   MIGRATE_ON_START: bool(true),
   MIGRATION_LOCK_TIMEOUT_MS: z.coerce.number().int().min(1000).default(600_000),
-  SEED_DEMO_ON_START: bool(true),
+  /** Unset: on with NODE_ENV=development only. */
+  SEED_DEMO_ON_START: optionalBool,
   DATABASE_POOL_SIZE: z.coerce.number().int().min(1).max(500).default(10),
   DATABASE_CONNECT_TIMEOUT_MS: z.coerce.number().int().min(100).default(1500),
   DATABASE_STATEMENT_TIMEOUT_MS: z.coerce.number().int().min(100).default(5000),
@@ -153,7 +160,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     dataDir: e.DATA_DIR,
     migrateOnStart: e.MIGRATE_ON_START,
     migrationLockTimeoutMs: e.MIGRATION_LOCK_TIMEOUT_MS,
-    seedDemoOnStart: e.SEED_DEMO_ON_START,
+    seedDemoOnStart: e.SEED_DEMO_ON_START ?? e.NODE_ENV === 'development',
     database: {
       poolSize: e.DATABASE_POOL_SIZE,
       connectTimeoutMs: e.DATABASE_CONNECT_TIMEOUT_MS,

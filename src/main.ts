@@ -6,11 +6,11 @@ import { requestIdFrom } from './context.js';
 import type { Database } from './db/database.js';
 import { migrate } from './db/migrator.js';
 import { openConfiguredDatabase } from './db/setup.js';
-import { seedDemoIfEmpty } from './demo.js';
+import type { DemoAccess } from './dev/demo.js';
 import { ServiceUnavailableError } from './errors.js';
 import { createLogger } from './logger.js';
 import { sendError } from './rest/http.js';
-import { describeStartFailure } from './start-failure.js';
+import { describeStartFailure, StartFailure } from './start-failure.js';
 
 const config = loadConfigOrExit();
 const logger = createLogger(config.logLevel);
@@ -67,9 +67,9 @@ try {
 } catch (error) {
   failStart(error);
 }
-let demo;
+let demo: DemoAccess | undefined;
 try {
-  demo = config.seedDemoOnStart ? await seedDemoIfEmpty(database, config) : undefined;
+  demo = config.seedDemoOnStart ? await seedDemo(database) : undefined;
   const weak = await database.sql.query<{ parentId: string }>(
     `SELECT "parentId" FROM "Organization" WHERE octet_length("jwtSecret") < $1 ORDER BY "parentId" LIMIT 20`,
     [MIN_SECRET_BYTES],
@@ -97,6 +97,25 @@ if (demo) {
   console.log(`  curl -H "Authorization: Bearer <token>" ${base}/auth/user-profile`);
   // The embedded database belongs to this process: commands that open it wait until it stops.
   if (database.kind === 'postgres') console.log('  more tokens: npm run token -- <userID|email>');
+}
+
+/**
+ * The demo generator is development tooling (it needs the development dependencies): loaded only
+ * when SEED_DEMO_ON_START is on, which it is by default only with NODE_ENV=development.
+ */
+async function seedDemo(on: Database): Promise<DemoAccess | undefined> {
+  let demoModule: typeof import('./dev/demo.js');
+  try {
+    demoModule = await import('./dev/demo.js');
+  } catch (error) {
+    const missing = (error as { code?: string }).code === 'ERR_MODULE_NOT_FOUND';
+    if (!missing) throw error;
+    throw new StartFailure(
+      'SEED_DEMO_ON_START needs the development dependencies (the demo generator uses @faker-js/faker): install them, or set SEED_DEMO_ON_START=false',
+      { cause: error },
+    );
+  }
+  return demoModule.seedDemoIfEmpty(on, config);
 }
 
 let stopping = false;

@@ -3,6 +3,9 @@ import { redactUrl } from './db/database.js';
 import { DataDirInUseError } from './db/data-dir-lock.js';
 import { MigrationError } from './db/migrator.js';
 
+/** A failure whose message is already the line to print (it says what failed and what to do). */
+export class StartFailure extends Error {}
+
 type Failure = { code?: unknown; message?: unknown; syscall?: unknown; cause?: unknown; errors?: unknown };
 
 /** The first error in a chain (cause, AggregateError) that carries a code. */
@@ -35,6 +38,7 @@ export function describeStartFailure(error: unknown, config: Config): string {
     if (code === 'EACCES') return `not allowed to listen on ${config.host}:${config.port}: set PORT (above 1023) or HOST`;
     if (code === 'EADDRNOTAVAIL') return `${config.host} is not an address of this machine: set HOST`;
   }
+  if (error instanceof StartFailure) return message;
   if (error instanceof MigrationError) return `migrations: ${message}`;
   if (error instanceof DataDirInUseError) return message;
   if (!config.databaseUrl) return `cannot open the embedded database in ${config.dataDir}: ${message}`;

@@ -1,5 +1,5 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { seed, type SeededOrganization } from '../src/db/seed.js';
+import { seed, type SeededOrganization } from '../src/dev/demo-data.js';
 import { mintAccessToken } from '../src/auth/tokens.js';
 import { rest, useServer } from './helpers/app.js';
 import { testMode, useTestDatabase } from './helpers/database.js';

@@ -144,7 +144,7 @@ describe(`faults (${testMode})`, () => {
   it('SIGTERM: 200 requests in flight all complete, the counter is flushed, the process exits 0 within 10 s', async () => {
     const dataDir = mkdtempSync(path.join(tmpdir(), 'sigterm-'));
     const own = testMode === 'postgres' ? await createTestDatabase() : undefined;
-    const env: NodeJS.ProcessEnv = { ...process.env, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'error', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0' };
+    const env: NodeJS.ProcessEnv = { ...process.env, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'error', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0', SEED_DEMO_ON_START: 'true' };
     if (own) env.DATABASE_URL = own.url;
     else {
       env.DATA_DIR = dataDir;

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { printedSchema } from '../src/graphql/schema.js';
-import { seed } from '../src/db/seed.js';
+import { seed } from '../src/dev/demo-data.js';
 import { CREDIT_COSTS } from '../src/domain/catalogue.js';
 import { createChild, createOrganization, tokenFor } from './helpers/builders.js';
 import { useServer } from './helpers/app.js';

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { SECRET_MARKER, seed } from '../src/db/seed.js';
+import { SECRET_MARKER, seed } from '../src/dev/demo-data.js';
 import { createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { rest, useServer } from './helpers/app.js';
 import { testMode, useTestDatabase } from './helpers/database.js';

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { PACKAGES, alertLevel, creditAlerts } from '../src/domain/catalogue.js';
-import { SECRET_MARKER, SeedConflictError, seed } from '../src/db/seed.js';
+import { loadConfig } from '../src/config.js';
+import { SeedConflictError } from '../src/db/bulk-insert.js';
+import { SECRET_MARKER, seed } from '../src/dev/demo-data.js';
 import { createTestDatabase, testMode, useTestDatabase, type TestDatabase } from './helpers/database.js';
 
 const DAY = 24 * 60 * 60 * 1000;
@@ -17,7 +19,7 @@ async function dump(database: TestDatabase) {
 }
 
 describe(`seed (${testMode})`, () => {
-  it('is deterministic: the same seed and reference time give the same rows; another seed does not', async () => {
+  it('is deterministic: the same seed and reference time give the same rows, but never the same secrets; another seed does not', async () => {
     const options = { organizations: 2, childrenPerOrganization: 40, seed: 7, now };
     const [a, b, c] = await Promise.all([createTestDatabase(), createTestDatabase(), createTestDatabase()]);
     try {
@@ -26,7 +28,14 @@ describe(`seed (${testMode})`, () => {
       expect(summaryA).toEqual(summaryB);
       const [dumpA, dumpB, dumpC] = [await dump(a), await dump(b), await dump(c)];
       expect(dumpA.accounts).toHaveLength(2 + 80);
-      const text = (value: unknown) => JSON.stringify(value, (_, v) => (typeof v === 'bigint' ? v.toString() : v));
+      // Secrets are random: nobody can rebuild a seeded organization's signing secret from the seed.
+      const secrets = (value: unknown): string[] => JSON.stringify(value, (_, v) => (typeof v === 'bigint' ? v.toString() : v)).match(new RegExp(`${SECRET_MARKER}_[A-Z_]+_[0-9a-f]+`, 'g')) ?? [];
+      const secretsA = secrets(dumpA);
+      expect(secretsA.length).toBeGreaterThan(10);
+      expect(secretsA.filter((secret) => secrets(dumpB).includes(secret))).toEqual([]);
+      expect(new Set(secretsA).size).toBe(secretsA.length);
+      const text = (value: unknown) =>
+        JSON.stringify(value, (_, v) => (typeof v === 'bigint' ? v.toString() : typeof v === 'string' && v.startsWith(`${SECRET_MARKER}_`) ? v.replace(/_[0-9a-f]+$/, '_…') : v));
       expect(text(dumpA)).toBe(text(dumpB));
       expect(dumpC.accounts.map((x) => x.id)).not.toEqual(dumpA.accounts.map((x) => x.id));
       await expect(seed(a, options)).rejects.toBeInstanceOf(SeedConflictError);
@@ -136,5 +145,16 @@ describe(`seed (${testMode})`, () => {
       }
       expect(await database().prisma.account.count({ where: { passwordResetToken: { startsWith: SECRET_MARKER } } })).toBeGreaterThan(4);
     });
+  });
+});
+
+describe('demo data on start', () => {
+  it('is on by default in development only; SEED_DEMO_ON_START decides when set', () => {
+    expect(loadConfig({}).seedDemoOnStart).toBe(true);
+    expect(loadConfig({ NODE_ENV: 'development' }).seedDemoOnStart).toBe(true);
+    expect(loadConfig({ NODE_ENV: 'production' }).seedDemoOnStart).toBe(false);
+    expect(loadConfig({ NODE_ENV: 'test' }).seedDemoOnStart).toBe(false);
+    expect(loadConfig({ NODE_ENV: 'production', SEED_DEMO_ON_START: 'true' }).seedDemoOnStart).toBe(true);
+    expect(loadConfig({ NODE_ENV: 'development', SEED_DEMO_ON_START: 'false' }).seedDemoOnStart).toBe(false);
   });
 });

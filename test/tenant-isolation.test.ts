@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { openDatabase } from '../src/db/database.js';
-import { seed } from '../src/db/seed.js';
+import { seed } from '../src/dev/demo-data.js';
 import { isDatabaseUnavailable, toApiError } from '../src/errors.js';
 import { rest, startServer, type TestServer } from './helpers/app.js';
 import { createOrganization, tokenFor } from './helpers/builders.js';

@@ -7,7 +7,7 @@ import { decodeProtectedHeader, jwtVerify } from 'jose';
 import { describe, expect, it } from 'vitest';
 import { mintAccessToken, parseTtl, secretKey } from '../src/auth/tokens.js';
 import { findTokenSubject } from '../src/db/accounts.js';
-import { seed } from '../src/db/seed.js';
+import { seed } from '../src/dev/demo-data.js';
 import { createTestDatabase, testMode, useTestDatabase } from './helpers/database.js';
 
 const run = promisify(execFile);

@@ -1,7 +1,8 @@
 import { parseArgs } from 'node:util';
 import { loadConfigOrExit } from '../config.js';
 import { migrate } from '../db/migrator.js';
-import { resetData, seed, SeedConflictError } from '../db/seed.js';
+import { resetData, SeedConflictError } from '../db/bulk-insert.js';
+import { seed } from '../dev/demo-data.js';
 import { openConfiguredDatabaseOrExit } from '../db/setup.js';
 
 const usage = `usage: npm run db:seed -- [--orgs N] [--children N] [--seed S] [--now ISO] [--reset] [--json]

@@ -7,7 +7,7 @@ import pg from 'pg';
 import { mintAccessToken } from '../../src/auth/tokens.js';
 import { openDatabase } from '../../src/db/database.js';
 import { migrate } from '../../src/db/migrator.js';
-import { seed } from '../../src/db/seed.js';
+import { seed } from '../../src/dev/demo-data.js';
 import { freePort, postgresBinDir, startCluster, type Cluster } from '../helpers/postgres-cluster.js';
 
 /*

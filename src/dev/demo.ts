@@ -1,7 +1,7 @@
-import { mintAccessToken } from './auth/tokens.js';
-import type { Config } from './config.js';
-import type { Database } from './db/database.js';
-import type { SeededOrganization } from './db/seed.js';
+import { mintAccessToken } from '../auth/tokens.js';
+import type { Config } from '../config.js';
+import type { Database } from '../db/database.js';
+import { seed, type SeededOrganization } from './demo-data.js';
 
 export type DemoAccess = {
   organizations: SeededOrganization[];
@@ -11,11 +11,12 @@ export type DemoAccess = {
 
 const DEMO_TTL_SECONDS = 24 * 60 * 60;
 
-/** On an empty database: a small demo (one organization per alert level) so the API can be tried at once. */
+/**
+ * On an empty database: a small demo (one organization per alert level) so the API can be tried at
+ * once. Development tooling: the server imports this module only when SEED_DEMO_ON_START is on.
+ */
 export async function seedDemoIfEmpty(database: Database, config: Config): Promise<DemoAccess | undefined> {
   if ((await database.prisma.organization.count()) > 0) return undefined;
-  // The generator (and its fake-data library) is loaded only when there is something to seed.
-  const { seed } = await import('./db/seed.js');
   const organizations = await seed(database, {
     organizations: 4,
     childrenPerOrganization: 25,

@@ -1,4 +1,3 @@
-import { Faker, base, en } from '@faker-js/faker';
 import {
   PACKAGES,
   PACKAGE_TYPES,
@@ -6,12 +5,18 @@ import {
   creditAlerts,
   type AlertLevel,
 } from '../domain/catalogue.js';
-import type { Prisma, PrismaClient } from '../generated/prisma/client.js';
-import type { Database, SqlDriver } from './database.js';
+import { randomBytes } from 'node:crypto';
+import { Faker, base, en } from '@faker-js/faker';
+import { insertOrganization } from '../db/bulk-insert.js';
+import type { Database } from '../db/database.js';
+import type { Prisma } from '../generated/prisma/client.js';
 
 /*
- * Deterministic demo and test data: the same seed and the same reference time give the same rows.
- * Every secret of decisions §7 carries the marker below, so a test can search any response for it.
+ * Demo and test data (development tooling: it needs @faker-js/faker, a development dependency;
+ * the server loads it only to seed a demo, which production does not do unless asked).
+ * The same seed and the same reference time give the same rows, except the secrets: those are
+ * drawn at random, so that nobody can reproduce a seeded organization's signing secret. Every
+ * secret of decisions §7 carries the marker below, so a test can search any response for it.
  */
 
 export const SECRET_MARKER = 'LEAKCHECK';
@@ -33,19 +38,9 @@ export type SeededOrganization = {
 };
 
 const DAY = 24 * 60 * 60 * 1000;
-/** Children per INSERT: one array parameter per column, so the batch size is not bound by parameter limits. */
-const CHILD_BATCH = 5000;
 /** The alert level of organization i is LEVELS[i % 4], so any four organizations cover all levels. */
 const LEVELS: AlertLevel[] = ['healthy', 'low', 'critical', 'depleted'];
 
-export class SeedConflictError extends Error {}
-
-/** decisions §2 signing secrets: HS256 keys of at least 32 bytes. */
-export function assertStrongSecret(secret: string, organization: string): void {
-  if (Buffer.byteLength(secret) < 32) {
-    throw new SeedConflictError(`the signing secret of ${organization} is shorter than 32 bytes`);
-  }
-}
 
 export async function seed(
   database: Pick<Database, 'prisma' | 'sql'>,
@@ -66,8 +61,9 @@ function idPart(faker: Faker): string {
   return faker.string.alphanumeric({ length: 20 });
 }
 
-function secret(faker: Faker, kind: string): string {
-  return `${SECRET_MARKER}_${kind}_${faker.string.hexadecimal({ length: 48, prefix: '', casing: 'lower' })}`;
+/** A secret: random, not from the seeded generator (which does not advance for it). */
+function secret(_faker: Faker, kind: string): string {
+  return `${SECRET_MARKER}_${kind}_${randomBytes(24).toString('hex')}`;
 }
 
 function between(faker: Faker, from: number, to: number): Date {
@@ -95,7 +91,7 @@ const COUNTER_KEYS: (keyof Counters)[] = [
 ];
 
 async function seedOrganization(
-  { prisma, sql }: Pick<Database, 'prisma' | 'sql'>,
+  database: Pick<Database, 'prisma' | 'sql'>,
   faker: Faker,
   now: number,
   level: AlertLevel,
@@ -195,22 +191,7 @@ async function seedOrganization(
   };
   const usage = seedUsage(faker, parentId, parentCreated, now);
 
-  assertStrongSecret(organization.jwtSecret, company);
-  const existing = await prisma.account.findUnique({ where: { id: parentId }, select: { id: true } });
-  if (existing) {
-    throw new SeedConflictError(
-      `account ${parentId} already exists: this seed was applied before (use --reset, or another --seed)`,
-    );
-  }
-  await prisma.$transaction([
-    prisma.account.create({ data: parent as Prisma.AccountCreateInput }),
-    prisma.organization.createMany({ data: [organization] }),
-    prisma.packagePurchase.createMany({ data: purchases }),
-    prisma.monthlyUsage.createMany({ data: usage }),
-  ]);
-  for (let start = 0; start < children.length; start += CHILD_BATCH) {
-    await insertAccounts(sql, children.slice(start, start + CHILD_BATCH));
-  }
+  await insertOrganization(database, { parent, organization, purchases, usage, children });
   const seededLevel = alertLevel(creditAlerts(balance, purchased));
   return {
     name: company,
@@ -363,70 +344,3 @@ function seedUsage(
   return rows;
 }
 
-/** The Account columns with their SQL types, for the bulk insert below. */
-const ACCOUNT_COLUMNS: Record<keyof Prisma.AccountCreateManyInput, string> = {
-  id: 'text',
-  type: '"AccountType"',
-  parentId: 'text',
-  username: 'text',
-  email: 'text',
-  publicKey: 'text',
-  status: '"AccountStatus"',
-  emailVerified: 'boolean',
-  createdAt: 'timestamptz',
-  updatedAt: 'timestamptz',
-  lastLogin: 'timestamptz',
-  authProvider: '"AuthProvider"',
-  lastLoginProvider: '"AuthProvider"',
-  providerAId: 'text',
-  childSignupCount: 'integer',
-  signInCount: 'integer',
-  emailConfirmationCount: 'integer',
-  providerAAuthCount: 'integer',
-  providerBAuthCount: 'integer',
-  providerCAuthCount: 'integer',
-  providerDAuthCount: 'integer',
-  lastPasswordChanged: 'timestamptz',
-  loginAttempts: 'integer',
-  lastLoginAttempt: 'timestamptz',
-  lockedUntil: 'timestamptz',
-  lastResetPasswordRequestAt: 'timestamptz',
-  passwordHash: 'text',
-  emailVerificationToken: 'text',
-  passwordResetToken: 'text',
-};
-
-/**
- * Many accounts in one statement: each column travels as one array and `unnest` turns the arrays
- * back into rows. Prisma's createMany costs about a millisecond a row here; this is ~50x faster.
- */
-async function insertAccounts(sql: SqlDriver, rows: Prisma.AccountCreateManyInput[]): Promise<void> {
-  const columns = Object.keys(ACCOUNT_COLUMNS) as (keyof Prisma.AccountCreateManyInput)[];
-  const values = columns.map((column) =>
-    rows.map((row) => {
-      const value = row[column];
-      if (value === undefined || value === null) return null;
-      return value instanceof Date ? value.toISOString() : value;
-    }),
-  );
-  // Enum arrays travel as text[] (drivers know how to send those) and are cast back per row.
-  const arrayType = (type: string) => (type.startsWith('"') ? 'text' : type);
-  await sql.query(
-    `INSERT INTO "Account" (${columns.map((c) => `"${c}"`).join(', ')})
-     SELECT ${columns.map((c, i) => `c${i}::${ACCOUNT_COLUMNS[c]}`).join(', ')}
-     FROM unnest(${columns.map((c, i) => `$${i + 1}::${arrayType(ACCOUNT_COLUMNS[c])}[]`).join(', ')})
-       AS u(${columns.map((_, i) => `c${i}`).join(', ')})`,
-    values,
-  );
-}
-
-/** Removes every row of the product's tables (for `db:seed --reset`). */
-export async function resetData(prisma: PrismaClient): Promise<void> {
-  await prisma.$transaction([
-    prisma.monthlyUsage.deleteMany(),
-    prisma.packagePurchase.deleteMany(),
-    prisma.organization.deleteMany(),
-    prisma.account.deleteMany({ where: { type: 'child' } }),
-    prisma.account.deleteMany(),
-  ]);
-}
