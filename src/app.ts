@@ -19,6 +19,7 @@ import { createGraphQLServer, sendGraphQLError } from './graphql/http.js';
 import { createGraphQLHandler } from './graphql/yoga.js';
 import type { Logger } from './logger.js';
 import { RateLimiter } from './rate-limit.js';
+import { Readiness } from './readiness.js';
 import { errorEnvelope, sendError, sendJson, type ResponseOptions } from './rest/http.js';
 import { ALLOWED_METHODS, handleRest, isRestPath } from './rest/router.js';
 import { RetrievalCounter } from './services/retrieval-counter.js';
@@ -35,6 +36,10 @@ export type App = {
 const ALLOWED_REQUEST_HEADERS = 'Authorization, Content-Type, X-Public-Key, X-Request-Id';
 const EXPOSED_HEADERS = 'X-Request-Id, WWW-Authenticate, Allow, Retry-After, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, RateLimit-Policy';
 const GRAPHQL_PATH = '/graphql';
+/** Liveness, readiness, and the original health check (readiness with details). */
+const PROBE_PATHS = new Set(['/healthz', '/readyz', '/health']);
+/** How long a readiness check waits for the database. */
+const READINESS_TIMEOUT_MS = 1000;
 
 /** CORS for browser callers; no cookies are involved, so credentials are never allowed. */
 function corsHeaders(config: Config, origin: string | undefined): Record<string, string> {
@@ -98,6 +103,7 @@ export function createApp(options: { config: Config; database: Database; logger:
   };
   const serveGraphQL = createGraphQLServer(createGraphQLHandler(deps, logger), config.limits.maxBodyBytes);
   const limiter = new RateLimiter(config.rateLimit, database.pgPool);
+  const readiness = new Readiness(database, READINESS_TIMEOUT_MS);
   const { limits } = config;
   let draining = false;
 
@@ -111,7 +117,7 @@ export function createApp(options: { config: Config; database: Database; logger:
     const { request, response, target, options: responseOptions } = exchange;
     const preflight = request.method === 'OPTIONS' && request.headers['access-control-request-method'] !== undefined;
     // Probes and preflights are not limited; everything else counts against its sender, malformed or not.
-    if (target.path !== '/health' && !preflight) {
+    if (!PROBE_PATHS.has(target.path) && !preflight) {
       const verdict = await limiter.check(request);
       responseOptions.headers = { ...responseOptions.headers, ...verdict.headers };
       if (!verdict.allowed) return refuse(exchange, new RateLimitedError(verdict.retryAfterSeconds));
@@ -123,7 +129,7 @@ export function createApp(options: { config: Config; database: Database; logger:
     if (tooLong) return refuse(exchange, HeaderTooLargeError.forHeader(tooLong));
     const host = request.headers.host;
     if (host !== undefined && !isValidHost(host)) return refuse(exchange, new BadRequestError('The Host header is malformed.'));
-    if (preflight && (isRestPath(target.path) || target.path === '/health')) {
+    if (preflight && (isRestPath(target.path) || PROBE_PATHS.has(target.path))) {
       response.writeHead(204, {
         ...responseOptions.headers,
         'Access-Control-Allow-Methods': ALLOWED_METHODS,
@@ -134,13 +140,18 @@ export function createApp(options: { config: Config; database: Database; logger:
       response.end();
       return;
     }
+    // Liveness: the process answers; nothing else is touched.
+    if (target.path === '/healthz') return sendJson(response, 200, { status: 'ok' }, responseOptions);
+    if (target.path === '/readyz') {
+      const state = await readiness.state();
+      if (state.ready) return sendJson(response, 200, { status: 'ready' }, responseOptions);
+      return sendJson(response, 503, { status: 'unavailable', reason: state.reason }, responseOptions);
+    }
+    // The original health check: readiness, with the database mode and the cache's state.
     if (target.path === '/health') {
-      return database.sql
-        .query('SELECT 1 AS ok')
-        .then(() =>
-          sendJson(response, 200, { status: 'ok', database: database.kind, cache: feed.live ? 'live' : 'bypassed' }, responseOptions),
-        )
-        .catch(() => sendError(response, new ServiceUnavailableError(), responseOptions));
+      const state = await readiness.state();
+      if (!state.ready) return sendError(response, new ServiceUnavailableError(`The service is not ready: ${state.reason}.`), responseOptions);
+      return sendJson(response, 200, { status: 'ok', database: database.kind, cache: feed.live ? 'live' : 'bypassed' }, responseOptions);
     }
     if (target.path === GRAPHQL_PATH) return serveGraphQL(request, response, new URL(request.url!, 'http://localhost'), responseOptions);
     return handleRest(request, response, target, deps, logger, responseOptions);
@@ -155,6 +166,7 @@ export function createApp(options: { config: Config; database: Database; logger:
     },
     drain: () => {
       draining = true;
+      readiness.drain();
     },
     handle(request, response) {
       const requestId = requestIdFrom(request.headers['x-request-id'] as string | undefined);

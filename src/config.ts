@@ -75,6 +75,7 @@ const environment = z.object({
       return entries;
     }),
   SHUTDOWN_TIMEOUT_MS: z.coerce.number().int().min(100).default(10_000),
+  SHUTDOWN_DELAY_MS: z.coerce.number().int().min(0).default(3000),
   CACHE_MAX_ENTRIES: z.coerce.number().int().min(0).default(20_000),
   CACHE_MAX_BYTES: z.coerce.number().int().min(0).default(32 * 1024 * 1024),
   CACHE_TTL_SECONDS: z.coerce.number().int().min(1).default(600),
@@ -129,6 +130,8 @@ export type Config = {
     trustProxy: undefined | number | string[];
   };
   shutdownTimeoutMs: number;
+  /** After SIGTERM: readiness is 503 and the listener still accepts, so balancers stop sending first. */
+  shutdownDelayMs: number;
   /** The entity cache (0 entries or 0 bytes: no cache). */
   cache: { maxEntries: number; maxBytes: number; ttlMs: number };
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
@@ -145,6 +148,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const parsed = environment.safeParse(env);
   if (parsed.success && parsed.data.RATE_LIMIT_STORE === 'postgres' && !parsed.data.DATABASE_URL) {
     throw new ConfigError(['RATE_LIMIT_STORE: postgres needs DATABASE_URL (the embedded database serves one process)']);
+  }
+  if (parsed.success && parsed.data.SHUTDOWN_DELAY_MS >= parsed.data.SHUTDOWN_TIMEOUT_MS) {
+    throw new ConfigError(['SHUTDOWN_DELAY_MS: must be shorter than SHUTDOWN_TIMEOUT_MS (the delay is part of the shutdown)']);
   }
   if (!parsed.success) {
     throw new ConfigError(
@@ -195,6 +201,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       trustProxy: e.TRUST_PROXY,
     },
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
+    shutdownDelayMs: e.SHUTDOWN_DELAY_MS,
     cache: { maxEntries: e.CACHE_MAX_ENTRIES, maxBytes: e.CACHE_MAX_BYTES, ttlMs: e.CACHE_TTL_SECONDS * 1000 },
     corsOrigins: e.CORS_ORIGINS.trim() === '*' ? '*' : e.CORS_ORIGINS.split(',').map((o) => o.trim()).filter(Boolean),
   };

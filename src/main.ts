@@ -9,7 +9,7 @@ import { openConfiguredDatabase } from './db/setup.js';
 import type { DemoAccess } from './dev/demo.js';
 import { ServiceUnavailableError } from './errors.js';
 import { createLogger } from './logger.js';
-import { sendError } from './rest/http.js';
+import { sendError, sendJson } from './rest/http.js';
 import { describeStartFailure, StartFailure } from './start-failure.js';
 
 const config = loadConfigOrExit();
@@ -41,6 +41,8 @@ process.on('uncaughtException', (error) => {
 // requests are answered 503.
 const server = createHttpServer(config.limits, (request, response) => {
   if (app) return app.handle(request, response);
+  // Alive while starting (a long migration must not look like a dead process), not ready.
+  if (request.url === '/healthz') return sendJson(response, 200, { status: 'ok' }, { requestId: requestIdFrom(undefined) });
   response.setHeader('Connection', 'close');
   const requestId = requestIdFrom(request.headers['x-request-id'] as string | undefined);
   sendError(response, new ServiceUnavailableError('The service is starting; try again shortly.'), { requestId });
@@ -120,9 +122,11 @@ async function seedDemo(on: Database): Promise<DemoAccess | undefined> {
 
 let stopping = false;
 /**
- * Stop accepting, let in-flight requests finish, flush the retrieval counter, close the pool.
- * Past SHUTDOWN_TIMEOUT_MS the remaining connections are cut, the counter is still flushed
- * (within a bound), and the process exits 1.
+ * Readiness turns 503 at once and, for SHUTDOWN_DELAY_MS, the listener still accepts and serves
+ * (load balancers notice and stop sending); then stop accepting, let in-flight requests finish,
+ * flush the retrieval counter, close the pool. Past SHUTDOWN_TIMEOUT_MS (counted from the
+ * signal) the remaining connections are cut, the counter is still flushed (within a bound), and
+ * the process exits 1. A process stopping because it failed skips the delay.
  */
 async function shutdown(reason: string, exitCode: number): Promise<void> {
   if (stopping) return;
@@ -136,6 +140,7 @@ async function shutdown(reason: string, exitCode: number): Promise<void> {
   }, config.shutdownTimeoutMs);
   deadline.unref();
   app?.drain();
+  if (exitCode === 0 && config.shutdownDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, config.shutdownDelayMs));
   // Stop accepting, but unlike http.Server#close do not drop connections at once: one accepted a
   // moment ago may be about to send its request. A second later, and every second after, the
   // connections with no request under way are closed — idle ones, and ones that never completed

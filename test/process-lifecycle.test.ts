@@ -73,6 +73,64 @@ describe(`process lifecycle (${testMode})`, () => {
     expect(exit.at - signalled).toBeLessThan(10_000);
   });
 
+  it('while starting (opening and migrating the database): alive at /healthz, 503 elsewhere, then ready', async () => {
+    const probe = createTcpServer();
+    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+    const port = (probe.address() as { port: number }).port;
+    await new Promise((resolve) => probe.close(resolve));
+    const server = run('src/main.ts', baseEnv({ DATA_DIR: folder(), PORT: String(port) }));
+    const base = `http://127.0.0.1:${port}`;
+    try {
+      const seen: string[] = [];
+      const until = Date.now() + 60_000;
+      while (Date.now() < until && !seen.includes('ready 200')) {
+        const live = await fetch(`${base}/healthz`).catch(() => undefined);
+        if (live) {
+          expect(live.status).toBe(200);
+          const ready = await fetch(`${base}/readyz`);
+          const entry = `ready ${ready.status}`;
+          if (seen.at(-1) !== entry) seen.push(entry);
+          if (ready.status === 503) {
+            const api = await fetch(`${base}/auth/user-profile`);
+            expect(api.status).toBe(503);
+            expect((await api.json()).error.code).toBe('SERVICE_UNAVAILABLE');
+          }
+        }
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      // Not ready while starting, ready afterwards, never the other way round.
+      expect(seen).toEqual(['ready 503', 'ready 200']);
+    } finally {
+      server.child.kill('SIGKILL');
+    }
+  });
+
+  it('SIGTERM: readiness is 503 at once, the listener keeps serving for SHUTDOWN_DELAY_MS, then the process exits 0', async () => {
+    const own = testMode === 'postgres' ? await createTestDatabase() : undefined;
+    const server = run('src/main.ts', baseEnv(own ? { DATABASE_URL: own.url, SHUTDOWN_DELAY_MS: '2000' } : { DATA_DIR: folder(), SHUTDOWN_DELAY_MS: '2000' }));
+    try {
+      const base = await listening(server);
+      expect((await fetch(`${base}/readyz`)).status).toBe(200);
+      const signalled = Date.now();
+      server.child.kill('SIGTERM');
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      // New connections are still accepted and served during the delay; readiness says to go away.
+      const ready = await fetch(`${base}/readyz`);
+      expect(ready.status).toBe(503);
+      expect(await ready.json()).toEqual({ status: 'unavailable', reason: 'draining' });
+      expect((await fetch(`${base}/healthz`)).status).toBe(200);
+      const refused = await fetch(`${base}/auth/user-profile`, { headers: { authorization: 'Bearer x' } });
+      expect(refused.status).toBe(401);
+      const exit = await server.exited;
+      expect(exit.code, server.output()).toBe(0);
+      expect(exit.at - signalled).toBeGreaterThanOrEqual(2000);
+      expect(exit.at - signalled).toBeLessThan(9000);
+    } finally {
+      server.child.kill('SIGKILL');
+      await own?.close();
+    }
+  });
+
   // PGlite only for now: in the one clean-clone run on PostgreSQL the server exited 0 before its
   // deadline (the unfinished request's connection was gone by then); not yet explained.
   it.skipIf(testMode !== 'pglite')('past the shutdown deadline the retrieval counter is still flushed: no answered retrieval is lost', async () => {
