@@ -132,11 +132,21 @@ async function shutdown(reason: string, exitCode: number): Promise<void> {
   if (stopping) return;
   stopping = true;
   logger.info(`${reason}: shutting down`);
+  // Past the deadline: cut the remaining connections; the path below then flushes and closes,
+  // within FINAL_FLUSH_MS, and the exit status is 1 whichever of the two ends the process.
+  let cut = false;
+  let finishing: Promise<void> | undefined;
+  /** Flush the retrieval counter, close the pool: once, from whichever path gets there first. */
+  const finish = () =>
+    (finishing ??= (async () => {
+      await app?.close();
+      await database?.close();
+    })());
   const deadline = setTimeout(() => {
+    cut = true;
     logger.error('shutdown took too long; cutting the remaining connections');
     server.closeAllConnections();
-    const flushed = app?.close() ?? Promise.resolve();
-    void Promise.race([flushed, new Promise((resolve) => setTimeout(resolve, FINAL_FLUSH_MS))]).finally(() => process.exit(1));
+    void Promise.race([finish(), new Promise((resolve) => setTimeout(resolve, FINAL_FLUSH_MS))]).finally(() => process.exit(1));
   }, config.shutdownTimeoutMs);
   deadline.unref();
   app?.drain();
@@ -149,10 +159,9 @@ async function shutdown(reason: string, exitCode: number): Promise<void> {
   const sweep = setInterval(() => server.closeWaitingConnections(), 1000);
   await closed;
   clearInterval(sweep);
-  await app?.close();
-  await database?.close();
+  await finish();
   clearTimeout(deadline);
-  process.exit(exitCode);
+  process.exit(cut ? 1 : exitCode);
 }
 process.on('SIGTERM', () => void shutdown('SIGTERM', 0));
 process.on('SIGINT', () => void shutdown('SIGINT', 0));
