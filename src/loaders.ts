@@ -59,6 +59,19 @@ export function createLoaders(prisma: PrismaClient, cache: EntityCache) {
     for (const account of accounts) if (account) accountById.prime(account.id, account);
     return accounts;
   });
+  /** An account's public key: identity, kept while the account's counters change (a parent's do on every sign-in). */
+  const publicKeyByAccountId = new DataLoader<string, string | null>((ids) =>
+    throughCache(
+      cache,
+      'publicKeyOf',
+      ids,
+      async (misses) =>
+        new Map(
+          (await prisma.account.findMany({ where: { id: { in: misses } }, select: { id: true, publicKey: true } })).map((a) => [a.id, a.publicKey]),
+        ),
+      (id) => [cacheTags.identity(id)],
+    ),
+  );
   const organizationByParentId = new DataLoader<string, Organization | null>((ids) =>
     throughCache(
       cache,
@@ -92,9 +105,10 @@ export function createLoaders(prisma: PrismaClient, cache: EntityCache) {
         );
         return new Map(entries);
       },
+      // Stable tags only: sign-ins (counters, balance) do not drop the key.
       (key, signingKey) =>
         signingKey
-          ? [cacheTags.publicKey(key), cacheTags.account(signingKey.parentId), cacheTags.organization(signingKey.parentId)]
+          ? [cacheTags.publicKey(key), cacheTags.identity(signingKey.parentId), cacheTags.organizationKey(signingKey.parentId)]
           : [cacheTags.publicKey(key)],
     ),
   );
@@ -149,6 +163,7 @@ export function createLoaders(prisma: PrismaClient, cache: EntityCache) {
   return {
     accountById,
     accountByPublicKey,
+    publicKeyByAccountId,
     organizationByParentId,
     signingKeyByPublicKey,
     packagePurchasesByOrganization,

@@ -199,6 +199,40 @@ describe('changes made directly in the database reach the API', () => {
     );
   });
 
+  it("a sign-in (counters, last login, balance, usage) shows at once and keeps the organization's verified tokens and signing key", async () => {
+    const own = await createOrganization(database());
+    const [signingIn, other] = [await createChild(database(), own.parent), await createChild(database(), own.parent)];
+    const [signingInToken, otherToken] = [await tokenFor(signingIn, own), await tokenFor(other, own)];
+    for (const token of [signingInToken, otherToken, signingInToken, otherToken]) expect((await profile(token)).status).toBe(200);
+    const balance = (await profile(parentToken)).status;
+    expect(balance).toBe(200);
+    // As the sign-in service writes one: the child, its parent's organization-wide counters, the
+    // balance, this month's usage, in one transaction.
+    const signIn = `WITH child AS (UPDATE "Account" SET "signInCount" = "signInCount" + 1, "lastLogin" = now(), "updatedAt" = now() WHERE id = $1 RETURNING "parentId"),
+      parent AS (UPDATE "Account" SET "signInCount" = "signInCount" + 1, "updatedAt" = now() WHERE id = (SELECT "parentId" FROM child) RETURNING id),
+      spent AS (UPDATE "Organization" SET "creditBalance" = "creditBalance" - 1 WHERE "parentId" = (SELECT id FROM parent) RETURNING "parentId")
+      INSERT INTO "MonthlyUsage" ("organizationId", month, "signIns") SELECT "parentId", date_trunc('month', now() AT TIME ZONE 'UTC'), 1 FROM spent
+      ON CONFLICT ("organizationId", month) DO UPDATE SET "signIns" = "MonthlyUsage"."signIns" + 1`;
+    const before = (await profile(signingInToken)).body.data.user.signInCount as number;
+    await outside(signIn, [signingIn.id]);
+    const stats = server().app.deps.cache.stats;
+    for (let seen = -1; seen !== stats.invalidations; ) {
+      seen = stats.invalidations;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    // The other child's token is still known: its next answer needs at most the organization's
+    // row again (its balance changed), not the signing key or a new verification.
+    const queries = database().queries.count;
+    expect((await profile(otherToken)).status).toBe(200);
+    expect(database().queries.count - queries).toBeLessThanOrEqual(1);
+    // And the sign-in itself shows.
+    await reflected(
+      async () => {},
+      () => profile(signingInToken),
+      (r) => r.body.data?.user?.signInCount === before + 1,
+    );
+  });
+
   it('a rotated signing secret: old tokens refused, new ones accepted', async () => {
     const own = await createOrganization(database());
     const old = await tokenFor(own.parent, own);

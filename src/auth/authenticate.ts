@@ -112,10 +112,11 @@ async function verifyToken(token: string, cacheKey: string, deps: AuthDependenci
     if (error instanceof joseErrors.JWTExpired) throw new UnauthorizedError('The access token has expired.');
     throw new UnauthorizedError('The access token is invalid.');
   }
+  // Dropped with the key it was checked with (a rotated secret, a changed parent), not by sign-ins.
   deps.cache.set(ticket, cacheKey, verified, [
     cacheTags.publicKey(kid),
-    cacheTags.account(key.parentId),
-    cacheTags.organization(key.parentId),
+    cacheTags.identity(key.parentId),
+    cacheTags.organizationKey(key.parentId),
   ]);
   return verified;
 }

@@ -50,6 +50,9 @@ export function estimateBytes(value: unknown, depth = 0): number {
 /** A read that may be stored: taken before the query, so a change announced meanwhile wins. */
 export type CacheTicket = { readonly epoch: number };
 
+/** Invalidated tags remembered, with when: enough for every read in flight, bounded. */
+const INVALIDATIONS_REMEMBERED = 10_000;
+
 /**
  * The process's cache of what nearly every request reads: accounts, organizations, signing keys,
  * purchases and monthly usage. The database announces every committed change (triggers and
@@ -57,15 +60,28 @@ export type CacheTicket = { readonly epoch: number };
  * row, so a change made by any service shows on the next request after its announcement arrives.
  * While the feed is not live the cache is bypassed and emptied: reads go to the database.
  *
- * A read that started before an announcement is not stored (the epoch moved): its row may be the
- * one just replaced.
+ * A read that started before an announcement of one of its tags is not stored: its row may be
+ * the one just replaced. Each tag remembers when it was last invalidated, so a change to one
+ * organization does not stop caching for the others.
  */
 export class EntityCache {
   /** Undefined when the cache is turned off (no entries or no bytes allowed). */
   private readonly entries: LRUCache<string, Entry> | undefined;
   /** Which keys carry a tag; kept in step with `entries` by its dispose hook. */
   private readonly byTag = new Map<string, Set<string>>();
+  /** Counts invalidations; a ticket is the count when its read started. */
   private epoch = 0;
+  /** When each recently invalidated tag was invalidated last. */
+  private readonly invalidatedAt = new LRUCache<string, number>({
+    max: INVALIDATIONS_REMEMBERED,
+    dispose: (at, _tag, reason) => {
+      if (reason === 'evict') this.forgottenUpTo = Math.max(this.forgottenUpTo, at);
+    },
+  });
+  /** Reads older than this may have missed an invalidation no longer remembered: not stored. */
+  private forgottenUpTo = 0;
+  /** Reads older than the last clear are not stored. */
+  private clearedAt = 0;
   private readonly inFlight = new Map<string, { epoch: number; result: Promise<unknown> }>();
   private readonly unsubscribe: () => void;
   readonly stats = { hits: 0, misses: 0, invalidations: 0, evictions: 0 };
@@ -119,9 +135,9 @@ export class EntityCache {
     return { epoch: this.epoch };
   }
 
-  /** Stores `value` unless a change was announced since `ticket` or the feed is not live. */
+  /** Stores `value` unless one of its tags was invalidated since `ticket`, or the feed is not live. */
   set(ticket: CacheTicket, key: string, value: unknown, tags: readonly string[]): void {
-    if (ticket.epoch !== this.epoch || !this.feed.live || !this.entries) return;
+    if (!this.feed.live || !this.entries || !this.unchangedSince(ticket, tags)) return;
     const entry: Entry = { value, tags };
     // An entry larger than the whole bound is not stored (and any older one under the key is dropped).
     this.entries.set(key, entry);
@@ -138,10 +154,10 @@ export class EntityCache {
    * share its result, unless a change was announced since it started. A costly miss (counting a
    * million children) thus runs once, not once per waiting request, and cannot exhaust the pool.
    */
-  shared<V>(key: string, compute: () => Promise<V>): Promise<V> {
+  shared<V>(key: string, tags: readonly string[], compute: () => Promise<V>): Promise<V> {
     const running = this.inFlight.get(key);
-    // A computation that started before the last announced change may have read the old rows.
-    if (running && running.epoch === this.epoch) return running.result as Promise<V>;
+    // A computation that started before a change to what it reads may have read the old rows.
+    if (running && this.unchangedSince(running, tags)) return running.result as Promise<V>;
     const entry = { epoch: this.epoch, result: compute() };
     entry.result = entry.result.finally(() => {
       if (this.inFlight.get(key) === entry) this.inFlight.delete(key);
@@ -150,9 +166,17 @@ export class EntityCache {
     return entry.result as Promise<V>;
   }
 
+  /** Whether none of `tags` was invalidated (and nothing cleared) since `ticket` was taken. */
+  private unchangedSince(ticket: CacheTicket, tags: readonly string[]): boolean {
+    if (ticket.epoch < this.clearedAt || ticket.epoch < this.forgottenUpTo) return false;
+    for (const tag of tags) if ((this.invalidatedAt.peek(tag) ?? 0) > ticket.epoch) return false;
+    return true;
+  }
+
   /** Drops every entry carrying `tag`. */
   invalidate(tag: string): void {
     this.epoch += 1;
+    this.invalidatedAt.set(tag, this.epoch);
     this.stats.invalidations += 1;
     const keys = this.byTag.get(tag);
     if (!keys) return;
@@ -161,6 +185,7 @@ export class EntityCache {
 
   clear(): void {
     this.epoch += 1;
+    this.clearedAt = this.epoch;
     this.entries?.clear();
     this.byTag.clear();
   }
@@ -178,9 +203,14 @@ export class EntityCache {
     }
   }
 
-  /** The triggers' JSON: {"t": entity, "id": key, "k"?: public key, "p"?: parent} or {"t": entity, "all": true}. */
+  /**
+   * The triggers' JSON: {"t": entity, "id": key, "k"?: public key, "p"?: parent, "s"?: whether
+   * what authentication relies on changed} or {"t": entity, "all": true}. A change of activity
+   * columns only ("s": false: counters, last login, balances) drops the rows, not the identities,
+   * signing keys and verified tokens built on them.
+   */
   private onChange(payload: string): void {
-    let change: { t?: unknown; id?: unknown; k?: unknown; p?: unknown; all?: unknown };
+    let change: { t?: unknown; id?: unknown; k?: unknown; p?: unknown; s?: unknown; all?: unknown };
     try {
       change = JSON.parse(payload) as typeof change;
     } catch {
@@ -193,16 +223,26 @@ export class EntityCache {
       return;
     }
     this.invalidate(tagOf(change.id));
-    if (typeof change.k === 'string') this.invalidate(cacheTags.publicKey(change.k));
+    const stable = change.s !== false;
+    if (stable && change.t === 'account') this.invalidate(cacheTags.identity(change.id));
+    if (stable && change.t === 'organization') this.invalidate(cacheTags.organizationKey(change.id));
+    if (stable && typeof change.k === 'string') this.invalidate(cacheTags.publicKey(change.k));
     if (typeof change.p === 'string') this.invalidate(cacheTags.children(change.p));
   }
 }
 
 /** The tags an entry carries: the rows whose change must drop it. */
 export const cacheTags = {
+  /** Any change to the account row. */
   account: (id: string) => `account:${id}`,
+  /** A change to the account's identity (not its activity counters): type, status, keys, ... */
+  identity: (id: string) => `identity:${id}`,
+  /** The account holding this key, or its identity, changed (or one with this key appeared). */
   publicKey: (key: string) => `publicKey:${key}`,
+  /** Any change to the organization row but the retrieval counter. */
   organization: (parentId: string) => `organization:${parentId}`,
+  /** A change to the organization other than its balances: its signing secret among others. */
+  organizationKey: (parentId: string) => `organizationKey:${parentId}`,
   purchases: (organizationId: string) => `purchases:${organizationId}`,
   usage: (organizationId: string) => `usage:${organizationId}`,
   /** Any change to any child of this parent. */

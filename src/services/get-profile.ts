@@ -63,7 +63,7 @@ export async function getProfile(viewer: Viewer, context: ServiceContext): Promi
   const parentKey =
     account.parentId === null
       ? 'ROOT'
-      : ((await context.loaders.accountById.load(account.parentId))?.publicKey ?? 'ROOT');
+      : ((await context.loaders.publicKeyByAccountId.load(account.parentId)) ?? 'ROOT');
   const base: AccountProfile = {
     userID: account.id,
     username: account.username,

@@ -175,7 +175,7 @@ async function countChildren(
   const { cacheKey } = filters;
   const hit = context.cache.get<CachedStats>(cacheKey)?.value;
   const fresh = hit && now >= hit.computedAt && now < hit.validUntil ? hit : undefined;
-  const counted = fresh ?? (await context.cache.shared(cacheKey, () => queryCounts(parentId, filters, now, context)));
+  const counted = fresh ?? (await context.cache.shared(cacheKey, [cacheTags.children(parentId)], () => queryCounts(parentId, filters, now, context)));
   // Unfiltered, the total is read from the organization each time, not kept with the count.
   return { total: counted.total ?? viewer.organization.childCount, active: counted.active };
 }
