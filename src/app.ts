@@ -16,7 +16,7 @@ import {
   UriTooLongError,
 } from './errors.js';
 import { createGraphQLServer, sendGraphQLError } from './graphql/http.js';
-import { createGraphQLHandler } from './graphql/yoga.js';
+import { createGraphQLHandler, type GraphQLHandler } from './graphql/yoga.js';
 import type { Logger } from './logger.js';
 import { RateLimiter } from './rate-limit.js';
 import { Readiness } from './readiness.js';
@@ -31,6 +31,8 @@ export type App = {
   /** From now on every answer closes its connection (shutdown is under way). */
   drain(): void;
   deps: AppDependencies;
+  /** Yoga itself, behind /graphql: its fetch entry is Yoga's whole HTTP path. */
+  graphql: GraphQLHandler;
 };
 
 const ALLOWED_REQUEST_HEADERS = 'Authorization, Content-Type, X-Public-Key, X-Request-Id';
@@ -101,7 +103,8 @@ export function createApp(options: { config: Config; database: Database; logger:
     ),
     now: options.now ?? (() => new Date()),
   };
-  const serveGraphQL = createGraphQLServer(createGraphQLHandler(deps, logger), config.limits.maxBodyBytes);
+  const graphql = createGraphQLHandler(deps, logger);
+  const serveGraphQL = createGraphQLServer(graphql, config.limits.maxBodyBytes);
   const limiter = new RateLimiter(config.rateLimit, database.pgPool);
   const readiness = new Readiness(database, READINESS_TIMEOUT_MS);
   const { limits } = config;
@@ -159,6 +162,7 @@ export function createApp(options: { config: Config; database: Database; logger:
 
   return {
     deps,
+    graphql,
     close: async () => {
       await deps.retrievals.close();
       deps.cache.close();

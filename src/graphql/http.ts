@@ -25,13 +25,21 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-/** The answer's media type when the client's Accept is one Yoga answers with plain JSON; Yoga's choice for `*∕*`. */
+/**
+ * The media type Yoga answers a single result with for this Accept list, when that is plain JSON:
+ * as Yoga negotiates, the first entry (q-values ignored, charsets other than utf-8 skipped) that
+ * a JSON type matches decides; `application/json` wins where both match (`*∕*`, `application/*`).
+ * Undefined when no entry matches one (Yoga's own path answers those: event stream, 406, ...).
+ */
 function regularMediaType(accept: string | undefined): MediaType | undefined {
   if (accept === undefined) return 'application/json';
-  const [type, ...parameters] = accept.replace(/\s/g, '').toLowerCase().split(';');
-  if (parameters.some((parameter) => parameter !== 'charset=utf-8')) return undefined;
-  if (type === '*/*' || type === 'application/json') return 'application/json';
-  if (type === 'application/graphql-response+json') return type;
+  for (const entry of accept.replace(/\s/g, '').toLowerCase().split(',')) {
+    const [type = '', ...parameters] = entry.split(';');
+    const charset = parameters.find((parameter) => parameter.includes('charset='));
+    if (charset !== undefined && charset !== 'charset=utf-8') continue;
+    if (type === '*/*' || type === 'application/*' || type === 'application/json') return 'application/json';
+    if (type === 'application/graphql-response+json') return type;
+  }
   return undefined;
 }
 

@@ -24,12 +24,18 @@ const { values: args } = parseArgs({
     connections: { type: 'string', default: '50' },
     soak: { type: 'string' },
     only: { type: 'string' },
+    users: { type: 'string', default: '50000' },
+    signins: { type: 'string', default: '100' },
     json: { type: 'string', default: path.join(root, '.bench', 'results.json') },
   },
 });
 const children = Number(args.children);
 const duration = Number(args.duration);
 const connections = Number(args.connections);
+const users = Number(args.users);
+const signinsPerSecond = Number(args.signins);
+/** What GraphQL clients send (graphql-request, urql, recent Apollo Client). */
+const CLIENT_ACCEPT = 'application/graphql-response+json, application/json;q=0.9';
 const CLOCK_TICK_US = 1_000_000 / Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim() || 100);
 
 function cpuTicks(pid: number): number {
@@ -62,13 +68,23 @@ type Scenario = {
   target?: number;
   /** Concurrent connections (default --connections); 1 measures a single caller's latency. */
   connections?: number;
+  /** A file of bearer tokens, one per line: each request sends a random one (many users). */
+  tokensFile?: string;
+  /** The sign-in writer runs during this row. */
+  signins?: boolean;
 };
 
 function autocannon(s: Scenario, seconds: number): { rps: number; p50: number; p99: number; requests: number; non2xx: number } {
-  const argv = [path.join(root, 'node_modules', 'autocannon', 'autocannon.js'), '-j', '-c', String(s.connections ?? connections), '-d', String(seconds), '-m', s.method ?? 'GET'];
-  for (const [k, v] of Object.entries(s.headers ?? {})) argv.push('-H', `${k}=${v}`);
-  if (s.body) argv.push('-b', s.body);
-  argv.push(s.url);
+  let argv: string[];
+  if (s.tokensFile) {
+    const options = { url: s.url, method: s.method, headers: s.headers, body: s.body, tokensFile: s.tokensFile, connections: s.connections ?? connections, duration: seconds };
+    argv = [path.join(root, 'test', 'bench', 'load.mjs'), JSON.stringify(options)];
+  } else {
+    argv = [path.join(root, 'node_modules', 'autocannon', 'autocannon.js'), '-j', '-c', String(s.connections ?? connections), '-d', String(seconds), '-m', s.method ?? 'GET'];
+    for (const [k, v] of Object.entries(s.headers ?? {})) argv.push('-H', `${k}=${v}`);
+    if (s.body) argv.push('-b', s.body);
+    argv.push(s.url);
+  }
   const run = spawnSync(process.execPath, argv, { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
   const result = JSON.parse(run.stdout);
   return {
@@ -128,9 +144,42 @@ try {
   const mint = (subject: string) => mintAccessToken({ secret: org.jwtSecret, kid: big!.parent.publicKey, subject, ttlSeconds: 24 * 3600 });
   const parentToken = await mint(big!.parent.userID);
   const childToken = await mint(child.id);
+  // Many users: distinct active children of the large organization, each with its own token.
+  const benchDir = path.join(root, '.bench');
+  mkdirSync(benchDir, { recursive: true });
+  const tokensFile = path.join(benchDir, 'tokens.txt');
+  const childIdsFile = path.join(benchDir, 'child-ids.txt');
+  if (users > 0) {
+    const ids = (
+      await (async () => {
+        const reader = new pg.Client({ connectionString: databaseUrl });
+        await reader.connect();
+        try {
+          const { rows } = await reader.query<{ id: string }>(
+            `SELECT id FROM "Account" WHERE "parentId" = $1 AND status = 'active' ORDER BY id LIMIT $2`,
+            [org.parentId, users],
+          );
+          return rows.map((row) => row.id);
+        } finally {
+          await reader.end();
+        }
+      })()
+    );
+    if (ids.length < users) console.log(`only ${ids.length} active children: --users ${ids.length}`);
+    // The sign-ins spend credits; the organization must not run dry during the run (its children
+    // would be refused, which is not the case measured).
+    const topUp = new pg.Client({ connectionString: databaseUrl });
+    await topUp.connect();
+    await topUp.query(`UPDATE "Organization" SET "creditBalance" = GREATEST("creditBalance", 10000000) WHERE "parentId" = $1`, [org.parentId]);
+    await topUp.end();
+    writeFileSync(childIdsFile, `${ids.join('\n')}\n`);
+    const tokens: string[] = [];
+    for (const id of ids) tokens.push(await mint(id));
+    writeFileSync(tokensFile, `${tokens.join('\n')}\n`);
+  }
 
   spawnSync('npm', ['run', '-s', 'build'], { cwd: root, stdio: 'inherit' });
-  const [appPort, floorPort] = [await freePort(), await freePort()];
+  const [appPort, floorPort, ceilingPort] = [await freePort(), await freePort(), await freePort()];
   const env = { ...process.env, NODE_ENV: 'production', DATABASE_URL: databaseUrl, PORT: String(appPort), HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0', SEED_DEMO_ON_START: 'false' };
   // The server runs as `npm start` runs it (same Node flags, such as the heap limit).
   const startScript = (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
@@ -140,6 +189,11 @@ try {
   processes.push(app, floor);
   const base = `http://127.0.0.1:${appPort}`;
   await Promise.all([waitFor(`${base}/health`), waitFor(`http://127.0.0.1:${floorPort}/`)]);
+  // The ceiling answers the floor's bytes from memory.
+  const ceilingBody = await (await fetch(`http://127.0.0.1:${floorPort}/`)).text();
+  const ceiling = spawn(process.execPath, [path.join(root, 'test', 'bench', 'ceiling.mjs')], { env: { ...env, PORT: String(ceilingPort), CEILING_BODY: ceilingBody }, stdio: ['ignore', 'ignore', 'inherit'] });
+  processes.push(ceiling);
+  await waitFor(`http://127.0.0.1:${ceilingPort}/`);
 
   // The page token at depth 10,000, reached by walking the list.
   const walk = await (async () => {
@@ -152,15 +206,24 @@ try {
   })();
 
   const auth = (token: string) => ({ authorization: `Bearer ${token}` });
-  const gql = (query: string, token = parentToken): Partial<Scenario> => ({
+  const gql = (query: string, token = parentToken, accept?: string): Partial<Scenario> => ({
     method: 'POST',
-    headers: { ...auth(token), 'content-type': 'application/json' },
+    headers: { ...auth(token), 'content-type': 'application/json', ...(accept ? { accept } : {}) },
     body: JSON.stringify({ query }),
   });
+  /** Many users: a random child token per request, while the sign-in service writes. */
+  const many = (scenario: Partial<Scenario>): Partial<Scenario> => {
+    const headers = { ...scenario.headers };
+    delete headers.authorization;
+    return { ...scenario, headers, tokensFile, signins: signinsPerSecond > 0 };
+  };
+  const crowd = `${users.toLocaleString('en')} users${signinsPerSecond > 0 ? `, ${signinsPerSecond} sign-ins/s` : ''}`;
+  const childProfileFields = 'userID username email publicKey accountType parentAccount accountStatus emailVerified createdAt updatedAt lastLogin organizationName domainRestrictionEnabled emailVerificationRequired authProvider lastLoginProvider providerAId childSignupCount signInCount emailConfirmationCount providerAAuthCount providerBAuthCount providerCAuthCount providerDAuthCount lastPasswordChanged loginAttempts lastLoginAttempt lockedUntil lastResetPasswordRequestAt';
   const profileFields = 'userID username email publicKey accountType parentAccount accountStatus emailVerified createdAt updatedAt lastLogin organizationName domainRestrictionEnabled emailVerificationRequired authProvider lastLoginProvider providerAId childSignupCount signInCount emailConfirmationCount providerAAuthCount providerBAuthCount providerCAuthCount providerDAuthCount lastPasswordChanged loginAttempts lastLoginAttempt lockedUntil lastResetPasswordRequestAt ... on ParentAccount { organizationUrl authUrls { signin signup } creditBalance totalFreeUsers billableChildAccounts totalChildAccounts packagesHistory { packageType purchaseDate creditsAdded freeUsersAdded price transactionId } accountBalance availableBalance providerASsoConfig { enabled clientId } lastLowCreditNotificationAt lastCriticalCreditNotificationAt lastDepletedCreditNotificationAt }';
   const dashboard = `{ me { ${profileFields} } organization { organizationName credentials { publicKey jwtSecret } } creditAnalysis { creditBalance totalCreditsUsed projectedMonthlyUsage alerts { low critical depleted } } childAccounts(limit: 50) { edges { node { username email lastSeen registered } } pageInfo { hasNextPage endCursor } stats { total active } } }`;
   const scenarios: Scenario[] = [
     { name: 'floor: one prepared pg query', url: `http://127.0.0.1:${floorPort}/` },
+    { name: 'ceiling: the same bytes from memory', url: `http://127.0.0.1:${ceilingPort}/` },
     { name: 'REST profile (parent)', url: `${base}/auth/user-profile`, headers: auth(parentToken), target: 0.5 },
     { name: 'REST profile (child)', url: `${base}/auth/user-profile`, headers: auth(childToken), target: 0.5 },
     { name: 'REST organization (JWT)', url: `${base}/auth/organization-details`, headers: auth(parentToken), target: 0.3 },
@@ -179,6 +242,15 @@ try {
     { name: 'GraphQL childAccounts', url: `${base}/graphql`, ...gql('{ childAccounts { edges { node { username email lastSeen registered } } pageInfo { hasNextPage endCursor } stats { total active } } }') },
     { name: 'GraphQL creditAnalysis', url: `${base}/graphql`, ...gql('{ creditAnalysis { creditBalance totalFreeUsers totalChildAccounts billableUsers monthlyRetentionCredits operationUsage { childSignups signIns emailVerifications socialSignIns { providerA providerB providerC providerD total } } totalCreditsUsed projectedMonthlyUsage alerts { low critical depleted } packageHistory { packageType purchaseDate creditsAdded freeUsersAdded price transactionId } } }') },
     { name: 'GraphQL dashboard (all four)', url: `${base}/graphql`, ...gql(dashboard) },
+    { name: 'GraphQL me, client Accept', url: `${base}/graphql`, ...gql(`{ me { ${profileFields} } }`, parentToken, CLIENT_ACCEPT) },
+    { name: 'GraphQL dashboard, client Accept', url: `${base}/graphql`, ...gql(dashboard, parentToken, CLIENT_ACCEPT), target: 0.3 },
+    ...(users > 0
+      ? ([
+          { name: `REST profile (child), ${crowd}`, url: `${base}/auth/user-profile`, ...many({}), target: 1.0 },
+          { name: `REST organization (JWT), ${crowd}`, url: `${base}/auth/organization-details`, ...many({}), target: 1.0 },
+          { name: `GraphQL me, client Accept, ${crowd}`, url: `${base}/graphql`, ...many(gql(`{ me { ${childProfileFields} } }`, childToken, CLIENT_ACCEPT)), target: 0.5 },
+        ] as Scenario[])
+      : []),
   ].filter((s) => !args.only || s.name.includes(args.only) || s.name.startsWith('floor'));
 
   const stats = new pg.Client({ connectionString: databaseUrl });
@@ -187,11 +259,25 @@ try {
   const rows: Row[] = [];
   let floorRps = 0;
   for (const scenario of scenarios) {
-    const pid = scenario.name.startsWith('floor') ? floor.pid! : app.pid!;
+    const pid = scenario.name.startsWith('floor') ? floor.pid! : scenario.name.startsWith('ceiling') ? ceiling.pid! : app.pid!;
+    const writer = scenario.signins
+      ? spawn(process.execPath, [path.join(root, 'test', 'bench', 'signins.mjs')], {
+          env: { ...env, CHILD_IDS_FILE: childIdsFile, SIGNINS_PER_SECOND: String(signinsPerSecond) },
+          stdio: ['ignore', 'ignore', 'pipe'],
+        })
+      : undefined;
+    let written = '';
+    writer?.stderr!.on('data', (chunk) => (written += chunk));
     autocannon(scenario, Number(args.warmup));
     const [ticks, tx] = [cpuTicks(pid), await transactions(stats, dbName)];
     const result = autocannon(scenario, duration);
     const [ticksAfter, txAfter] = [cpuTicks(pid), await transactions(stats, dbName)];
+    if (writer) {
+      writer.kill('SIGTERM');
+      await new Promise((resolve) => writer.on('exit', resolve));
+      const report = JSON.parse(written.trim() || '{}') as { written?: number; seconds?: number };
+      console.log(`  (sign-in writer: ${report.written ?? '?'} sign-ins in ${report.seconds?.toFixed(1) ?? '?'} s; its transactions count in "db tx")`);
+    }
     if (scenario.name.startsWith('floor')) floorRps = result.rps;
     const row: Row = {
       scenario: scenario.name,

@@ -1,0 +1,26 @@
+// One benchmark run through autocannon's API, for the rows that need more than its command line:
+// a different bearer token on every request, picked at random from a file (one per line), as many
+// distinct users send them. Prints autocannon's result as JSON, as `autocannon -j` does.
+import { readFileSync } from 'node:fs';
+import autocannon from 'autocannon';
+
+const options = JSON.parse(process.argv[2]);
+const tokens = readFileSync(options.tokensFile, 'utf8').split('\n').filter(Boolean);
+const headers = options.headers ?? {};
+const result = await autocannon({
+  url: options.url,
+  connections: options.connections,
+  duration: options.duration,
+  requests: [
+    {
+      method: options.method ?? 'GET',
+      headers,
+      body: options.body,
+      setupRequest: (request) => ({
+        ...request,
+        headers: { ...request.headers, authorization: `Bearer ${tokens[Math.floor(Math.random() * tokens.length)]}` },
+      }),
+    },
+  ],
+});
+process.stdout.write(JSON.stringify(result));
