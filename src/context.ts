@@ -44,7 +44,7 @@ export function createRequestContext(
   credentials: Credentials,
   requestId: string,
 ): RequestContext {
-  const loaders = createLoaders(deps.database.prisma, deps.cache);
+  const loaders = createLoaders(deps.database.prisma, deps.database.sql, deps.cache);
   // decisions §3 counts answers, not fields: a GraphQL operation that asks for the organization
   // under fifteen aliases is one retrieval.
   const counted = new Set<string>();

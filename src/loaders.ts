@@ -1,6 +1,7 @@
 import DataLoader from 'dataloader';
 import { MIN_SECRET_BYTES, secretKey, verificationKey, type SigningKey } from './auth/tokens.js';
 import { cacheTags, type EntityCache } from './db/entity-cache.js';
+import type { SqlDriver } from './db/database.js';
 import type { Account, Organization, PrismaClient } from './generated/prisma/client.js';
 import type { MonthlyUsageTotals, PackagePurchase } from './domain/credit-analysis.js';
 
@@ -10,6 +11,18 @@ import type { MonthlyUsageTotals, PackagePurchase } from './domain/credit-analys
  * `db/entity-cache.ts`), so the hot paths usually make no query at all.
  */
 export type Loaders = ReturnType<typeof createLoaders>;
+
+/** Columns that change with every sign-in (balances) or retrieval: not part of the settings. */
+const VOLATILE_ORGANIZATION_COLUMNS = {
+  accountBalance: true,
+  availableBalance: true,
+  updatedAt: true,
+  detailsRetrievalCount: true,
+  lastDetailsRetrievalAt: true,
+} as const;
+
+/** An organization as authentication and most answers see it: no balances, and whether it has credits left. */
+export type OrganizationSettings = Omit<Organization, 'creditBalance' | keyof typeof VOLATILE_ORGANIZATION_COLUMNS> & { funded: boolean };
 
 /**
  * Answers `keys` from the cache, loads the misses in one query, and stores what was loaded with
@@ -35,25 +48,41 @@ async function throughCache<V>(
   });
 }
 
-export function createLoaders(prisma: PrismaClient, cache: EntityCache) {
-  const accountTags = (account: Account) => [cacheTags.account(account.id), cacheTags.publicKey(account.publicKey)];
+/** The account columns the API reads: all but the secrets (decisions §7), which are never loaded. */
+const ACCOUNT_COLUMNS = [
+  'id', 'type', 'parentId', 'username', 'email', 'publicKey', 'status', 'emailVerified', 'createdAt', 'updatedAt',
+  'lastLogin', 'authProvider', 'lastLoginProvider', 'providerAId', 'childSignupCount', 'signInCount',
+  'emailConfirmationCount', 'providerAAuthCount', 'providerBAuthCount', 'providerCAuthCount', 'providerDAuthCount',
+  'lastPasswordChanged', 'loginAttempts', 'lastLoginAttempt', 'lockedUntil', 'lastResetPasswordRequestAt',
+] as const satisfies readonly (keyof Account)[];
 
-  const accountById = new DataLoader<string, Account | null>((ids) =>
+/** An account row as the API holds it: no secrets. */
+export type AccountRow = Pick<Account, (typeof ACCOUNT_COLUMNS)[number]>;
+
+const SELECT_ACCOUNTS = `SELECT ${ACCOUNT_COLUMNS.map((column) => `"${column}"`).join(', ')} FROM "Account"`;
+
+export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: EntityCache) {
+  const accountTags = (account: AccountRow) => [cacheTags.account(account.id), cacheTags.publicKey(account.publicKey)];
+  // Accounts are what a new user's first request misses: one plain SQL statement on the pool
+  // (the driver types the columns as Prisma does), without the ORM's per-query cost.
+  const accountsWhere = async (column: 'id' | 'publicKey', values: string[]) =>
+    sql.query<AccountRow>(`${SELECT_ACCOUNTS} WHERE "${column}" = ANY($1::text[])`, [values]);
+
+  const accountById = new DataLoader<string, AccountRow | null>((ids) =>
     throughCache(
       cache,
       'account',
       ids,
-      async (misses) => new Map((await prisma.account.findMany({ where: { id: { in: misses } } })).map((a) => [a.id, a])),
+      async (misses) => new Map((await accountsWhere('id', misses)).map((a) => [a.id, a])),
       (id, account) => (account ? accountTags(account) : [cacheTags.account(id)]),
     ),
   );
-  const accountByPublicKey = new DataLoader<string, Account | null>(async (keys) => {
+  const accountByPublicKey = new DataLoader<string, AccountRow | null>(async (keys) => {
     const accounts = await throughCache(
       cache,
       'accountByKey',
       keys,
-      async (misses) =>
-        new Map((await prisma.account.findMany({ where: { publicKey: { in: misses } } })).map((a) => [a.publicKey, a])),
+      async (misses) => new Map((await accountsWhere('publicKey', misses)).map((a) => [a.publicKey, a])),
       (key, account) => (account ? accountTags(account) : [cacheTags.publicKey(key)]),
     );
     for (const account of accounts) if (account) accountById.prime(account.id, account);
@@ -70,6 +99,22 @@ export function createLoaders(prisma: PrismaClient, cache: EntityCache) {
           (await prisma.account.findMany({ where: { id: { in: misses } }, select: { id: true, publicKey: true } })).map((a) => [a.id, a.publicKey]),
         ),
       (id) => [cacheTags.identity(id)],
+    ),
+  );
+  /**
+   * The organization without its balances (settings, URLs, secret, child count) and whether it
+   * still has credits: what authentication and most answers need, kept while sign-ins spend credits.
+   */
+  const organizationSettingsByParentId = new DataLoader<string, OrganizationSettings | null>((ids) =>
+    throughCache(
+      cache,
+      'organizationSettings',
+      ids,
+      async (misses) => {
+        const rows = await prisma.organization.findMany({ where: { parentId: { in: misses } }, omit: VOLATILE_ORGANIZATION_COLUMNS });
+        return new Map(rows.map(({ creditBalance, ...settings }) => [settings.parentId, { ...settings, funded: creditBalance > 0 }]));
+      },
+      (id) => [cacheTags.organizationSettings(id)],
     ),
   );
   const organizationByParentId = new DataLoader<string, Organization | null>((ids) =>
@@ -108,7 +153,7 @@ export function createLoaders(prisma: PrismaClient, cache: EntityCache) {
       // Stable tags only: sign-ins (counters, balance) do not drop the key.
       (key, signingKey) =>
         signingKey
-          ? [cacheTags.publicKey(key), cacheTags.identity(signingKey.parentId), cacheTags.organizationKey(signingKey.parentId)]
+          ? [cacheTags.publicKey(key), cacheTags.identity(signingKey.parentId), cacheTags.organizationSettings(signingKey.parentId)]
           : [cacheTags.publicKey(key)],
     ),
   );
@@ -164,6 +209,7 @@ export function createLoaders(prisma: PrismaClient, cache: EntityCache) {
     accountById,
     accountByPublicKey,
     publicKeyByAccountId,
+    organizationSettingsByParentId,
     organizationByParentId,
     signingKeyByPublicKey,
     packagePurchasesByOrganization,

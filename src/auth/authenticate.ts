@@ -8,17 +8,17 @@ import {
   UnauthorizedError,
   UserNotFoundError,
 } from '../errors.js';
-import type { Account, Organization } from '../generated/prisma/client.js';
 import { cacheTags, type EntityCache } from '../db/entity-cache.js';
-import type { Loaders } from '../loaders.js';
+import type { AccountRow, Loaders, OrganizationSettings } from '../loaders.js';
 import { bearerToken, isCanonicalJws } from './credentials.js';
 import { TOKEN_ALGORITHM } from './tokens.js';
 
 export type Viewer = {
   kind: 'parent' | 'child' | 'publicKey';
   /** The authenticated account; for a public-key caller, the parent that owns the key. */
-  account: Account;
-  organization: Organization;
+  account: AccountRow;
+  /** Without its balances (see `organizationByParentId` for those). */
+  organization: OrganizationSettings;
   via: 'jwt' | 'publicKey';
 };
 
@@ -51,7 +51,7 @@ function isPublicKey(value: string): boolean {
 }
 
 /** decisions §2: active, or locked with the lock already expired. */
-export function isUsable(account: Pick<Account, 'status' | 'lockedUntil'>, now: Date): boolean {
+export function isUsable(account: Pick<AccountRow, 'status' | 'lockedUntil'>, now: Date): boolean {
   if (account.status === 'active') return true;
   return account.status === 'locked' && account.lockedUntil !== null && account.lockedUntil < now;
 }
@@ -116,7 +116,7 @@ async function verifyToken(token: string, cacheKey: string, deps: AuthDependenci
   deps.cache.set(ticket, cacheKey, verified, [
     cacheTags.publicKey(kid),
     cacheTags.identity(key.parentId),
-    cacheTags.organizationKey(key.parentId),
+    cacheTags.organizationSettings(key.parentId),
   ]);
   return verified;
 }
@@ -145,10 +145,10 @@ export async function authenticateJwt(credentials: Credentials, deps: AuthDepend
   const organizationId = account.parentId ?? account.id;
   // A token signed with one organization's secret must not speak for another organization's account.
   if (organizationId !== verified.parentId) throw new UnauthorizedError('The access token is invalid.');
-  const organization = await deps.loaders.organizationByParentId.load(organizationId);
+  const organization = await deps.loaders.organizationSettingsByParentId.load(organizationId);
   if (!organization) throw new UserNotFoundError('The account of this token no longer exists.');
   if (!isUsable(account, now)) throw new AccountInactiveError();
-  if (account.type === 'child' && organization.creditBalance <= 0) throw new CreditsDepletedError();
+  if (account.type === 'child' && !organization.funded) throw new CreditsDepletedError();
   return { kind: account.type, account, organization, via: 'jwt' };
 }
 
@@ -170,7 +170,7 @@ export async function authenticateForOrganization(
   if (!account) throw new UserNotFoundError('No account has this public key.');
   if (account.type !== 'parent') throw new InvalidParentAccountError('The public key is not a parent account\'s.');
   if (!isUsable(account, deps.now())) throw new InvalidParentAccountError('The parent account is not active.');
-  const organization = await deps.loaders.organizationByParentId.load(account.id);
+  const organization = await deps.loaders.organizationSettingsByParentId.load(account.id);
   if (!organization) throw new InvalidParentAccountError();
   return { kind: 'publicKey', account, organization, via: 'publicKey' };
 }

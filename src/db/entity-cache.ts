@@ -67,8 +67,11 @@ const INVALIDATIONS_REMEMBERED = 10_000;
 export class EntityCache {
   /** Undefined when the cache is turned off (no entries or no bytes allowed). */
   private readonly entries: LRUCache<string, Entry> | undefined;
-  /** Which keys carry a tag; kept in step with `entries` by its dispose hook. */
-  private readonly byTag = new Map<string, Set<string>>();
+  /**
+   * Which keys carry a tag; kept in step with `entries` by its dispose hook. Most tags belong to
+   * one entry (an account's own): those hold the key itself rather than a set of one.
+   */
+  private readonly byTag = new Map<string, string | Set<string>>();
   /** Counts invalidations; a ticket is the count when its read started. */
   private epoch = 0;
   /** When each recently invalidated tag was invalidated last. */
@@ -143,9 +146,10 @@ export class EntityCache {
     this.entries.set(key, entry);
     if (this.entries.peek(key) !== entry) return;
     for (const tag of tags) {
-      let keys = this.byTag.get(tag);
-      if (!keys) this.byTag.set(tag, (keys = new Set()));
-      keys.add(key);
+      const keys = this.byTag.get(tag);
+      if (keys === undefined) this.byTag.set(tag, key);
+      else if (typeof keys !== 'string') keys.add(key);
+      else if (keys !== key) this.byTag.set(tag, new Set([keys, key]));
     }
   }
 
@@ -179,8 +183,9 @@ export class EntityCache {
     this.invalidatedAt.set(tag, this.epoch);
     this.stats.invalidations += 1;
     const keys = this.byTag.get(tag);
-    if (!keys) return;
-    for (const key of [...keys]) this.entries?.delete(key);
+    if (keys === undefined) return;
+    if (typeof keys === 'string') this.entries?.delete(keys);
+    else for (const key of [...keys]) this.entries?.delete(key);
   }
 
   clear(): void {
@@ -198,8 +203,11 @@ export class EntityCache {
   private untag(key: string, tags: readonly string[]): void {
     for (const tag of tags) {
       const keys = this.byTag.get(tag);
-      keys?.delete(key);
-      if (keys?.size === 0) this.byTag.delete(tag);
+      if (keys === key) this.byTag.delete(tag);
+      else if (typeof keys === 'object') {
+        keys.delete(key);
+        if (keys.size === 0) this.byTag.delete(tag);
+      }
     }
   }
 
@@ -225,7 +233,7 @@ export class EntityCache {
     this.invalidate(tagOf(change.id));
     const stable = change.s !== false;
     if (stable && change.t === 'account') this.invalidate(cacheTags.identity(change.id));
-    if (stable && change.t === 'organization') this.invalidate(cacheTags.organizationKey(change.id));
+    if (stable && change.t === 'organization') this.invalidate(cacheTags.organizationSettings(change.id));
     if (stable && typeof change.k === 'string') this.invalidate(cacheTags.publicKey(change.k));
     if (typeof change.p === 'string') this.invalidate(cacheTags.children(change.p));
   }
@@ -241,8 +249,8 @@ export const cacheTags = {
   publicKey: (key: string) => `publicKey:${key}`,
   /** Any change to the organization row but the retrieval counter. */
   organization: (parentId: string) => `organization:${parentId}`,
-  /** A change to the organization other than its balances: its signing secret among others. */
-  organizationKey: (parentId: string) => `organizationKey:${parentId}`,
+  /** A change to the organization other than its balances (its signing secret among others), or its balance reaching or leaving zero. */
+  organizationSettings: (parentId: string) => `organizationSettings:${parentId}`,
   purchases: (organizationId: string) => `purchases:${organizationId}`,
   usage: (organizationId: string) => `usage:${organizationId}`,
   /** Any change to any child of this parent. */

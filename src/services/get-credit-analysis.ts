@@ -1,6 +1,7 @@
 import type { Viewer } from '../auth/authenticate.js';
 import { analyseCredits, type CreditAnalysis } from '../domain/credit-analysis.js';
 import { monthStart } from '../domain/dates.js';
+import { UserNotFoundError } from '../errors.js';
 import type { ServiceContext } from './context.js';
 
 /** The parent's credit analysis (spec: GET /parent/credit-analysis, decisions §5). */
@@ -8,12 +9,14 @@ export async function getCreditAnalysis(viewer: Viewer, context: ServiceContext)
   const { organization } = viewer;
   const now = context.now();
   const totalChildAccounts = organization.childCount;
-  const [usage, purchases] = await Promise.all([
+  const [usage, purchases, balances] = await Promise.all([
     context.loaders.monthlyUsage.load(`${organization.parentId}|${monthStart(now).toISOString()}`),
     context.loaders.packagePurchasesByOrganization.load(organization.parentId),
+    context.loaders.organizationByParentId.load(organization.parentId),
   ]);
+  if (!balances) throw new UserNotFoundError('The organization no longer exists.');
   return analyseCredits({
-    creditBalance: organization.creditBalance,
+    creditBalance: balances.creditBalance,
     totalFreeUsers: organization.totalFreeUsers,
     totalChildAccounts,
     usage: usage ?? undefined,

@@ -26,10 +26,10 @@ export type OrganizationDetails = {
 /** The organization's details (spec: GET /auth/organization-details); counts the retrieval. */
 export async function getOrganizationDetails(viewer: Viewer, context: ServiceContext): Promise<OrganizationDetails> {
   const { organization } = viewer;
-  const parent =
+  const parentKey =
     viewer.account.id === organization.parentId
-      ? viewer.account
-      : await context.loaders.accountById.load(organization.parentId);
+      ? viewer.account.publicKey
+      : await context.loaders.publicKeyByAccountId.load(organization.parentId);
   const details: OrganizationDetails = {
     organizationName: organization.name,
     organizationUrl: organization.url,
@@ -46,7 +46,7 @@ export async function getOrganizationDetails(viewer: Viewer, context: ServiceCon
     emailVerificationRequired: organization.emailVerificationRequired,
     providerASsoConfig: { enabled: organization.providerASsoEnabled, clientId: organization.providerASsoClientId },
     credentials: {
-      publicKey: parent?.publicKey ?? '',
+      publicKey: parentKey ?? '',
       jwtSecret: isParentByJwt(viewer) ? organization.jwtSecret : MASKED_SECRET,
     },
   };

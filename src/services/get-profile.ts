@@ -1,5 +1,6 @@
 import type { Viewer } from '../auth/authenticate.js';
 import { billableUsers, type PackagePurchase } from '../domain/credit-analysis.js';
+import { UserNotFoundError } from '../errors.js';
 import type { ServiceContext } from './context.js';
 
 export type AccountProfile = {
@@ -97,16 +98,19 @@ export async function getProfile(viewer: Viewer, context: ServiceContext): Promi
   // Object.assign rather than a spread: V8 copies a spread of this many properties through a slow
   // path (tens of microseconds per request here, measured).
   if (account.type === 'child') return Object.assign(base, { accountType: 'child' as const });
+  // The balances change with every sign-in: read with the row, not with the settings.
+  const balances = await context.loaders.organizationByParentId.load(organization.parentId);
+  if (!balances) throw new UserNotFoundError('The organization no longer exists.');
   // Kept exact by the database (Organization.childCount), so no count per request.
   const totalChildAccounts = async () => organization.childCount;
   return Object.assign(base, {
     accountType: 'parent' as const,
     organizationUrl: organization.url,
     authUrls: { signin: organization.signinUrl, signup: organization.signupUrl },
-    creditBalance: organization.creditBalance,
+    creditBalance: balances.creditBalance,
     totalFreeUsers: organization.totalFreeUsers,
-    accountBalance: organization.accountBalance.toNumber(),
-    availableBalance: organization.availableBalance.toNumber(),
+    accountBalance: balances.accountBalance.toNumber(),
+    availableBalance: balances.availableBalance.toNumber(),
     providerASsoConfig: { enabled: organization.providerASsoEnabled, clientId: organization.providerASsoClientId },
     lastLowCreditNotificationAt: organization.lastLowCreditNotificationAt,
     lastCriticalCreditNotificationAt: organization.lastCriticalCreditNotificationAt,

@@ -4,7 +4,8 @@
 -- drop the cached rows, not the organization's signing key or the tokens verified with it.
 -- Account: an account's identity (type, status, lock, parent, public key, ...) is everything but
 -- the activity columns below. Organization: everything but the balances (and the retrieval
--- counter, which is not announced at all). A row whose key columns change is announced under its
+-- counter, which is not announced at all); a balance that reaches zero, or leaves it, is stable
+-- news too (children of a depleted organization are refused). A row whose key columns change is announced under its
 -- old keys too, as a stable change.
 
 CREATE OR REPLACE FUNCTION "api_cache_account"() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -47,7 +48,8 @@ BEGIN
   ELSE
     SELECT jsonb_agg(DISTINCT jsonb_build_object('id', id, 's', s)) INTO keys FROM (
       SELECT n."parentId" AS id,
-             (o."parentId" IS NULL OR (to_jsonb(n) - unannounced - balances) IS DISTINCT FROM (to_jsonb(o) - unannounced - balances)) AS s
+             (o."parentId" IS NULL OR (to_jsonb(n) - unannounced - balances) IS DISTINCT FROM (to_jsonb(o) - unannounced - balances)
+              OR (n."creditBalance" > 0) IS DISTINCT FROM (o."creditBalance" > 0)) AS s
       FROM new_rows n LEFT JOIN old_rows o ON o."parentId" = n."parentId"
       WHERE o."parentId" IS NULL OR (to_jsonb(n) - unannounced) IS DISTINCT FROM (to_jsonb(o) - unannounced)
       UNION
