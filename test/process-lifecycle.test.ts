@@ -5,7 +5,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../src/db/database.js';
 import { createTestDatabase, testMode, type TestDatabase } from './helpers/database.js';
-import { baseEnv, expectOneLine, listening, run, type Run } from './helpers/processes.js';
+import { baseEnv, expectOneLine, listening, printed, run, type Run } from './helpers/processes.js';
 
 
 describe(`process lifecycle (${testMode})`, () => {
@@ -140,8 +140,7 @@ describe(`process lifecycle (${testMode})`, () => {
     const server = run('src/main.ts', env);
     try {
       const base = await listening(server);
-      const key = /public key (APK_\S+)/.exec(server.output())?.[1];
-      expect(key).toBeDefined();
+      const key = await printed(server, /public key (APK_\S+)/);
       const { port } = new URL(base);
       const body = JSON.stringify({ query: '{ organization { organizationName } }' });
       const head = `POST /graphql HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nX-Public-Key: ${key}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n`;
@@ -161,7 +160,7 @@ describe(`process lifecycle (${testMode})`, () => {
       // One request that never completes keeps the shutdown waiting until its deadline; ten
       // others complete just before it, so that their retrievals are still unwritten then.
       // Warm: the first GraphQL request builds what later ones reuse.
-      await fetch(`${base}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-public-key': key! }, body });
+      await fetch(`${base}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-public-key': key }, body });
       const stuck = await open();
       const late = await Promise.all(Array.from({ length: 10 }, open));
       // Accepted and read by the server before the signal (a connection still in the kernel's

@@ -27,13 +27,21 @@ export function baseEnv(extra: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
 }
 
 export async function listening(server: Run): Promise<string> {
+  return printed(server, /listening on (http:\/\/\S+)/);
+}
+
+/**
+ * The first group of `pattern` once the process has printed it (its lines can arrive in several
+ * chunks: what follows "listening on" may come a moment later).
+ */
+export async function printed(server: Run, pattern: RegExp): Promise<string> {
   for (let i = 0; i < 600; i++) {
-    const base = /listening on (http:\/\/\S+)/.exec(server.output())?.[1];
-    if (base) return base;
+    const found = pattern.exec(server.output())?.[1];
+    if (found) return found;
     if (server.child.exitCode !== null) break;
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
-  throw new Error(`the server did not start:\n${server.output()}`);
+  throw new Error(`the process did not print ${pattern}:\n${server.output()}`);
 }
 
 /** What a failed start printed: one line, no stack trace. */
