@@ -19,6 +19,7 @@ import { createGraphQLServer, sendGraphQLError } from './graphql/http.js';
 import { createGraphQLHandler, type GraphQLHandler } from './graphql/yoga.js';
 import type { Logger } from './logger.js';
 import { RateLimiter } from './rate-limit.js';
+import { createMetrics } from './metrics.js';
 import { Readiness } from './readiness.js';
 import { errorEnvelope, sendError, sendJson, type ResponseOptions } from './rest/http.js';
 import { ALLOWED_METHODS, handleRest, isRestPath } from './rest/router.js';
@@ -107,6 +108,7 @@ export function createApp(options: { config: Config; database: Database; logger:
   const serveGraphQL = createGraphQLServer(graphql, config.limits.maxBodyBytes);
   const limiter = new RateLimiter(config.rateLimit, database.pgPool);
   const readiness = new Readiness(database, READINESS_TIMEOUT_MS);
+  const metrics = createMetrics(deps.cache, feed);
   const { limits } = config;
   let draining = false;
 
@@ -149,6 +151,13 @@ export function createApp(options: { config: Config; database: Database; logger:
       const state = await readiness.state();
       if (state.ready) return sendJson(response, 200, { status: 'ready' }, responseOptions);
       return sendJson(response, 503, { status: 'unavailable', reason: state.reason }, responseOptions);
+    }
+    // Rate limited like the API: a scraper asks every few seconds.
+    if (target.path === '/metrics') {
+      const text = await metrics.metrics();
+      response.writeHead(200, { ...responseOptions.headers, 'Content-Type': metrics.contentType, 'Content-Length': Buffer.byteLength(text), 'X-Request-Id': responseOptions.requestId });
+      response.end(request.method === 'HEAD' ? undefined : text);
+      return;
     }
     // The original health check: readiness, with the database mode and the cache's state.
     if (target.path === '/health') {

@@ -255,7 +255,13 @@ try {
 
   const stats = new pg.Client({ connectionString: databaseUrl });
   await stats.connect();
-  type Row = { scenario: string; rps: number; p50: number; p99: number; cpuUsPerRequest: number; dbTxPerRequest: number; peakRssMb: number; ratioToFloor: number; non2xx: number; target?: number };
+  type Row = { scenario: string; rps: number; p50: number; p99: number; cpuUsPerRequest: number; dbTxPerRequest: number; peakRssMb: number; ratioToFloor: number; non2xx: number; cacheHitRatio?: number; target?: number };
+  /** The server's entity-cache lookups so far, from its /metrics. */
+  const cacheLookups = async () => {
+    const text = await (await fetch(`${base}/metrics`)).text();
+    const read = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
+    return { hits: read('api_cache_hits_total'), misses: read('api_cache_misses_total') };
+  };
   const rows: Row[] = [];
   let floorRps = 0;
   for (const scenario of scenarios) {
@@ -269,9 +275,14 @@ try {
     let written = '';
     writer?.stderr!.on('data', (chunk) => (written += chunk));
     autocannon(scenario, Number(args.warmup));
+    const ofApp = pid === app.pid;
     const [ticks, tx] = [cpuTicks(pid), await transactions(stats, dbName)];
+    const lookups = ofApp ? await cacheLookups() : undefined;
     const result = autocannon(scenario, duration);
     const [ticksAfter, txAfter] = [cpuTicks(pid), await transactions(stats, dbName)];
+    const lookupsAfter = ofApp ? await cacheLookups() : undefined;
+    const hits = lookups && lookupsAfter ? lookupsAfter.hits - lookups.hits : 0;
+    const misses = lookups && lookupsAfter ? lookupsAfter.misses - lookups.misses : 0;
     if (writer) {
       writer.kill('SIGTERM');
       await new Promise((resolve) => writer.on('exit', resolve));
@@ -290,10 +301,11 @@ try {
       peakRssMb: rssMb(pid, 'VmHWM'),
       ratioToFloor: Number((result.rps / floorRps).toFixed(2)),
       non2xx: result.non2xx,
+      ...(hits + misses > 0 ? { cacheHitRatio: Number((hits / (hits + misses)).toFixed(2)) } : {}),
       target: scenario.target,
     };
     rows.push(row);
-    console.log(`${row.scenario.padEnd(38)} ${String(row.rps).padStart(6)} req/s  p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${String(row.cpuUsPerRequest).padStart(5)} µs CPU  ${String(row.dbTxPerRequest).padStart(5)} db tx  ${String(row.peakRssMb).padStart(4)} MB  x${row.ratioToFloor.toFixed(2)}${row.target ? ` (target ${row.target})` : ''}${row.non2xx ? `  non-2xx ${row.non2xx}` : ''}`);
+    console.log(`${row.scenario.padEnd(38)} ${String(row.rps).padStart(6)} req/s  p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${String(row.cpuUsPerRequest).padStart(5)} µs CPU  ${String(row.dbTxPerRequest).padStart(5)} db tx  ${String(row.peakRssMb).padStart(4)} MB  ${row.cacheHitRatio === undefined ? '   -' : row.cacheHitRatio.toFixed(2)} hit  x${row.ratioToFloor.toFixed(2)}${row.target ? ` (target ${row.target})` : ''}${row.non2xx ? `  non-2xx ${row.non2xx}` : ''}`);
   }
   const row = (name: string) => rows.find((r) => r.scenario === name);
   const [first, deep] = [row('REST child accounts, first page'), row('REST child accounts, depth 10,000')];
