@@ -183,7 +183,8 @@ try {
   const env = { ...process.env, NODE_ENV: 'production', DATABASE_URL: databaseUrl, PORT: String(appPort), HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0', SEED_DEMO_ON_START: 'false' };
   // The server runs as `npm start` runs it (same Node flags, such as the heap limit).
   const startScript = (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
-  const nodeFlags = startScript.split(/\s+/).filter((word) => word.startsWith('--'));
+  // BENCH_APP_FLAGS adds Node flags for the server only (for example --cpu-prof to profile it).
+  const nodeFlags = [...startScript.split(/\s+/).filter((word) => word.startsWith('--')), ...(process.env.BENCH_APP_FLAGS?.split(/\s+/).filter(Boolean) ?? [])];
   const app = spawn(process.execPath, [...nodeFlags, path.join(root, 'dist', 'main.js')], { env, stdio: ['ignore', 'ignore', 'inherit'] });
   const floor = spawn(process.execPath, [path.join(root, 'test', 'bench', 'floor.mjs')], { env: { ...env, PORT: String(floorPort), FLOOR_ACCOUNT_ID: big!.parent.userID }, stdio: ['ignore', 'ignore', 'inherit'] });
   processes.push(app, floor);
