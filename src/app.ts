@@ -21,7 +21,7 @@ import type { Logger } from './logger.js';
 import { RateLimiter } from './rate-limit.js';
 import { createMetrics } from './metrics.js';
 import { Readiness } from './readiness.js';
-import { errorEnvelope, sendError, sendJson, type ResponseOptions } from './rest/http.js';
+import { errorEnvelope, send, sendError, sendJson, type ResponseOptions } from './rest/http.js';
 import { ALLOWED_METHODS, handleRest, isRestPath } from './rest/router.js';
 import { RetrievalCounter } from './services/retrieval-counter.js';
 
@@ -153,12 +153,7 @@ export function createApp(options: { config: Config; database: Database; logger:
       return sendJson(response, 503, { status: 'unavailable', reason: state.reason }, responseOptions);
     }
     // Rate limited like the API: a scraper asks every few seconds.
-    if (target.path === '/metrics') {
-      const text = await metrics.metrics();
-      response.writeHead(200, { ...responseOptions.headers, 'Content-Type': metrics.contentType, 'Content-Length': Buffer.byteLength(text), 'X-Request-Id': responseOptions.requestId });
-      response.end(request.method === 'HEAD' ? undefined : text);
-      return;
-    }
+    if (target.path === '/metrics') return send(response, 200, metrics.contentType, await metrics.metrics(), responseOptions);
     // The original health check: readiness, with the database mode and the cache's state.
     if (target.path === '/health') {
       const state = await readiness.state();

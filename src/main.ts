@@ -41,10 +41,10 @@ process.on('uncaughtException', (error) => {
 // requests are answered 503.
 const server = createHttpServer(config.limits, (request, response) => {
   if (app) return app.handle(request, response);
-  // Alive while starting (a long migration must not look like a dead process), not ready.
-  if (request.url === '/healthz') return sendJson(response, 200, { status: 'ok' }, { requestId: requestIdFrom(undefined) });
-  response.setHeader('Connection', 'close');
   const requestId = requestIdFrom(request.headers['x-request-id'] as string | undefined);
+  // Alive while starting (a long migration must not look like a dead process), not ready.
+  if (request.url === '/healthz') return sendJson(response, 200, { status: 'ok' }, { requestId });
+  response.setHeader('Connection', 'close');
   sendError(response, new ServiceUnavailableError('The service is starting; try again shortly.'), { requestId });
 });
 await new Promise<void>((resolve) => {

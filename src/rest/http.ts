@@ -10,9 +10,13 @@ export type ResponseOptions = {
 };
 
 export function sendJson(response: ServerResponse, status: number, body: unknown, options: ResponseOptions): void {
-  const payload = JSON.stringify(body);
+  send(response, status, 'application/json; charset=utf-8', JSON.stringify(body), options);
+}
+
+/** An answer of any media type, with the headers every answer carries. */
+export function send(response: ServerResponse, status: number, contentType: string, payload: string, options: ResponseOptions): void {
   response.statusCode = status;
-  response.setHeader('Content-Type', 'application/json; charset=utf-8');
+  response.setHeader('Content-Type', contentType);
   response.setHeader('Content-Length', Buffer.byteLength(payload));
   response.setHeader('X-Request-Id', options.requestId);
   if (options.noStore) response.setHeader('Cache-Control', 'no-store');
