@@ -62,7 +62,7 @@ function idPart(faker: Faker): string {
 }
 
 /** A secret: random, not from the seeded generator (which does not advance for it). */
-function secret(_faker: Faker, kind: string): string {
+function secret(kind: string): string {
   return `${SECRET_MARKER}_${kind}_${randomBytes(24).toString('hex')}`;
 }
 
@@ -154,9 +154,9 @@ async function seedOrganization(
     lastPasswordChanged: between(faker, parentCreated, now),
     loginAttempts: 0,
     lastLoginAttempt: between(faker, now - 2 * DAY, now),
-    passwordHash: secret(faker, 'PASSWORD_HASH'),
-    emailVerificationToken: secret(faker, 'EMAIL_VERIFICATION_TOKEN'),
-    passwordResetToken: secret(faker, 'PASSWORD_RESET_TOKEN'),
+    passwordHash: secret('PASSWORD_HASH'),
+    emailVerificationToken: secret('EMAIL_VERIFICATION_TOKEN'),
+    passwordResetToken: secret('PASSWORD_RESET_TOKEN'),
   };
   const notified = (levels: AlertLevel[]) =>
     levels.includes(level) ? between(faker, now - 20 * DAY, now) : null;
@@ -175,10 +175,10 @@ async function seedOrganization(
     emailVerificationRequired: faker.datatype.boolean({ probability: 0.3 }),
     providerASsoEnabled: faker.datatype.boolean({ probability: 0.5 }),
     providerASsoClientId: `${faker.string.numeric(12)}-${faker.string.alphanumeric({ length: 24, casing: 'lower' })}.apps.example.com`,
-    providerASsoClientSecret: secret(faker, 'OAUTH_CLIENT_SECRET'),
-    jwtSecret: secret(faker, 'JWT_SIGNING_SECRET'),
-    encryptionKey: secret(faker, 'ENCRYPTION_KEY'),
-    encryptionIv: secret(faker, 'ENCRYPTION_IV'),
+    providerASsoClientSecret: secret('OAUTH_CLIENT_SECRET'),
+    jwtSecret: secret('JWT_SIGNING_SECRET'),
+    encryptionKey: secret('ENCRYPTION_KEY'),
+    encryptionIv: secret('ENCRYPTION_IV'),
     creditBalance: balance,
     totalFreeUsers: freeUsers,
     accountBalance: (spentCents / 100).toFixed(2),
@@ -309,9 +309,9 @@ function seedChild(
     lastLoginAttempt: lastLogin,
     lockedUntil,
     lastResetPasswordRequestAt: faker.datatype.boolean({ probability: 0.1 }) ? between(faker, createdAt, now) : null,
-    passwordHash: provider === 'email' ? secret(faker, 'PASSWORD_HASH') : null,
-    emailVerificationToken: emailVerified ? null : secret(faker, 'EMAIL_VERIFICATION_TOKEN'),
-    passwordResetToken: faker.datatype.boolean({ probability: 0.05 }) ? secret(faker, 'PASSWORD_RESET_TOKEN') : null,
+    passwordHash: provider === 'email' ? secret('PASSWORD_HASH') : null,
+    emailVerificationToken: emailVerified ? null : secret('EMAIL_VERIFICATION_TOKEN'),
+    passwordResetToken: faker.datatype.boolean({ probability: 0.05 }) ? secret('PASSWORD_RESET_TOKEN') : null,
   };
 }
 
