@@ -1,8 +1,9 @@
 import DataLoader from 'dataloader';
 import { MIN_SECRET_BYTES, secretKey, verificationKey, type SigningKey } from './auth/tokens.js';
 import { cacheTags, type EntityCache } from './db/entity-cache.js';
+import { READ_ACCOUNT_COLUMNS, type AccountRow } from './db/accounts.js';
 import type { SqlDriver } from './db/database.js';
-import type { Account, Organization, PrismaClient } from './generated/prisma/client.js';
+import type { Organization, PrismaClient } from './generated/prisma/client.js';
 import type { MonthlyUsageTotals, PackagePurchase } from './domain/credit-analysis.js';
 
 /**
@@ -48,18 +49,8 @@ async function throughCache<V>(
   });
 }
 
-/** The account columns the API reads: all but the secrets (decisions §7), which are never loaded. */
-const ACCOUNT_COLUMNS = [
-  'id', 'type', 'parentId', 'username', 'email', 'publicKey', 'status', 'emailVerified', 'createdAt', 'updatedAt',
-  'lastLogin', 'authProvider', 'lastLoginProvider', 'providerAId', 'childSignupCount', 'signInCount',
-  'emailConfirmationCount', 'providerAAuthCount', 'providerBAuthCount', 'providerCAuthCount', 'providerDAuthCount',
-  'lastPasswordChanged', 'loginAttempts', 'lastLoginAttempt', 'lockedUntil', 'lastResetPasswordRequestAt',
-] as const satisfies readonly (keyof Account)[];
-
-/** An account row as the API holds it: no secrets. */
-export type AccountRow = Pick<Account, (typeof ACCOUNT_COLUMNS)[number]>;
-
-const SELECT_ACCOUNTS = `SELECT ${ACCOUNT_COLUMNS.map((column) => `"${column}"`).join(', ')} FROM "Account"`;
+/** Accounts without their secrets (decisions §7), which are never loaded. */
+const SELECT_ACCOUNTS = `SELECT ${READ_ACCOUNT_COLUMNS.map((column) => `"${column}"`).join(', ')} FROM "Account"`;
 
 export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: EntityCache) {
   const accountTags = (account: AccountRow) => [cacheTags.account(account.id), cacheTags.publicKey(account.publicKey)];

@@ -9,7 +9,8 @@ import {
   UserNotFoundError,
 } from '../errors.js';
 import { cacheTags, type EntityCache } from '../db/entity-cache.js';
-import type { AccountRow, Loaders, OrganizationSettings } from '../loaders.js';
+import type { AccountRow } from '../db/accounts.js';
+import type { Loaders, OrganizationSettings } from '../loaders.js';
 import { bearerToken, isCanonicalJws } from './credentials.js';
 import { TOKEN_ALGORITHM } from './tokens.js';
 

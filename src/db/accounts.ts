@@ -1,4 +1,48 @@
-import type { PrismaClient } from '../generated/prisma/client.js';
+import type { Account, Prisma, PrismaClient } from '../generated/prisma/client.js';
+
+/** The Account columns with their SQL types (the bulk insert casts its arrays to them). */
+export const ACCOUNT_COLUMN_TYPES: Record<keyof Prisma.AccountCreateManyInput, string> = {
+  id: 'text',
+  type: '"AccountType"',
+  parentId: 'text',
+  username: 'text',
+  email: 'text',
+  publicKey: 'text',
+  status: '"AccountStatus"',
+  emailVerified: 'boolean',
+  createdAt: 'timestamptz',
+  updatedAt: 'timestamptz',
+  lastLogin: 'timestamptz',
+  authProvider: '"AuthProvider"',
+  lastLoginProvider: '"AuthProvider"',
+  providerAId: 'text',
+  childSignupCount: 'integer',
+  signInCount: 'integer',
+  emailConfirmationCount: 'integer',
+  providerAAuthCount: 'integer',
+  providerBAuthCount: 'integer',
+  providerCAuthCount: 'integer',
+  providerDAuthCount: 'integer',
+  lastPasswordChanged: 'timestamptz',
+  loginAttempts: 'integer',
+  lastLoginAttempt: 'timestamptz',
+  lockedUntil: 'timestamptz',
+  lastResetPasswordRequestAt: 'timestamptz',
+  passwordHash: 'text',
+  emailVerificationToken: 'text',
+  passwordResetToken: 'text',
+};
+
+/** decisions §7: never returned, so never read. */
+const SECRET_ACCOUNT_COLUMNS = ['passwordHash', 'emailVerificationToken', 'passwordResetToken'] as const;
+
+/** An account row as the API holds it: every column but the secrets. */
+export type AccountRow = Omit<Account, (typeof SECRET_ACCOUNT_COLUMNS)[number]>;
+
+/** The columns the API reads, for `SELECT`s of accounts. */
+export const READ_ACCOUNT_COLUMNS = (Object.keys(ACCOUNT_COLUMN_TYPES) as (keyof Account)[]).filter(
+  (column): column is keyof AccountRow => !(SECRET_ACCOUNT_COLUMNS as readonly string[]).includes(column),
+);
 
 export type TokenSubject =
   | { kind: 'found'; userID: string; kid: string; secret: string; accountType: 'parent' | 'child' }
