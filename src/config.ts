@@ -1,5 +1,6 @@
 import proxyAddr from 'proxy-addr';
 import { z } from 'zod';
+import { CACHE_DEFAULTS } from './db/entity-cache.js';
 
 const bool = (fallback: boolean) =>
   z
@@ -76,9 +77,9 @@ const environment = z.object({
     }),
   SHUTDOWN_TIMEOUT_MS: z.coerce.number().int().min(100).default(10_000),
   SHUTDOWN_DELAY_MS: z.coerce.number().int().min(0).default(3000),
-  CACHE_MAX_ENTRIES: z.coerce.number().int().min(0).default(20_000),
-  CACHE_MAX_BYTES: z.coerce.number().int().min(0).default(32 * 1024 * 1024),
-  CACHE_TTL_SECONDS: z.coerce.number().int().min(1).default(600),
+  CACHE_MAX_ENTRIES: z.coerce.number().int().min(0).default(CACHE_DEFAULTS.maxEntries),
+  CACHE_MAX_BYTES: z.coerce.number().int().min(0).default(CACHE_DEFAULTS.maxBytes),
+  CACHE_TTL_SECONDS: z.coerce.number().int().min(1).default(CACHE_DEFAULTS.ttlMs / 1000),
   GRAPHIQL: z.enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off']).optional(),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
 });

@@ -1,7 +1,7 @@
 import DataLoader from 'dataloader';
 import { MIN_SECRET_BYTES, secretKey, verificationKey, type SigningKey } from './auth/tokens.js';
 import { cacheTags, type EntityCache } from './db/entity-cache.js';
-import { READ_ACCOUNT_COLUMNS, type AccountRow } from './db/accounts.js';
+import { packAccount, READ_ACCOUNT_COLUMNS, unpackAccount, type AccountRow } from './db/accounts.js';
 import type { SqlDriver } from './db/database.js';
 import type { Organization, PrismaClient } from './generated/prisma/client.js';
 import type { MonthlyUsageTotals, PackagePurchase } from './domain/credit-analysis.js';
@@ -29,14 +29,19 @@ export type OrganizationSettings = Omit<Organization, 'creditBalance' | keyof ty
  * Answers `keys` from the cache, loads the misses in one query, and stores what was loaded with
  * the tags of the rows it came from (a `null` is stored too: "no such row" until one is announced).
  */
-async function throughCache<V>(
+async function throughCache<V, Stored = V>(
   cache: EntityCache,
   namespace: string,
   keys: readonly string[],
   load: (misses: string[]) => Promise<Map<string, V>>,
-  tags: (key: string, value: V | null) => string[],
+  tags: (key: string, value: V | null) => readonly string[],
+  /** How a value is held in the cache, when a more compact form than the value itself pays. */
+  form?: { pack: (value: V) => Stored; unpack: (stored: Stored) => V },
 ): Promise<(V | null)[]> {
-  const results: (V | null | undefined)[] = keys.map((key) => cache.get<V | null>(`${namespace}:${key}`)?.value);
+  const results: (V | null | undefined)[] = keys.map((key) => {
+    const stored = cache.get<Stored | null>(`${namespace}:${key}`)?.value;
+    return stored === undefined || stored === null || !form ? (stored as V | null | undefined) : form.unpack(stored);
+  });
   const misses = keys.filter((_, i) => results[i] === undefined);
   if (misses.length === 0) return results as (V | null)[];
   const ticket = cache.ticket();
@@ -44,7 +49,7 @@ async function throughCache<V>(
   return keys.map((key, i) => {
     if (results[i] !== undefined) return results[i];
     const value = found.get(key) ?? null;
-    cache.set(ticket, `${namespace}:${key}`, value, tags(key, value));
+    cache.set(ticket, `${namespace}:${key}`, value !== null && form ? form.pack(value) : value, tags(key, value));
     return value;
   });
 }
@@ -53,7 +58,7 @@ async function throughCache<V>(
 const SELECT_ACCOUNTS = `SELECT ${READ_ACCOUNT_COLUMNS.map((column) => `"${column}"`).join(', ')} FROM "Account"`;
 
 export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: EntityCache) {
-  const accountTags = (account: AccountRow) => [cacheTags.account(account.id), cacheTags.publicKey(account.publicKey)];
+  const accountForm = { pack: packAccount, unpack: unpackAccount };
   // Accounts are what a new user's first request misses: one plain SQL statement on the pool
   // (the driver types the columns as Prisma does), without the ORM's per-query cost.
   const accountsWhere = async (column: 'id' | 'publicKey', values: string[]) =>
@@ -65,7 +70,9 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
       'account',
       ids,
       async (misses) => new Map((await accountsWhere('id', misses)).map((a) => [a.id, a])),
-      (id, account) => (account ? accountTags(account) : [cacheTags.account(id)]),
+      // Any change to the row announces its id, whatever changed.
+      (id) => [cacheTags.account(id)],
+      accountForm,
     ),
   );
   const accountByPublicKey = new DataLoader<string, AccountRow | null>(async (keys) => {
@@ -74,7 +81,9 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
       'accountByKey',
       keys,
       async (misses) => new Map((await accountsWhere('publicKey', misses)).map((a) => [a.publicKey, a])),
-      (key, account) => (account ? accountTags(account) : [cacheTags.publicKey(key)]),
+      // The key's row changing, or a row taking the key.
+      (key, account) => (account ? [cacheTags.account(account.id), cacheTags.publicKey(key)] : [cacheTags.publicKey(key)]),
+      accountForm,
     );
     for (const account of accounts) if (account) accountById.prime(account.id, account);
     return accounts;
@@ -136,16 +145,15 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
           rows.map(async (row): Promise<[string, SigningKey | null]> => {
             const secret = row.type === 'parent' && row.organization ? secretKey(row.organization.jwtSecret) : undefined;
             const usable = secret !== undefined && secret.byteLength >= MIN_SECRET_BYTES;
-            return [row.publicKey, usable ? { parentId: row.id, key: await verificationKey(secret) } : null];
+            if (!usable) return [row.publicKey, null];
+            const tokenTags = [cacheTags.identity(row.id), cacheTags.organizationSettings(row.id)];
+            return [row.publicKey, { parentId: row.id, key: await verificationKey(secret), tokenTags }];
           }),
         );
         return new Map(entries);
       },
       // Stable tags only: sign-ins (counters, balance) do not drop the key.
-      (key, signingKey) =>
-        signingKey
-          ? [cacheTags.publicKey(key), cacheTags.identity(signingKey.parentId), cacheTags.organizationSettings(signingKey.parentId)]
-          : [cacheTags.publicKey(key)],
+      (key, signingKey) => (signingKey ? [cacheTags.publicKey(key), ...signingKey.tokenTags] : [cacheTags.publicKey(key)]),
     ),
   );
   const packagePurchasesByOrganization = new DataLoader<string, PackagePurchase[]>(async (ids) =>

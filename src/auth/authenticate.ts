@@ -8,7 +8,7 @@ import {
   UnauthorizedError,
   UserNotFoundError,
 } from '../errors.js';
-import { cacheTags, type EntityCache } from '../db/entity-cache.js';
+import type { EntityCache } from '../db/entity-cache.js';
 import type { AccountRow } from '../db/accounts.js';
 import type { Loaders, OrganizationSettings } from '../loaders.js';
 import { bearerToken, isCanonicalJws } from './credentials.js';
@@ -113,12 +113,9 @@ async function verifyToken(token: string, cacheKey: string, deps: AuthDependenci
     if (error instanceof joseErrors.JWTExpired) throw new UnauthorizedError('The access token has expired.');
     throw new UnauthorizedError('The access token is invalid.');
   }
-  // Dropped with the key it was checked with (a rotated secret, a changed parent), not by sign-ins.
-  deps.cache.set(ticket, cacheKey, verified, [
-    cacheTags.publicKey(kid),
-    cacheTags.identity(key.parentId),
-    cacheTags.organizationSettings(key.parentId),
-  ]);
+  // Dropped with the key it was checked with (a rotated secret, a parent whose key or status
+  // changed), not by sign-ins.
+  deps.cache.set(ticket, cacheKey, verified, key.tokenTags);
   return verified;
 }
 

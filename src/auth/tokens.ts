@@ -20,8 +20,11 @@ export type MintOptions = {
 /** HS256 secrets must be at least 32 bytes (the seed refuses shorter ones; start-up reports them). */
 export const MIN_SECRET_BYTES = 32;
 
-/** An organization's token key: its parent's id and the secret, imported once for HMAC checks. */
-export type SigningKey = { parentId: string; key: CryptoKey };
+/**
+ * An organization's token key: its parent's id and the secret, imported once for HMAC checks, and
+ * the cache tags of the tokens it verifies (one array shared by all of them).
+ */
+export type SigningKey = { parentId: string; key: CryptoKey; tokenTags: readonly string[] };
 
 /** The secret as a WebCrypto HMAC-SHA-256 key (jose would otherwise import it on every check). */
 export function verificationKey(secret: Uint8Array<ArrayBuffer>): Promise<CryptoKey> {

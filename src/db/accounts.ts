@@ -72,3 +72,46 @@ export async function findTokenSubject(prisma: PrismaClient, who: string): Promi
     accountType: account.type,
   };
 }
+
+/** The timestamp columns of an account row. */
+type TimestampColumn = {
+  [K in keyof AccountRow]: AccountRow[K] extends Date | null ? (Date extends AccountRow[K] ? K : never) : never;
+}[keyof AccountRow];
+
+const TIMESTAMP_COLUMNS = (Object.keys(ACCOUNT_COLUMN_TYPES) as (keyof AccountRow)[]).filter(
+  (column): column is TimestampColumn => ACCOUNT_COLUMN_TYPES[column] === 'timestamptz',
+);
+
+/**
+ * An account row as the process's cache holds it: timestamps as epoch milliseconds and the
+ * repeated short strings (enum values, the parent's id) shared. A V8 Date costs several times a
+ * number, and every cached user holds seven of them: this halves the memory of a cached account.
+ */
+export type PackedAccount = Omit<AccountRow, TimestampColumn> & { [K in TimestampColumn]: Date extends AccountRow[K] ? (null extends AccountRow[K] ? number | null : number) : never };
+
+/** Shared copies of the values many rows repeat; bounded, so a flood of parents cannot grow it. */
+const SHARED_STRINGS_MAX = 4096;
+const sharedStrings = new Map<string, string>();
+function shared(value: string): string {
+  const known = sharedStrings.get(value);
+  if (known !== undefined) return known;
+  if (sharedStrings.size < SHARED_STRINGS_MAX) sharedStrings.set(value, value);
+  return value;
+}
+
+export function packAccount(row: AccountRow): PackedAccount {
+  const packed = { ...row } as unknown as Record<string, unknown>;
+  for (const column of TIMESTAMP_COLUMNS) packed[column] = row[column] === null ? null : (row[column] as Date).getTime();
+  packed.type = shared(row.type);
+  packed.status = shared(row.status);
+  packed.authProvider = shared(row.authProvider);
+  if (row.lastLoginProvider !== null) packed.lastLoginProvider = shared(row.lastLoginProvider);
+  if (row.parentId !== null) packed.parentId = shared(row.parentId);
+  return packed as PackedAccount;
+}
+
+export function unpackAccount(packed: PackedAccount): AccountRow {
+  const row = { ...packed } as unknown as Record<string, unknown>;
+  for (const column of TIMESTAMP_COLUMNS) row[column] = packed[column] === null ? null : new Date(packed[column] as number);
+  return row as AccountRow;
+}

@@ -12,25 +12,46 @@ export type EntityCacheOptions = {
   ttlMs: number;
 };
 
+/** The cache's own bytes per entry: its slot in the LRU's map and lists, and the entry object. */
+const ENTRY_OVERHEAD_BYTES = 112;
+/** The tag index's bytes per tag an entry carries (a member of a set, or a map entry and its tag). */
+const TAG_INDEX_BYTES = 64;
+
+/** The tags of an entry whose only tag is its own key. */
+const NO_TAGS: readonly string[] = [];
+
+/**
+ * About 50,000 signed-in users (a verified token and an account each, about a kilobyte of heap
+ * together) besides their organizations: the working set of a large organization, within the
+ * process's memory goal (250 MB resident).
+ */
+export const CACHE_DEFAULTS: EntityCacheOptions = { maxEntries: 150_000, maxBytes: 80 * 1024 * 1024, ttlMs: 10 * 60_000 };
+
 /** Bytes that an opaque object (a WebCrypto key) is counted as. */
 const OPAQUE_BYTES = 256;
 
+/** Strings V8 holds at one byte a character (Latin-1 only). */
+const ONE_BYTE = /^[\u0000-\u00ff]*$/;
+
 /**
- * An estimate of the memory a cached value holds: strings at two bytes a character, numbers and
- * booleans at 8, dates at 32, objects and arrays at 32 plus their members. Deliberately generous,
- * so that the configured byte bound is an upper bound in practice.
+ * An estimate of the heap a cached value holds, from V8's layout on 64 bits: strings at their
+ * header plus one byte a character (two outside Latin-1), numbers beyond a small integer at a
+ * boxed double, dates at 96, objects and arrays at a header plus a slot per member. Rounded up
+ * rather than down, so that the configured byte bound is an upper bound in practice (the cache's
+ * memory test holds it to the heap measured for cached users).
  */
 export function estimateBytes(value: unknown, depth = 0): number {
   switch (typeof value) {
     case 'string':
-      return 16 + 2 * value.length;
+      return 16 + 8 * Math.ceil((ONE_BYTE.test(value) ? value.length : 2 * value.length) / 8);
     case 'number':
+      return Number.isInteger(value) && Math.abs(value) < 2 ** 31 ? 8 : 16;
     case 'boolean':
     case 'bigint':
       return 8;
     case 'object': {
       if (value === null) return 8;
-      if (value instanceof Date) return 32;
+      if (value instanceof Date) return 96;
       if (ArrayBuffer.isView(value)) return 64 + value.byteLength;
       if (depth > 6) return OPAQUE_BYTES;
       const prototype = Object.getPrototypeOf(value) as unknown;
@@ -39,7 +60,8 @@ export function estimateBytes(value: unknown, depth = 0): number {
       }
       let bytes = 32;
       if (Array.isArray(value)) for (const item of value) bytes += 8 + estimateBytes(item, depth + 1);
-      else for (const [key, member] of Object.entries(value)) bytes += 8 + 2 * key.length + estimateBytes(member, depth + 1);
+      // Property names live in the shape V8 shares between objects of one layout (rows alike).
+      else for (const member of Object.values(value)) bytes += 8 + estimateBytes(member, depth + 1);
       return bytes;
     }
     default:
@@ -91,13 +113,15 @@ export class EntityCache {
 
   constructor(
     private readonly feed: ChangeFeed,
-    options: EntityCacheOptions = { maxEntries: 20_000, maxBytes: 32 * 1024 * 1024, ttlMs: 10 * 60_000 },
+    options: EntityCacheOptions = CACHE_DEFAULTS,
   ) {
     if (options.maxEntries > 0 && options.maxBytes > 0) {
       this.entries = new LRUCache<string, Entry>({
         max: options.maxEntries,
         maxSize: options.maxBytes,
-        sizeCalculation: (entry, key) => 64 + 2 * key.length + estimateBytes(entry.value) + estimateBytes(entry.tags),
+        // Tag strings are not counted: most are shared by many entries (an organization's) or are
+        // the entry's own key; an entry's place in the tag index is.
+        sizeCalculation: (entry, key) => ENTRY_OVERHEAD_BYTES + estimateBytes(key) + estimateBytes(entry.value) + TAG_INDEX_BYTES * entry.tags.length,
         ttl: options.ttlMs,
         dispose: (entry, key, reason) => {
           if (reason === 'evict') this.stats.evictions += 1;
@@ -138,14 +162,19 @@ export class EntityCache {
     return { epoch: this.epoch };
   }
 
-  /** Stores `value` unless one of its tags was invalidated since `ticket`, or the feed is not live. */
+  /**
+   * Stores `value` unless one of its tags was invalidated since `ticket`, or the feed is not live.
+   * A tag spelled as the key itself (an account's row under `account:<id>`) needs no index: an
+   * invalidation drops the entry of that key directly.
+   */
   set(ticket: CacheTicket, key: string, value: unknown, tags: readonly string[]): void {
     if (!this.feed.live || !this.entries || !this.unchangedSince(ticket, tags)) return;
-    const entry: Entry = { value, tags };
+    const indexed = tags.length === 1 && tags[0] === key ? NO_TAGS : tags.includes(key) ? tags.filter((tag) => tag !== key) : tags;
+    const entry: Entry = { value, tags: indexed };
     // An entry larger than the whole bound is not stored (and any older one under the key is dropped).
     this.entries.set(key, entry);
     if (this.entries.peek(key) !== entry) return;
-    for (const tag of tags) {
+    for (const tag of indexed) {
       const keys = this.byTag.get(tag);
       if (keys === undefined) this.byTag.set(tag, key);
       else if (typeof keys !== 'string') keys.add(key);
@@ -182,6 +211,7 @@ export class EntityCache {
     this.epoch += 1;
     this.invalidatedAt.set(tag, this.epoch);
     this.stats.invalidations += 1;
+    this.entries?.delete(tag);
     const keys = this.byTag.get(tag);
     if (keys === undefined) return;
     if (typeof keys === 'string') this.entries?.delete(keys);

@@ -1,16 +1,19 @@
 // One benchmark run through autocannon's API, for the rows that need more than its command line:
 // a different bearer token on every request, picked at random from a file (one per line), as many
 // distinct users send them. Prints autocannon's result as JSON, as `autocannon -j` does.
+// With `prime`, each token is sent exactly once, in order (a server that has seen every user).
 import { readFileSync } from 'node:fs';
 import autocannon from 'autocannon';
 
 const options = JSON.parse(process.argv[2]);
 const tokens = readFileSync(options.tokensFile, 'utf8').split('\n').filter(Boolean);
 const headers = options.headers ?? {};
+let next = 0;
+const pick = options.prime ? () => tokens[next++ % tokens.length] : () => tokens[Math.floor(Math.random() * tokens.length)];
 const result = await autocannon({
   url: options.url,
   connections: options.connections,
-  duration: options.duration,
+  ...(options.prime ? { amount: tokens.length } : { duration: options.duration }),
   requests: [
     {
       method: options.method ?? 'GET',
@@ -18,7 +21,7 @@ const result = await autocannon({
       body: options.body,
       setupRequest: (request) => ({
         ...request,
-        headers: { ...request.headers, authorization: `Bearer ${tokens[Math.floor(Math.random() * tokens.length)]}` },
+        headers: { ...request.headers, authorization: `Bearer ${pick()}` },
       }),
     },
   ],

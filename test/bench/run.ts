@@ -74,10 +74,10 @@ type Scenario = {
   signins?: boolean;
 };
 
-function autocannon(s: Scenario, seconds: number): { rps: number; p50: number; p99: number; requests: number; non2xx: number } {
+function autocannon(s: Scenario, seconds: number, prime = false): { rps: number; p50: number; p99: number; requests: number; non2xx: number } {
   let argv: string[];
   if (s.tokensFile) {
-    const options = { url: s.url, method: s.method, headers: s.headers, body: s.body, tokensFile: s.tokensFile, connections: s.connections ?? connections, duration: seconds };
+    const options = { url: s.url, method: s.method, headers: s.headers, body: s.body, tokensFile: s.tokensFile, connections: s.connections ?? connections, duration: seconds, prime };
     argv = [path.join(root, 'test', 'bench', 'load.mjs'), JSON.stringify(options)];
   } else {
     argv = [path.join(root, 'node_modules', 'autocannon', 'autocannon.js'), '-j', '-c', String(s.connections ?? connections), '-d', String(seconds), '-m', s.method ?? 'GET'];
@@ -250,6 +250,9 @@ try {
           { name: `REST profile (child), ${crowd}`, url: `${base}/auth/user-profile`, ...many({}), target: 1.0 },
           { name: `REST organization (JWT), ${crowd}`, url: `${base}/auth/organization-details`, ...many({}), target: 1.0 },
           { name: `GraphQL me, client Accept, ${crowd}`, url: `${base}/graphql`, ...many(gql(`{ me { ${childProfileFields} } }`, childToken, CLIENT_ACCEPT)), target: 0.5 },
+          // The parent's own views while its organization's users sign in (its row, balance and usage change each time).
+          { name: `REST credit analysis, ${signinsPerSecond} sign-ins/s`, url: `${base}/parent/credit-analysis`, headers: auth(parentToken), signins: signinsPerSecond > 0, target: 0.8 },
+          { name: `GraphQL dashboard, client Accept, ${signinsPerSecond} sign-ins/s`, url: `${base}/graphql`, ...gql(dashboard, parentToken, CLIENT_ACCEPT), signins: signinsPerSecond > 0, target: 0.3 },
         ] as Scenario[])
       : []),
   ].filter((s) => !args.only || s.name.includes(args.only) || s.name.startsWith('floor'));
@@ -275,6 +278,12 @@ try {
       : undefined;
     let written = '';
     writer?.stderr!.on('data', (chunk) => (written += chunk));
+    // Many users: first every user once, as a server that has been up a while has seen them
+    // (what is measured is the steady state, with the cache's hit ratio printed), then the warm-up.
+    if (scenario.tokensFile) {
+      const primed = autocannon(scenario, 0, true);
+      console.log(`  (primed: each of the ${users.toLocaleString('en')} users once, ${primed.requests} requests, ${primed.non2xx} not 2xx)`);
+    }
     autocannon(scenario, Number(args.warmup));
     const ofApp = pid === app.pid;
     const [ticks, tx] = [cpuTicks(pid), await transactions(stats, dbName)];
