@@ -1,67 +1,16 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { isAsyncIterable, processRegularResult } from 'graphql-yoga';
 import { ClientClosedError, PayloadTooLargeError, type ApiError } from '../errors.js';
 import type { ResponseOptions } from '../rest/http.js';
 import type { GraphQLHandler } from './yoga.js';
 
 /*
- * GraphQL over HTTP at /graphql, served by Yoga. The common request — one operation POSTed as JSON,
- * answered as JSON — is handed to Yoga's own steps directly: `parseRequest` (the request-parse
- * plugins: method check, batching limit, introspection switch; Yoga's JSON parser) and
- * `getResultForParams` (the operation pipeline: parameter checks, parse and validation caches,
- * limits, context, execution, masked errors). Skipped are only the server adapter around them —
- * wrapping into and out of fetch-API Request and Response objects, whose work on this path cost
- * about a third of the request's CPU (measured) — and its onRequest/onResponse hooks, which for
- * such a request only add CORS headers (the app sets its own on every answer). An answer with
- * errors is still written by Yoga's result processor; every other request (GET, other media
- * types, parameters Yoga would refuse, GraphiQL, preflight) takes Yoga's whole path.
+ * GraphQL over HTTP at /graphql, served by Yoga through its public Node entry,
+ * `handleNodeRequestAndResponse`: every request (POST and GET, any Accept list, GraphiQL,
+ * preflight) runs Yoga's whole pipeline, onRequest and onResponse hooks included, so that a
+ * plugin (metrics, tracing) sees all of them. Around it, the app keeps what it owns: the body is
+ * read here first and capped (MAX_BODY_BYTES), and the answer is written here whole with its own
+ * framing and the app's headers (request id, rate limits).
  */
-
-type MediaType = 'application/json' | 'application/graphql-response+json';
-
-const PARAMETERS = new Set(['query', 'variables', 'operationName', 'extensions']);
-
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
-
-/**
- * The media type Yoga answers a single result with for this Accept list, when that is plain JSON:
- * as Yoga negotiates, the first entry (q-values ignored, charsets other than utf-8 skipped) that
- * a JSON type matches decides; `application/json` wins where both match (`*∕*`, `application/*`).
- * Undefined when no entry matches one (Yoga's own path answers those: event stream, 406, ...).
- */
-function regularMediaType(accept: string | undefined): MediaType | undefined {
-  if (accept === undefined) return 'application/json';
-  for (const entry of accept.replace(/\s/g, '').toLowerCase().split(',')) {
-    const [type = '', ...parameters] = entry.split(';');
-    const charset = parameters.find((parameter) => parameter.includes('charset='));
-    if (charset !== undefined && charset !== 'charset=utf-8') continue;
-    if (type === '*/*' || type === 'application/*' || type === 'application/json') return 'application/json';
-    if (type === 'application/graphql-response+json') return type;
-  }
-  return undefined;
-}
-
-/** Whether the body is one set of GraphQL parameters, each as Yoga accepts it (else Yoga answers). */
-function isSingleJsonOperation(request: IncomingMessage, body: Buffer): boolean {
-  // Yoga's rule for a JSON body: the first content type is application/json, with any parameters.
-  const contentType = request.headers['content-type']?.split(',')[0];
-  if (contentType !== 'application/json' && !contentType?.startsWith('application/json;')) return false;
-  let params: unknown;
-  try {
-    params = JSON.parse(body.toString('utf8'));
-  } catch {
-    return false;
-  }
-  if (!isPlainObject(params) || typeof params.query !== 'string') return false;
-  for (const key in params) if (params[key] != null && !PARAMETERS.has(key)) return false;
-  return (
-    (params.variables == null || isPlainObject(params.variables)) &&
-    (params.operationName == null || typeof params.operationName === 'string') &&
-    (params.extensions == null || isPlainObject(params.extensions))
-  );
-}
 
 async function readBody(request: IncomingMessage, maxBytes: number): Promise<Buffer> {
   const declared = Number(request.headers['content-length']);
@@ -80,11 +29,6 @@ async function readBody(request: IncomingMessage, maxBytes: number): Promise<Buf
     throw error;
   }
   return Buffer.concat(chunks);
-}
-
-/** For Yoga's waitUntil: nothing of ours defers work past the answer. */
-function ignoreSettled(promise: Promise<unknown> | unknown): void {
-  void Promise.resolve(promise).catch(() => undefined);
 }
 
 /**
@@ -118,37 +62,16 @@ export function sendGraphQLError(response: ServerResponse, error: ApiError, opti
 }
 
 export function createGraphQLServer(graphql: GraphQLHandler, maxBodyBytes: number) {
-  // Yoga's own Request and Headers (the lightweight ponyfill): Node's built-in ones cost far more.
-  const { Request: YogaRequest, Headers: YogaHeaders } = graphql.fetchAPI;
-
   /** `url`: the request target as sent, whose path is exactly the GraphQL endpoint. */
   return async function serveGraphQL(request: IncomingMessage, response: ServerResponse, url: URL, options: ResponseOptions) {
     const method = request.method ?? 'GET';
     // GET carries the operation in the query string: the same bound as a POSTed body.
     if (url.search.length > maxBodyBytes) throw new PayloadTooLargeError('The GraphQL request in the query string is too large.');
     const body = method === 'GET' || method === 'HEAD' ? undefined : await readBody(request, maxBodyBytes);
-    const headers = new YogaHeaders();
-    for (const [name, value] of Object.entries(request.headers)) {
-      if (value === undefined) continue;
-      for (const v of Array.isArray(value) ? value : [value]) headers.append(name, v);
-    }
-    const serverContext = { requestId: options.requestId };
-    const yogaRequest = () => new YogaRequest(url, { method, headers, body: body?.toString('utf8') });
-    const mediaType = method === 'POST' ? regularMediaType(request.headers.accept) : undefined;
-    let answer: Response | undefined;
-    if (mediaType && body && isSingleJsonOperation(request, body)) {
-      const operationRequest = yogaRequest();
-      const parsed = await graphql.parseRequest(operationRequest, { ...serverContext, waitUntil: ignoreSettled });
-      if (parsed.response) answer = parsed.response;
-      else if (!Array.isArray(parsed.requestParserResult)) {
-        const result = await graphql.getResultForParams({ params: parsed.requestParserResult, request: operationRequest }, serverContext);
-        if (result && !isAsyncIterable(result) && !result.errors?.length && !result.extensions?.['http'] && !('stringify' in result)) {
-          return send(response, 200, [['Content-Type', `${mediaType}; charset=utf-8`]], Buffer.from(JSON.stringify(result)), options);
-        }
-        answer = await processRegularResult(result as Parameters<typeof processRegularResult>[0], graphql.fetchAPI, mediaType);
-      }
-    }
-    answer ??= await graphql.fetch(yogaRequest(), serverContext);
+    // The body already read goes with the request, as body-parsing frameworks hand it to the
+    // adapter (an empty one: the request itself, whose stream has ended).
+    const nodeRequest = body?.length ? { method, url: request.url, headers: request.headers, socket: request.socket, body: body.toString('utf8') } : request;
+    const answer = await graphql.handleNodeRequestAndResponse(nodeRequest, response, { requestId: options.requestId });
     const answerHeaders: [string, string][] = [];
     answer.headers.forEach((value, name) => answerHeaders.push([name, value]));
     return send(response, answer.status, answerHeaders, Buffer.from(await answer.arrayBuffer()), options);
