@@ -1,13 +1,50 @@
-import { GraphQLError } from 'graphql';
+import { getOperationAST, GraphQLError, type DocumentNode, type ExecutionArgs } from 'graphql';
+import { getVariableValues } from 'graphql/execution/values.js';
 import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
+import { useGraphQlJit } from '@envelop/graphql-jit';
 import { useDisableIntrospection } from '@graphql-yoga/plugin-disable-introspection';
 import { createYoga } from 'graphql-yoga';
+import { LRUCache } from 'lru-cache';
 import { createRequestContext, requestIdFrom, type AppDependencies, type RequestContext } from '../context.js';
 import { ApiError, toApiError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { schema } from './schema.js';
 
 type ServerContext = { requestId?: string };
+
+/**
+ * Executions of one document before it is compiled (graphql-jit): the documents real clients send
+ * again and again run as compiled functions; a document sent a few times, or one of a caller
+ * making up a new document per request, is executed as usual and costs no compilation.
+ */
+const COMPILE_AFTER_EXECUTIONS = 20;
+/**
+ * Parsed documents kept (Yoga's default is 1,024). A compiled document lives as long as its
+ * parsed one, so this also bounds the compiled functions held.
+ */
+const DOCUMENTS_KEPT = 256;
+
+/**
+ * Whether this execution runs compiled: a query (graphql-jit reports other operation types, and
+ * variables of the wrong type, in shapes of its own: those stay with the reference executor, whose
+ * answers the contract fixes) whose document has been executed often enough. Executions are
+ * counted per parsed document: Yoga's parse cache hands back the same object for the same text.
+ */
+function compileWhenRepeated(): (args: ExecutionArgs) => boolean {
+  const executions = new WeakMap<DocumentNode, number>();
+  return ({ document, operationName, schema, variableValues }) => {
+    const count = (executions.get(document) ?? 0) + 1;
+    if (count <= COMPILE_AFTER_EXECUTIONS) {
+      executions.set(document, count);
+      return false;
+    }
+    const operation = getOperationAST(document, operationName);
+    if (operation?.operation !== 'query') return false;
+    const variables = operation.variableDefinitions ?? [];
+    return variables.length === 0 || getVariableValues(schema, variables, variableValues ?? {}).errors === undefined;
+  };
+}
+
 export type GraphQLHandler = ReturnType<typeof createGraphQLHandler>;
 
 /** GraphQL over HTTP at /graphql, with GraphiQL when enabled. */
@@ -21,6 +58,7 @@ export function createGraphQLHandler(deps: AppDependencies, logger: Logger) {
     renderGraphiQL: async (options) => (await import('@graphql-yoga/render-graphiql')).renderGraphiQL(options),
     landingPage: false,
     batching: false,
+    parserAndValidationCache: { documentCache: new LRUCache<string, DocumentNode>({ max: DOCUMENTS_KEPT, ttl: 3_600_000 }) },
     // The body arrives already read and capped (MAX_BODY_BYTES, 413 in app.ts): Yoga's own limit
     // would stream it again through a transform for nothing.
     maxRequestBodySize: false,
@@ -35,6 +73,7 @@ export function createGraphQLHandler(deps: AppDependencies, logger: Logger) {
         blockFieldSuggestion: { enabled: deps.config.env !== 'development' },
       }),
       ...(deps.config.introspection ? [] : [useDisableIntrospection()]),
+      useGraphQlJit({}, { enableIf: compileWhenRepeated(), onError: () => {} }),
     ],
     cors: {
       origin: deps.config.corsOrigins === '*' ? '*' : deps.config.corsOrigins,

@@ -1,0 +1,103 @@
+import { describe, expect, it } from 'vitest';
+import { seed } from '../src/dev/demo-data.js';
+import { useServer, type TestServer } from './helpers/app.js';
+import { createChild, createOrganization, tokenFor } from './helpers/builders.js';
+import { testMode, useTestDatabase } from './helpers/database.js';
+
+const now = new Date('2026-06-11T06:00:00.000Z');
+/** More than the executions after which a document is compiled (graphql/yoga.ts). */
+const REPEATS = 25;
+
+const PROFILE = `userID username email publicKey accountType parentAccount accountStatus emailVerified createdAt updatedAt
+  lastLogin organizationName authProvider lastLoginProvider providerAId signInCount loginAttempts lastLoginAttempt lockedUntil`;
+const DOCUMENTS: Record<string, string> = {
+  me: `query Me { me { ${PROFILE} ... on ParentAccount { organizationUrl authUrls { signin signup } creditBalance totalFreeUsers
+    billableChildAccounts totalChildAccounts accountBalance availableBalance providerASsoConfig { enabled clientId }
+    packagesHistory { packageType purchaseDate creditsAdded freeUsersAdded price transactionId } lastLowCreditNotificationAt } } }`,
+  organization: `query Org { organization { organizationName organizationUrl authUrls { signin signup verify reset update resend successful }
+    domainRestrictionEnabled emailVerificationRequired providerASsoConfig { enabled clientId } credentials { publicKey jwtSecret } } }`,
+  children: `query Children($search: String, $limit: Int) { childAccounts(search: $search, limit: $limit) {
+    edges { cursor node { username email lastSeen registered } } pageInfo { hasNextPage endCursor } stats { total active } } }`,
+  credits: `query Credits { creditAnalysis { creditBalance totalFreeUsers totalChildAccounts billableUsers monthlyRetentionCredits
+    operationUsage { childSignups signIns emailVerifications socialSignIns { providerA providerB providerC providerD total } }
+    totalCreditsUsed projectedMonthlyUsage alerts { low critical depleted }
+    packageHistory { packageType purchaseDate creditsAdded freeUsersAdded price transactionId } } }`,
+  aliasesAndTypename: `query A { __typename first: me { __typename userID } again: me { ... on ChildAccount { accountType } ... on ParentAccount { accountType creditBalance } } }`,
+};
+
+/**
+ * A document sent again and again is compiled (graphql-jit) after a number of executions. Its
+ * answers must not change when it is: the same data, the same nulls, the same errors with the
+ * same codes and paths, the same status.
+ */
+describe(`GraphQL answers are the same before and after a document is compiled (${testMode})`, () => {
+  const database = useTestDatabase();
+  const server = useServer(database, { now: () => now });
+
+  async function repeated(s: TestServer, query: string, options: Parameters<TestServer['graphql']>[1]) {
+    const answers = [];
+    for (let i = 0; i < REPEATS; i++) answers.push(await s.graphql(query, options));
+    return answers;
+  }
+
+  /** One seeded organization (purchases, usage, children) for the documents below. */
+  let tokens: Promise<string[]> | undefined;
+  const seededTokens = () =>
+    (tokens ??= (async () => {
+      const [organization] = await seed(database(), { organizations: 1, childrenPerOrganization: 12, seed: 31, now });
+      const parent = await database().prisma.account.findUniqueOrThrow({ where: { id: organization!.parent.userID } });
+      const built = { parent, organization: await database().prisma.organization.findUniqueOrThrow({ where: { parentId: parent.id } }) };
+      const child = await createChild(database(), parent);
+      return [await tokenFor(parent, built, { now }), await tokenFor(child, built, { now })];
+    })());
+
+  it.each(Object.keys(DOCUMENTS))('%s, for a parent and for a child', async (name) => {
+    for (const token of await seededTokens()) {
+      const answers = await repeated(server(), DOCUMENTS[name]!, { token, variables: { search: 'a', limit: 5 } });
+      for (const answer of answers.slice(1)) expect(answer).toEqual(answers[0]);
+      // Each document gives data for someone; the child's refusals are errors with a code.
+      expect(answers[0]!.data !== undefined || answers[0]!.errors?.every((e) => typeof e.extensions?.code === 'string')).toBe(true);
+    }
+  });
+
+  it('requests the reference executor refuses keep their answers: variables of the wrong type, a mutation', async () => {
+    const built = await createOrganization(database());
+    const token = await tokenFor(built.parent, built, { now });
+    for (const [query, variables] of [
+      [DOCUMENTS.children!, { limit: 'five' }],
+      ['mutation M { me { userID } }', {}],
+    ] as const) {
+      const answers = [];
+      for (let i = 0; i < REPEATS; i++) {
+        const response = await fetch(`${server().url}/graphql`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+          body: JSON.stringify({ query, variables }),
+        });
+        answers.push({ status: response.status, body: await response.json() });
+      }
+      for (const answer of answers) expect(answer).toEqual(answers[0]);
+      expect(answers[0]!.body.errors[0].extensions.code).toBe('GRAPHQL_VALIDATION_FAILED');
+    }
+  });
+
+  it('errors keep their codes and paths: a child asking for the credit analysis, a token gone stale mid-way', async () => {
+    const built = await createOrganization(database());
+    const child = await createChild(database(), built.parent);
+    const answers = await repeated(server(), DOCUMENTS.credits!, { token: await tokenFor(child, built, { now }) });
+    for (const answer of answers) {
+      expect(answer).toEqual(answers[0]);
+      expect(answer.data).toBeNull();
+      expect(answer.errors?.map((e) => [e.extensions?.code, e.path])).toEqual([['UNAUTHORIZED_ACCESS', ['creditAnalysis']]]);
+    }
+    // After compilation, a status change still shows at once, as an error in the same shape.
+    await database().prisma.account.update({ where: { id: child.id }, data: { status: 'inactive' } });
+    let answer = await server().graphql(DOCUMENTS.me!, { token: await tokenFor(child, built, { now }) });
+    for (let i = 0; i < 20 && answer.errors === undefined; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      answer = await server().graphql(DOCUMENTS.me!, { token: await tokenFor(child, built, { now }) });
+    }
+    expect(answer.data).toBeNull();
+    expect(answer.errors?.map((e) => [e.extensions?.code, e.path])).toEqual([['ACCOUNT_INACTIVE', ['me']]]);
+  });
+});
