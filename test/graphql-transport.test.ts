@@ -4,10 +4,10 @@ import { useServer } from './helpers/app.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
 
 /*
- * A JSON POST answered as JSON is served through Yoga's operation steps directly; every other
- * request through Yoga's whole HTTP path. A client must not be able to tell them apart: the same
- * operations, sent over HTTP and to Yoga's own fetch entry (its whole path), get the same status,
- * media type and body, for the Accept headers clients send.
+ * Over HTTP, the app reads the body itself, hands the request to Yoga's Node entry and writes
+ * Yoga's answer with its own framing and headers. A client must not be able to tell that apart
+ * from Yoga alone: the same operations, sent over HTTP and to Yoga's own fetch entry, get the
+ * same status, media type and body, for the Accept headers clients send.
  */
 
 /** No Accept (curl, fetch), the lists of graphql-request, urql and Apollo Client, and more. */
