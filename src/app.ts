@@ -95,14 +95,16 @@ export function createApp(options: { config: Config; database: Database; logger:
         ? logger.info('listening for database changes; cache in use')
         : logger.warn('database change listener lost; cache bypassed until it is back', { error }),
   });
+  const now = options.now ?? (() => new Date());
   const deps: AppDependencies = {
     config,
     database,
-    cache: new EntityCache(feed, config.cache),
+    // The clock the child counts are computed with decides which sign-ins leave them as they were.
+    cache: new EntityCache(feed, { ...config.cache, now: () => now().getTime() }),
     retrievals: new RetrievalCounter(database.prisma, (error) =>
       logger.warn('retrieval counter write failed; kept for the next attempt', { error }),
     ),
-    now: options.now ?? (() => new Date()),
+    now,
   };
   const graphql = createGraphQLHandler(deps, logger);
   const serveGraphQL = createGraphQLServer(graphql, config.limits.maxBodyBytes);

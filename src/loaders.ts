@@ -1,6 +1,6 @@
 import DataLoader from 'dataloader';
 import { MIN_SECRET_BYTES, secretKey, verificationKey, type SigningKey } from './auth/tokens.js';
-import { cacheTags, type EntityCache } from './db/entity-cache.js';
+import { cacheTags, SNAPSHOT_COLUMN, takeSnapshot, type CacheTicket, type EntityCache, type Snapshot } from './db/entity-cache.js';
 import { packAccount, READ_ACCOUNT_COLUMNS, unpackAccount, type AccountRow } from './db/accounts.js';
 import type { SqlDriver } from './db/database.js';
 import type { Organization, PrismaClient } from './generated/prisma/client.js';
@@ -22,8 +22,25 @@ const VOLATILE_ORGANIZATION_COLUMNS = {
   lastDetailsRetrievalAt: true,
 } as const;
 
+/** What every sign-in changes in an organization: its balances (the legacy dollar ones as numbers). */
+export type OrganizationBalances = { creditBalance: number; accountBalance: number; availableBalance: number };
+
 /** An organization as authentication and most answers see it: no balances, and whether it has credits left. */
 export type OrganizationSettings = Omit<Organization, 'creditBalance' | keyof typeof VOLATILE_ORGANIZATION_COLUMNS> & { funded: boolean };
+
+/** What a loader read: rows by key, and the snapshot they were read with when the query took one. */
+type Loaded<V> = { rows: Map<string, V>; seen?: Snapshot };
+
+type ThroughCacheOptions<V, Stored> = {
+  /** How a value is held in the cache, when a more compact form than the value itself pays. */
+  form?: { pack: (value: V) => Stored; unpack: (stored: Stored) => V };
+  /**
+   * Callers of other requests missing the same key while a read of it runs share that read (the
+   * rows every sign-in changes, which many callers miss at once). Only for loaders whose tags do
+   * not depend on the value.
+   */
+  share?: boolean;
+};
 
 /**
  * Answers `keys` from the cache, loads the misses in one query, and stores what was loaded with
@@ -33,11 +50,11 @@ async function throughCache<V, Stored = V>(
   cache: EntityCache,
   namespace: string,
   keys: readonly string[],
-  load: (misses: string[]) => Promise<Map<string, V>>,
+  load: (misses: string[]) => Promise<Loaded<V>>,
   tags: (key: string, value: V | null) => readonly string[],
-  /** How a value is held in the cache, when a more compact form than the value itself pays. */
-  form?: { pack: (value: V) => Stored; unpack: (stored: Stored) => V },
+  options: ThroughCacheOptions<V, Stored> = {},
 ): Promise<(V | null)[]> {
+  const { form, share } = options;
   const results: (V | null | undefined)[] = keys.map((key) => {
     const stored = cache.get<Stored | null>(`${namespace}:${key}`)?.value;
     return stored === undefined || stored === null || !form ? (stored as V | null | undefined) : form.unpack(stored);
@@ -45,13 +62,43 @@ async function throughCache<V, Stored = V>(
   const misses = keys.filter((_, i) => results[i] === undefined);
   if (misses.length === 0) return results as (V | null)[];
   const ticket = cache.ticket();
-  const found = await load(misses);
-  return keys.map((key, i) => {
-    if (results[i] !== undefined) return results[i];
-    const value = found.get(key) ?? null;
-    cache.set(ticket, `${namespace}:${key}`, value !== null && form ? form.pack(value) : value, tags(key, value));
-    return value;
-  });
+  const joined = new Map<string, Promise<{ value: V | null } | undefined>>();
+  if (share) {
+    for (const key of misses) {
+      const running = cache.join<V | null>(`${namespace}:${key}`, tags(key, null));
+      if (running) joined.set(key, running);
+    }
+  }
+  const own = joined.size === 0 ? misses : misses.filter((key) => !joined.has(key));
+  const read = own.length > 0 ? load(own) : undefined;
+  if (read && share) {
+    for (const key of own) cache.track(`${namespace}:${key}`, ticket, read.then(({ rows, seen }) => ({ value: rows.get(key) ?? null, seen })));
+  }
+  const store = (key: string, value: V | null, readTicket: CacheTicket, seen: Snapshot | undefined) =>
+    cache.set(readTicket, `${namespace}:${key}`, value !== null && form ? form.pack(value) : value, tags(key, value), seen);
+  const values = new Map<string, V | null>();
+  if (read) {
+    const { rows, seen } = await read;
+    for (const key of own) {
+      const value = rows.get(key) ?? null;
+      store(key, value, ticket, seen);
+      values.set(key, value);
+    }
+  }
+  for (const [key, running] of joined) {
+    const shared = await running;
+    if (shared) {
+      values.set(key, shared.value);
+      continue;
+    }
+    // The shared read may have missed a change announced before this caller came: read again.
+    const retryTicket = cache.ticket();
+    const { rows, seen } = await load([key]);
+    const value = rows.get(key) ?? null;
+    store(key, value, retryTicket, seen);
+    values.set(key, value);
+  }
+  return keys.map((key, i) => (results[i] !== undefined ? results[i] : values.get(key)!));
 }
 
 /** Accounts without their secrets (decisions §7), which are never loaded. */
@@ -61,18 +108,22 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
   const accountForm = { pack: packAccount, unpack: unpackAccount };
   // Accounts are what a new user's first request misses: one plain SQL statement on the pool
   // (the driver types the columns as Prisma does), without the ORM's per-query cost.
+  // With the read's snapshot: a parent's row changes with every sign-in in its organization.
   const accountsWhere = async (column: 'id' | 'publicKey', values: string[]) =>
-    sql.query<AccountRow>(`${SELECT_ACCOUNTS} WHERE "${column}" = ANY($1::text[])`, [values]);
+    takeSnapshot(await sql.query<AccountRow>(`${SELECT_ACCOUNTS} WHERE "${column}" = ANY($1::text[])`, [values]));
 
   const accountById = new DataLoader<string, AccountRow | null>((ids) =>
     throughCache(
       cache,
       'account',
       ids,
-      async (misses) => new Map((await accountsWhere('id', misses)).map((a) => [a.id, a])),
+      async (misses) => {
+        const { rows, seen } = await accountsWhere('id', misses);
+        return { rows: new Map(rows.map((a) => [a.id, a])), seen };
+      },
       // Any change to the row announces its id, whatever changed.
       (id) => [cacheTags.account(id)],
-      accountForm,
+      { form: accountForm, share: true },
     ),
   );
   const accountByPublicKey = new DataLoader<string, AccountRow | null>(async (keys) => {
@@ -80,10 +131,13 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
       cache,
       'accountByKey',
       keys,
-      async (misses) => new Map((await accountsWhere('publicKey', misses)).map((a) => [a.publicKey, a])),
+      async (misses) => {
+        const { rows, seen } = await accountsWhere('publicKey', misses);
+        return { rows: new Map(rows.map((a) => [a.publicKey, a])), seen };
+      },
       // The key's row changing, or a row taking the key.
       (key, account) => (account ? [cacheTags.account(account.id), cacheTags.publicKey(key)] : [cacheTags.publicKey(key)]),
-      accountForm,
+      { form: accountForm },
     );
     for (const account of accounts) if (account) accountById.prime(account.id, account);
     return accounts;
@@ -94,10 +148,11 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
       cache,
       'publicKeyOf',
       ids,
-      async (misses) =>
-        new Map(
+      async (misses) => ({
+        rows: new Map(
           (await prisma.account.findMany({ where: { id: { in: misses } }, select: { id: true, publicKey: true } })).map((a) => [a.id, a.publicKey]),
         ),
+      }),
       (id) => [cacheTags.identity(id)],
     ),
   );
@@ -112,19 +167,36 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
       ids,
       async (misses) => {
         const rows = await prisma.organization.findMany({ where: { parentId: { in: misses } }, omit: VOLATILE_ORGANIZATION_COLUMNS });
-        return new Map(rows.map(({ creditBalance, ...settings }) => [settings.parentId, { ...settings, funded: creditBalance > 0 }]));
+        return { rows: new Map(rows.map(({ creditBalance, ...settings }) => [settings.parentId, { ...settings, funded: creditBalance > 0 }])) };
       },
       (id) => [cacheTags.organizationSettings(id)],
     ),
   );
-  const organizationByParentId = new DataLoader<string, Organization | null>((ids) =>
+  /**
+   * The organization's balances, which every sign-in changes (credits spent): read by primary key
+   * with the read's snapshot, shared by the callers that miss them at once.
+   */
+  const balancesByParentId = new DataLoader<string, OrganizationBalances | null>((ids) =>
     throughCache(
       cache,
-      'organization',
+      'balances',
       ids,
-      async (misses) =>
-        new Map((await prisma.organization.findMany({ where: { parentId: { in: misses } } })).map((o) => [o.parentId, o])),
+      async (misses) => {
+        const { rows, seen } = takeSnapshot(
+          await sql.query<OrganizationBalances & { parentId: string }>(
+            `SELECT "parentId", "creditBalance", "accountBalance"::float8 AS "accountBalance",
+                    "availableBalance"::float8 AS "availableBalance", ${SNAPSHOT_COLUMN}
+             FROM "Organization" WHERE "parentId" = ANY($1::text[])`,
+            [misses],
+          ),
+        );
+        return {
+          rows: new Map(rows.map((row) => [row.parentId, { creditBalance: row.creditBalance, accountBalance: row.accountBalance, availableBalance: row.availableBalance }])),
+          seen,
+        };
+      },
       (id) => [cacheTags.organization(id)],
+      { share: true },
     ),
   );
   /**
@@ -150,7 +222,7 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
             return [row.publicKey, { parentId: row.id, key: await verificationKey(secret), tokenTags }];
           }),
         );
-        return new Map(entries);
+        return { rows: new Map(entries) };
       },
       // Stable tags only: sign-ins (counters, balance) do not drop the key.
       (key, signingKey) => (signingKey ? [cacheTags.publicKey(key), ...signingKey.tokenTags] : [cacheTags.publicKey(key)]),
@@ -167,7 +239,7 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
             where: { organizationId: { in: misses } },
             orderBy: [{ purchasedAt: 'desc' }, { transactionId: 'desc' }],
           });
-          return new Map(
+          const lists = new Map(
             misses.map((id) => [
               id,
               rows
@@ -182,6 +254,7 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
                 })),
             ]),
           );
+          return { rows: lists };
         },
         (id) => [cacheTags.purchases(id)],
       )
@@ -194,14 +267,34 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
       'usage',
       keys,
       async (misses) => {
-        const pairs = misses.map((key) => {
-          const [organizationId, month] = key.split('|') as [string, string];
-          return { organizationId, month: new Date(month) };
-        });
-        const rows = await prisma.monthlyUsage.findMany({ where: { OR: pairs } });
-        return new Map(rows.map((row) => [`${row.organizationId}|${row.month.toISOString()}`, row]));
+        const organizations = misses.map((key) => key.split('|')[0]!);
+        const months = misses.map((key) => key.split('|')[1]!.slice(0, 10));
+        const { rows, seen } = takeSnapshot(
+          await sql.query<MonthlyUsageTotals & { organizationId: string; month: string }>(
+            `SELECT u."organizationId", to_char(u.month, 'YYYY-MM-DD') AS month, u."childSignups", u."signIns",
+                    u."emailVerifications", u."providerAAuths", u."providerBAuths", u."providerCAuths", u."providerDAuths",
+                    ${SNAPSHOT_COLUMN}
+             FROM "MonthlyUsage" u JOIN unnest($1::text[], $2::date[]) AS k(id, month)
+               ON u."organizationId" = k.id AND u.month = k.month`,
+            [organizations, months],
+          ),
+        );
+        const totals = rows.map((row): [string, MonthlyUsageTotals] => [
+          `${row.organizationId}|${row.month}T00:00:00.000Z`,
+          {
+            childSignups: row.childSignups,
+            signIns: row.signIns,
+            emailVerifications: row.emailVerifications,
+            providerAAuths: row.providerAAuths,
+            providerBAuths: row.providerBAuths,
+            providerCAuths: row.providerCAuths,
+            providerDAuths: row.providerDAuths,
+          },
+        ]);
+        return { rows: new Map(totals), seen };
       },
       (key) => [cacheTags.usage(key.split('|')[0]!)],
+      { share: true },
     ),
   );
   return {
@@ -209,7 +302,7 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
     accountByPublicKey,
     publicKeyByAccountId,
     organizationSettingsByParentId,
-    organizationByParentId,
+    balancesByParentId,
     signingKeyByPublicKey,
     packagePurchasesByOrganization,
     monthlyUsage,

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
+import { SIGN_IN_SQL, createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { rest, useServer, type RestResult } from './helpers/app.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
 
@@ -208,13 +208,8 @@ describe('changes made directly in the database reach the API', () => {
     expect(balance).toBe(200);
     // As the sign-in service writes one: the child, its parent's organization-wide counters, the
     // balance, this month's usage, in one transaction.
-    const signIn = `WITH child AS (UPDATE "Account" SET "signInCount" = "signInCount" + 1, "lastLogin" = now(), "updatedAt" = now() WHERE id = $1 RETURNING "parentId"),
-      parent AS (UPDATE "Account" SET "signInCount" = "signInCount" + 1, "updatedAt" = now() WHERE id = (SELECT "parentId" FROM child) RETURNING id),
-      spent AS (UPDATE "Organization" SET "creditBalance" = "creditBalance" - 1 WHERE "parentId" = (SELECT id FROM parent) RETURNING "parentId")
-      INSERT INTO "MonthlyUsage" ("organizationId", month, "signIns") SELECT "parentId", date_trunc('month', now() AT TIME ZONE 'UTC'), 1 FROM spent
-      ON CONFLICT ("organizationId", month) DO UPDATE SET "signIns" = "MonthlyUsage"."signIns" + 1`;
     const before = (await profile(signingInToken)).body.data.user.signInCount as number;
-    await outside(signIn, [signingIn.id]);
+    await outside(SIGN_IN_SQL, [signingIn.id]);
     const stats = server().app.deps.cache.stats;
     for (let seen = -1; seen !== stats.invalidations; ) {
       seen = stats.invalidations;

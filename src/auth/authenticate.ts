@@ -18,7 +18,7 @@ export type Viewer = {
   kind: 'parent' | 'child' | 'publicKey';
   /** The authenticated account; for a public-key caller, the parent that owns the key. */
   account: AccountRow;
-  /** Without its balances (see `organizationByParentId` for those). */
+  /** Without its balances (see `balancesByParentId` for those). */
   organization: OrganizationSettings;
   via: 'jwt' | 'publicKey';
 };

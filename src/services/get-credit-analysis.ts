@@ -12,7 +12,7 @@ export async function getCreditAnalysis(viewer: Viewer, context: ServiceContext)
   const [usage, purchases, balances] = await Promise.all([
     context.loaders.monthlyUsage.load(`${organization.parentId}|${monthStart(now).toISOString()}`),
     context.loaders.packagePurchasesByOrganization.load(organization.parentId),
-    context.loaders.organizationByParentId.load(organization.parentId),
+    context.loaders.balancesByParentId.load(organization.parentId),
   ]);
   if (!balances) throw new UserNotFoundError('The organization no longer exists.');
   return analyseCredits({

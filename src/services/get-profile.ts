@@ -99,7 +99,7 @@ export async function getProfile(viewer: Viewer, context: ServiceContext): Promi
   // path (tens of microseconds per request here, measured).
   if (account.type === 'child') return Object.assign(base, { accountType: 'child' as const });
   // The balances change with every sign-in: read with the row, not with the settings.
-  const balances = await context.loaders.organizationByParentId.load(organization.parentId);
+  const balances = await context.loaders.balancesByParentId.load(organization.parentId);
   if (!balances) throw new UserNotFoundError('The organization no longer exists.');
   // Kept exact by the database (Organization.childCount), so no count per request.
   const totalChildAccounts = async () => organization.childCount;
@@ -109,8 +109,8 @@ export async function getProfile(viewer: Viewer, context: ServiceContext): Promi
     authUrls: { signin: organization.signinUrl, signup: organization.signupUrl },
     creditBalance: balances.creditBalance,
     totalFreeUsers: organization.totalFreeUsers,
-    accountBalance: balances.accountBalance.toNumber(),
-    availableBalance: balances.availableBalance.toNumber(),
+    accountBalance: balances.accountBalance,
+    availableBalance: balances.availableBalance,
     providerASsoConfig: { enabled: organization.providerASsoEnabled, clientId: organization.providerASsoClientId },
     lastLowCreditNotificationAt: organization.lastLowCreditNotificationAt,
     lastCriticalCreditNotificationAt: organization.lastCriticalCreditNotificationAt,

@@ -3,13 +3,13 @@ import type { Viewer } from '../auth/authenticate.js';
 import { parseDateRange } from '../domain/dates.js';
 import { decodePageToken, encodePageToken, type PageScope, type Position } from '../domain/pagination.js';
 import { InvalidLimitError, InvalidSearchError } from '../errors.js';
-import { cacheTags } from '../db/entity-cache.js';
+import { cacheTags, childCountsKey, SNAPSHOT_COLUMN, takeSnapshot, type ChildCounts } from '../db/entity-cache.js';
+import { ACTIVE_WINDOW_MS } from '../domain/activity.js';
 import type { ServiceContext } from './context.js';
 
 export const DEFAULT_LIMIT = 50;
 export const MAX_LIMIT = 100;
 export const MAX_SEARCH_LENGTH = 200;
-const ACTIVE_WINDOW_MS = 30 * 24 * 60 * 60 * 1000;
 
 /** The child list's input, shared by both transports (decisions §4). */
 export const ListChildAccountsInput = z.object({
@@ -92,9 +92,10 @@ function escapeLike(text: string): string {
 type Stats = { total: number; active: number };
 /**
  * Cached counts: valid while no child of the parent changes and no counted login leaves the
- * window. `total` is null when unfiltered (the organization's child count is used instead).
+ * window (a child becoming active adds one to the unfiltered count in place, see `EntityCache`).
+ * `total` is null when unfiltered (the organization's child count is used instead).
  */
-type CachedStats = { total: number | null; active: number; computedAt: number; validUntil: number };
+type CachedStats = ChildCounts;
 
 /**
  * The filters (decisions §4) as SQL: the table to read, its WHERE clause with parameters from `$1`,
@@ -114,7 +115,8 @@ function filterSql(parentId: string, search: string | undefined, range: { from?:
   // The normalised filters: two requests with the same scope select the same rows.
   const scope: PageScope = `${parentId}|${range.from?.getTime() ?? ''}|${range.to?.getTime() ?? ''}|${search ?? ''}`;
   const table = search ? '"ChildSearch"' : '"Account"';
-  return { table, searched: search !== undefined, where: clauses.join(' AND '), params, filtered: clauses.length > 1, scope, cacheKey: `stats:${scope}` };
+  const filtered = clauses.length > 1;
+  return { table, searched: search !== undefined, where: clauses.join(' AND '), params, filtered, scope, cacheKey: filtered ? `stats:${scope}` : childCountsKey(parentId) };
 }
 
 /** A parent's children, newest registration first, keyset-paginated (spec: GET /auth/child-accounts). */
@@ -193,11 +195,17 @@ async function queryCounts(
   // Unfiltered, the total is the organization's kept child count: only the active ones are counted.
   const total = filters.filtered ? 'count(*)::int' : 'NULL::int';
   const where = filters.filtered ? filters.where : `${filters.where} AND "lastLogin" >= ${cutoff}`;
-  const [row] = await context.sql.query<{ total: number | null; active: number; oldest: Date | null }>(
-    `SELECT ${total} AS total, count(*) FILTER (WHERE "lastLogin" >= ${cutoff})::int AS active,
-            min("lastLogin") FILTER (WHERE "lastLogin" >= ${cutoff}) AS oldest
-     FROM ${filters.table} WHERE ${where}`,
-    params,
+  // With the snapshot: a count that already saw a sign-in announced meanwhile is still stored.
+  const {
+    rows: [row],
+    seen,
+  } = takeSnapshot(
+    await context.sql.query<{ total: number | null; active: number; oldest: Date | null }>(
+      `SELECT ${total} AS total, count(*) FILTER (WHERE "lastLogin" >= ${cutoff})::int AS active,
+              min("lastLogin") FILTER (WHERE "lastLogin" >= ${cutoff}) AS oldest, ${SNAPSHOT_COLUMN}
+       FROM ${filters.table} WHERE ${where}`,
+      params,
+    ),
   );
   const entry: CachedStats = {
     total: row?.total ?? null,
@@ -205,6 +213,6 @@ async function queryCounts(
     computedAt: now,
     validUntil: row?.oldest ? row.oldest.getTime() + ACTIVE_WINDOW_MS : Number.POSITIVE_INFINITY,
   };
-  context.cache.set(ticket, filters.cacheKey, entry, [cacheTags.children(parentId)]);
+  context.cache.set(ticket, filters.cacheKey, entry, [cacheTags.children(parentId)], seen);
   return entry;
 }

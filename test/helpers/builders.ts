@@ -108,3 +108,14 @@ export function tokenFor(
     now: options.now,
   });
 }
+
+/**
+ * A sign-in as the sign-in service writes it ($1: the child's id): the child's counters and last
+ * login, its parent's organization-wide counters, the balance (one credit spent) and this month's
+ * usage, in one transaction.
+ */
+export const SIGN_IN_SQL = `WITH child AS (UPDATE "Account" SET "signInCount" = "signInCount" + 1, "lastLogin" = now(), "updatedAt" = now() WHERE id = $1 RETURNING "parentId"),
+  parent AS (UPDATE "Account" SET "signInCount" = "signInCount" + 1, "updatedAt" = now() WHERE id = (SELECT "parentId" FROM child) RETURNING id),
+  spent AS (UPDATE "Organization" SET "creditBalance" = "creditBalance" - 1 WHERE "parentId" = (SELECT id FROM parent) RETURNING "parentId")
+  INSERT INTO "MonthlyUsage" ("organizationId", month, "signIns") SELECT "parentId", date_trunc('month', now() AT TIME ZONE 'UTC'), 1 FROM spent
+  ON CONFLICT ("organizationId", month) DO UPDATE SET "signIns" = "MonthlyUsage"."signIns" + 1`;

@@ -1,0 +1,245 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ChangeFeed, ChangeListener } from '../src/db/change-feed.js';
+import { EntityCache, SNAPSHOT_COLUMN, cacheTags, childCountsKey, parseSnapshot, sees, takeSnapshot, type ChildCounts } from '../src/db/entity-cache.js';
+import { ACTIVE_WINDOW_MS } from '../src/domain/activity.js';
+import { SIGN_IN_SQL, createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
+import { rest, useServer } from './helpers/app.js';
+import { testMode, useTestDatabase } from './helpers/database.js';
+
+/** A feed the test drives: always live, announcements sent by hand. */
+class ManualFeed implements ChangeFeed {
+  readonly live = true;
+  private readonly listeners = new Set<ChangeListener>();
+  async started(): Promise<void> {}
+  subscribe(listener: ChangeListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+  announce(change: Record<string, unknown>): void {
+    for (const listener of this.listeners) listener.change(JSON.stringify(change));
+  }
+  async close(): Promise<void> {}
+}
+
+const snapshot = (text: string) => parseSnapshot(text)!;
+
+describe('snapshots', () => {
+  it('read as PostgreSQL prints them, and see exactly the transactions committed before them', () => {
+    const s = snapshot('100:105:101,103');
+    expect(s).toEqual({ xmin: 100, xmax: 105, xip: [101, 103] });
+    expect([99, 100, 101, 102, 103, 104, 105].map((x) => sees(s, x))).toEqual([true, true, false, true, false, true, false]);
+    expect(parseSnapshot('not a snapshot')).toBeUndefined();
+    expect(parseSnapshot(undefined)).toBeUndefined();
+  });
+});
+
+describe('the cache with announced transaction ids', () => {
+  const tag = cacheTags.organization('USR_p');
+  const setup = (now = Date.now()) => {
+    const feed = new ManualFeed();
+    return { feed, cache: new EntityCache(feed, { maxEntries: 100, maxBytes: 1 << 20, ttlMs: 60_000, now: () => now }) };
+  };
+
+  it('stores a read that overlapped an announcement only if its snapshot saw the change', () => {
+    const { feed, cache } = setup();
+    const ticket = cache.ticket();
+    feed.announce({ t: 'organization', id: 'USR_p', x: 500, s: false });
+    cache.set(ticket, 'a', 1, [tag], snapshot('499:499:'));
+    expect(cache.get('a')).toBeUndefined();
+    cache.set(ticket, 'b', 1, [tag], snapshot('500:502:500'));
+    expect(cache.get('b')).toBeUndefined();
+    cache.set(ticket, 'c', 1, [tag]);
+    expect(cache.get('c')).toBeUndefined();
+    cache.set(ticket, 'd', 1, [tag], snapshot('501:501:'));
+    expect(cache.get('d')?.value).toBe(1);
+    // An announcement without a transaction id (an older trigger) cannot be proven seen.
+    const later = cache.ticket();
+    feed.announce({ t: 'organization', id: 'USR_p', s: false });
+    cache.set(later, 'e', 1, [tag], snapshot('900:900:'));
+    expect(cache.get('e')).toBeUndefined();
+  });
+
+  it('keeps through an announcement the entries whose snapshot saw it, and drops the others', () => {
+    const { feed, cache } = setup();
+    cache.set(cache.ticket(), 'seen', 1, [tag], snapshot('701:701:'));
+    cache.set(cache.ticket(), 'unseen', 1, [tag], snapshot('690:702:700'));
+    cache.set(cache.ticket(), 'plain', 1, [tag]);
+    feed.announce({ t: 'organization', id: 'USR_p', x: 700, s: false });
+    expect(cache.get('seen')?.value).toBe(1);
+    expect(cache.get('unseen')).toBeUndefined();
+    expect(cache.get('plain')).toBeUndefined();
+    feed.announce({ t: 'organization', id: 'USR_p', x: 705, s: false });
+    expect(cache.get('seen')).toBeUndefined();
+  });
+
+  it('lets callers share a read in flight, but not one that may predate a change they know of', async () => {
+    const { feed, cache } = setup();
+    let finish!: (read: { value: unknown; seen?: ReturnType<typeof snapshot> }) => void;
+    cache.track('k', cache.ticket(), new Promise((resolve) => (finish = resolve)));
+    const early = cache.join<number>('k', [tag]);
+    feed.announce({ t: 'organization', id: 'USR_p', x: 800, s: false });
+    const late = cache.join<number>('k', [tag]);
+    finish({ value: 7, seen: snapshot('790:790:') });
+    expect(await early).toEqual({ value: 7 });
+    // The read's snapshot did not see transaction 800, announced before this caller joined.
+    expect(await late).toBeUndefined();
+    expect(cache.join('k', [tag])).toBeUndefined();
+
+    cache.track('k', cache.ticket(), new Promise((resolve) => (finish = resolve)));
+    feed.announce({ t: 'organization', id: 'USR_p', x: 801, s: false });
+    const joined = cache.join<number>('k', [tag]);
+    finish({ value: 8, seen: snapshot('802:802:') });
+    // It did see 801: committed before it began reading, though announced after it was asked.
+    expect(await joined).toEqual({ value: 8 });
+  });
+
+  it("keeps a parent's child counts through sign-ins of children who were active and still are", () => {
+    const now = Date.UTC(2026, 10, 22);
+    const { feed, cache } = setup(now);
+    const counts = () => cache.get('stats');
+    const store = () => cache.set(cache.ticket(), 'stats', { active: 1 }, [cacheTags.children('USR_p')]);
+    store();
+    const recent = now - 1000;
+    feed.announce({ t: 'account', id: 'USR_c', p: 'USR_p', s: false, l: recent, n: now, x: 1 });
+    expect(counts()).toBeDefined();
+    // A first login, a return after more than 30 days, a change beyond activity: counts change.
+    feed.announce({ t: 'account', id: 'USR_c', p: 'USR_p', s: false, n: now, x: 2 });
+    expect(counts()).toBeUndefined();
+    store();
+    feed.announce({ t: 'account', id: 'USR_c', p: 'USR_p', s: false, l: now - ACTIVE_WINDOW_MS - 1, n: now, x: 3 });
+    expect(counts()).toBeUndefined();
+    store();
+    feed.announce({ t: 'account', id: 'USR_c', p: 'USR_p', s: true, l: recent, n: now, x: 4 });
+    expect(counts()).toBeUndefined();
+  });
+
+  it("adds a child's first login in the window to its parent's unfiltered active count, unless the count already has it", () => {
+    const now = Date.UTC(2026, 10, 22);
+    const { feed, cache } = setup(now);
+    const key = childCountsKey('USR_p');
+    const counts = (validUntil = now + 86_400_000): ChildCounts => ({ total: null, active: 5, computedAt: now - 1000, validUntil });
+    const filtered = 'stats:USR_p||1700000000000|smith';
+    cache.set(cache.ticket(), key, counts(), [cacheTags.children('USR_p')], snapshot('10:10:'));
+    cache.set(cache.ticket(), filtered, counts(), [cacheTags.children('USR_p')]);
+    feed.announce({ t: 'account', id: 'USR_c', p: 'USR_p', s: false, n: now, x: 11 });
+    expect(cache.get<ChildCounts>(key)?.value.active).toBe(6);
+    // A filtered count may or may not include the child: counted again.
+    expect(cache.get(filtered)).toBeUndefined();
+    // The same child again, now active: no change.
+    feed.announce({ t: 'account', id: 'USR_c', p: 'USR_p', s: false, l: now, n: now + 5, x: 12 });
+    expect(cache.get<ChildCounts>(key)?.value.active).toBe(6);
+    // A count whose snapshot saw the sign-in already has it.
+    cache.set(cache.ticket(), key, counts(), [cacheTags.children('USR_p')], snapshot('20:20:'));
+    feed.announce({ t: 'account', id: 'USR_d', p: 'USR_p', s: false, l: now - ACTIVE_WINDOW_MS - 1, n: now, x: 13 });
+    expect(cache.get<ChildCounts>(key)?.value.active).toBe(5);
+    // A count past its validity is dropped, not amended.
+    cache.set(cache.ticket(), key, counts(now - 1), [cacheTags.children('USR_p')], snapshot('20:20:'));
+    feed.announce({ t: 'account', id: 'USR_e', p: 'USR_p', s: false, n: now, x: 21 });
+    expect(cache.get(key)).toBeUndefined();
+    // A child becoming inactive by a write: counted again.
+    cache.set(cache.ticket(), key, counts(), [cacheTags.children('USR_p')], snapshot('30:30:'));
+    feed.announce({ t: 'account', id: 'USR_e', p: 'USR_p', s: false, l: now, n: now - ACTIVE_WINDOW_MS - 1, x: 31 });
+    expect(cache.get(key)).toBeUndefined();
+  });
+});
+
+/**
+ * The same against the database's triggers and snapshots, with the sign-in written by another
+ * connection (on PGlite, the one connection there is).
+ */
+describe('announced transactions and read snapshots agree', () => {
+  const database = useTestDatabase();
+  const server = useServer(database);
+  let outside: (sql: string, params?: unknown[]) => Promise<void>;
+  let client: pg.Client | undefined;
+  let org: BuiltOrganization;
+
+  beforeAll(async () => {
+    if (testMode === 'postgres') {
+      client = new pg.Client({ connectionString: database().url! });
+      await client.connect();
+      outside = async (sql, params) => void (await client!.query(sql, params));
+    } else {
+      outside = async (sql, params) => void (await database().sql.query(sql, params));
+    }
+    org = await createOrganization(database(), { organization: { creditBalance: 10_000 } });
+  });
+  afterAll(async () => {
+    await client?.end();
+  });
+
+  const spend = () => outside(`UPDATE "Organization" SET "creditBalance" = "creditBalance" - 1 WHERE "parentId" = $1`, [org.parent.id]);
+  const readBalance = async () =>
+    takeSnapshot(await database().sql.query<{ creditBalance: number }>(`SELECT "creditBalance", ${SNAPSHOT_COLUMN} FROM "Organization" WHERE "parentId" = $1`, [org.parent.id]));
+  /** Until the cache has taken every announcement made so far. */
+  const settled = async (cache: EntityCache) => {
+    for (let seen = -1; seen !== cache.stats.invalidations; ) {
+      seen = cache.stats.invalidations;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  };
+
+  it('a read that saw a sign-in is stored and kept, however its announcement and the read interleave', async () => {
+    const cache = server().app.deps.cache;
+    const key = `test:balance:${org.parent.id}`;
+    const before = cache.stats.invalidations;
+    const ticket = cache.ticket();
+    await spend();
+    const { rows, seen } = await readBalance();
+    expect(seen).toBeDefined();
+    cache.set(ticket, key, rows[0], [cacheTags.organization(org.parent.id)], seen);
+    await settled(cache);
+    expect(cache.stats.invalidations).toBeGreaterThan(before);
+    expect(cache.get(key)?.value).toEqual(rows[0]);
+  });
+
+  it('a read that did not see a sign-in is not stored, or is dropped when it is announced', async () => {
+    const cache = server().app.deps.cache;
+    const key = `test:stale:${org.parent.id}`;
+    const ticket = cache.ticket();
+    const { rows, seen } = await readBalance();
+    await spend();
+    cache.set(ticket, key, rows[0], [cacheTags.organization(org.parent.id)], seen);
+    await settled(cache);
+    expect(cache.get(key)).toBeUndefined();
+  });
+
+  it("a child's first sign-in raises its parent's active count at once, without counting again", async () => {
+    const own = await createOrganization(database());
+    const children = [];
+    for (let i = 0; i < 3; i++) children.push(await createChild(database(), own.parent, { lastLogin: i === 0 ? new Date() : null }));
+    const token = await tokenFor(own.parent, own);
+    const stats = async () => (await rest(server(), '/auth/child-accounts', { token })).body.data.data.stats;
+    expect(await stats()).toEqual({ total: 3, active: 1 });
+    const cache = server().app.deps.cache;
+    for (const [i, child] of children.entries()) {
+      await outside(SIGN_IN_SQL, [child.id]);
+      await settled(cache);
+      const queries = database().queries.count;
+      expect(await stats()).toEqual({ total: 3, active: Math.max(1, i + 1) });
+      // The page, and the parent's rows the sign-in changed; the counts come from memory.
+      expect(database().queries.count - queries).toBeLessThanOrEqual(2);
+    }
+  });
+
+  it('under a stream of sign-ins the credit analysis shows each one and is mostly answered from memory', async () => {
+    const own = await createOrganization(database(), { organization: { creditBalance: 10_000 } });
+    const child = await createChild(database(), own.parent);
+    const token = await tokenFor(own.parent, own);
+    const analysis = async () => (await rest(server(), '/parent/credit-analysis', { token })).body;
+    const start = (await analysis()).creditBalance as number;
+    const cache = server().app.deps.cache;
+    for (let i = 1; i <= 5; i++) {
+      await outside(SIGN_IN_SQL, [child.id]);
+      await settled(cache);
+      const queries = database().queries.count;
+      // The first answer after the announcement reads the changed rows; the next ones do not.
+      expect((await analysis()).creditBalance).toBe(start - i);
+      const afterFirst = database().queries.count;
+      for (let j = 0; j < 5; j++) expect((await analysis()).creditBalance).toBe(start - i);
+      expect(afterFirst - queries).toBeGreaterThan(0);
+      expect(database().queries.count - afterFirst).toBe(0);
+    }
+  });
+});
