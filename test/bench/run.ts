@@ -185,7 +185,9 @@ try {
   const startScript = (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
   // BENCH_APP_FLAGS adds Node flags for the server only (for example --cpu-prof to profile it).
   const nodeFlags = [...startScript.split(/\s+/).filter((word) => word.startsWith('--')), ...(process.env.BENCH_APP_FLAGS?.split(/\s+/).filter(Boolean) ?? [])];
-  const app = spawn(process.execPath, [...nodeFlags, path.join(root, 'dist', 'main.js')], { env, stdio: ['ignore', 'ignore', 'inherit'] });
+  // And with the environment the script sets before `node` (NAME=value words).
+  const startEnv = Object.fromEntries(startScript.split(/\s+/).filter((word) => /^[A-Z_]+=/.test(word)).map((word) => word.split('=', 2) as [string, string]));
+  const app = spawn(process.execPath, [...nodeFlags, path.join(root, 'dist', 'main.js')], { env: { ...env, ...startEnv }, stdio: ['ignore', 'ignore', 'inherit'] });
   const floor = spawn(process.execPath, [path.join(root, 'test', 'bench', 'floor.mjs')], { env: { ...env, PORT: String(floorPort), FLOOR_ACCOUNT_ID: big!.parent.userID }, stdio: ['ignore', 'ignore', 'inherit'] });
   processes.push(app, floor);
   const base = `http://127.0.0.1:${appPort}`;
