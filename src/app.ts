@@ -19,9 +19,9 @@ import { createGraphQLServer, sendGraphQLError } from './graphql/http.js';
 import { createGraphQLHandler, type GraphQLHandler } from './graphql/yoga.js';
 import type { Logger } from './logger.js';
 import { RateLimiter } from './rate-limit.js';
-import { createMetrics } from './metrics.js';
+import { createMetrics, methodLabel, routeLabel } from './metrics.js';
 import { Readiness } from './readiness.js';
-import { errorEnvelope, send, sendError, sendJson, type ResponseOptions } from './rest/http.js';
+import { errorEnvelope, send, sendError, sendJson, type Observed, type ResponseOptions } from './rest/http.js';
 import { ALLOWED_METHODS, handleRest, isRestPath } from './rest/router.js';
 import { RetrievalCounter } from './services/retrieval-counter.js';
 
@@ -89,11 +89,18 @@ type Exchange = {
 /** The request handler: /graphql to Yoga, the REST paths to rest/, /health; the envelope for the rest. */
 export function createApp(options: { config: Config; database: Database; logger: Logger; now?: () => Date }): App {
   const { config, database, logger } = options;
+  const metrics = createMetrics({
+    cache: () => deps.cache,
+    feed: () => feed,
+    pool: database.pgPool,
+    unsavedRetrievals: () => deps.retrievals.unsaved,
+  });
   const feed = database.changeFeed({
-    onStateChange: (live, error) =>
-      live
-        ? logger.info('listening for database changes; cache in use')
-        : logger.warn('database change listener lost; cache bypassed until it is back', { error }),
+    onStateChange: (live, error) => {
+      metrics.feedState(live);
+      if (live) logger.info('listening for database changes; cache in use');
+      else logger.warn('database change listener lost; cache bypassed until it is back', { error });
+    },
   });
   const now = options.now ?? (() => new Date());
   const deps: AppDependencies = {
@@ -101,16 +108,16 @@ export function createApp(options: { config: Config; database: Database; logger:
     database,
     // The clock the child counts are computed with decides which sign-ins leave them as they were.
     cache: new EntityCache(feed, { ...config.cache, now: () => now().getTime() }),
-    retrievals: new RetrievalCounter(database.prisma, (error) =>
-      logger.warn('retrieval counter write failed; kept for the next attempt', { error }),
-    ),
+    retrievals: new RetrievalCounter(database.prisma, (error) => {
+      metrics.retrievalWriteFailed();
+      logger.warn('retrieval counter write failed; kept for the next attempt', { error });
+    }),
     now,
   };
   const graphql = createGraphQLHandler(deps, logger);
   const serveGraphQL = createGraphQLServer(graphql, config.limits.maxBodyBytes);
   const limiter = new RateLimiter(config.rateLimit, database.pgPool);
   const readiness = new Readiness(database, READINESS_TIMEOUT_MS);
-  const metrics = createMetrics(deps.cache, feed);
   const { limits } = config;
   let draining = false;
 
@@ -127,7 +134,10 @@ export function createApp(options: { config: Config; database: Database; logger:
     if (!PROBE_PATHS.has(target.path) && !preflight) {
       const verdict = await limiter.check(request);
       responseOptions.headers = { ...responseOptions.headers, ...verdict.headers };
-      if (!verdict.allowed) return refuse(exchange, new RateLimitedError(verdict.retryAfterSeconds));
+      if (!verdict.allowed) {
+        metrics.rateLimited();
+        return refuse(exchange, new RateLimitedError(verdict.retryAfterSeconds));
+      }
     }
     // Bounded before anything reads them: the request target, the number and size of headers.
     if ((request.url ?? '').length > limits.maxUrlBytes) return refuse(exchange, new UriTooLongError());
@@ -155,7 +165,7 @@ export function createApp(options: { config: Config; database: Database; logger:
       return sendJson(response, 503, { status: 'unavailable', reason: state.reason }, responseOptions);
     }
     // Rate limited like the API: a scraper asks every few seconds.
-    if (target.path === '/metrics') return send(response, 200, metrics.contentType, await metrics.metrics(), responseOptions);
+    if (target.path === '/metrics') return send(response, 200, metrics.registry.contentType, await metrics.registry.metrics(), responseOptions);
     // The original health check: readiness, with the database mode and the cache's state.
     if (target.path === '/health') {
       const state = await readiness.state();
@@ -179,17 +189,32 @@ export function createApp(options: { config: Config; database: Database; logger:
       readiness.drain();
     },
     handle(request, response) {
+      const started = performance.now();
       const requestId = requestIdFrom(request.headers['x-request-id'] as string | undefined);
       const origin = request.headers.origin;
+      const observed: Observed = {};
       const exchange: Exchange = {
         request,
         response,
         target: requestTarget(request.url ?? '/'),
-        options: { requestId, headers: corsHeaders(config, typeof origin === 'string' ? origin : undefined) },
+        options: { requestId, observed, headers: corsHeaders(config, typeof origin === 'string' ? origin : undefined) },
       };
       if (draining) response.setHeader('Connection', 'close');
       response.on('finish', () => {
-        logger.info('request', { requestId, method: request.method, path: exchange.target.path.slice(0, 200), status: response.statusCode });
+        const seconds = (performance.now() - started) / 1000;
+        const route = routeLabel(exchange.target.path);
+        const method = methodLabel(request.method);
+        const { code = '', operation } = observed;
+        metrics.request({ route, method, status: response.statusCode, code, seconds, operation });
+        logger.info('request', {
+          requestId,
+          method,
+          route,
+          status: response.statusCode,
+          durationMs: Math.round(seconds * 1e6) / 1e3,
+          ...(code ? { code } : {}),
+          ...(operation ? { operation } : {}),
+        });
       });
       handle(exchange).catch((error: unknown) => {
         if (error instanceof ClientClosedError) {

@@ -1,13 +1,74 @@
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import type pg from 'pg';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ChangeFeed } from './db/change-feed.js';
 import type { EntityCache } from './db/entity-cache.js';
 
+/** What the metrics read when scraped; given as functions, since some are made after the metrics. */
+export type MetricSources = {
+  cache: () => EntityCache;
+  feed: () => ChangeFeed;
+  /** PostgreSQL mode: the connection pool (the embedded database has one session, no pool). */
+  pool?: pg.Pool;
+  /** Retrieval-counter increments recorded but not yet written. */
+  unsavedRetrievals: () => number;
+};
+
+/** One answered request, as its log line and metrics see it. */
+export type AnsweredRequest = {
+  /** A fixed route name (`routeLabel`), never the raw path. */
+  route: string;
+  method: string;
+  status: number;
+  /** The error code answered, or '' for none. */
+  code: string;
+  seconds: number;
+  /** GraphQL: the operation's root fields (`graphql/observe.ts`). */
+  operation?: string;
+};
+
+export type Metrics = {
+  readonly registry: Registry;
+  request(answer: AnsweredRequest): void;
+  rateLimited(): void;
+  /** The change feed went live (`true`) or was lost; a live after the first is a reconnection. */
+  feedState(live: boolean): void;
+  retrievalWriteFailed(): void;
+};
+
+/** The paths that get a label of their own; anything else a client sends is `other`. */
+const ROUTES = new Set([
+  '/auth/user-profile',
+  '/auth/organization-details',
+  '/auth/child-accounts',
+  '/parent/credit-analysis',
+  '/graphql',
+  '/healthz',
+  '/readyz',
+  '/health',
+  '/metrics',
+]);
+const METHODS = new Set(['GET', 'HEAD', 'POST', 'OPTIONS']);
+
+export function routeLabel(path: string): string {
+  return ROUTES.has(path) ? path : 'other';
+}
+
+/** A method as a label: the ones the API serves, and `other` for anything else. */
+export function methodLabel(method: string | undefined): string {
+  return method !== undefined && METHODS.has(method) ? method : 'other';
+}
+
+/** Latency buckets in seconds: a cached answer is well under a millisecond, a search tens of them. */
+const BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
+
 /**
- * Prometheus metrics (`GET /metrics`): the process's own (CPU, memory, event loop, GC) and the
- * entity cache's. Values are read from their owners when scraped; no label takes a value from a
- * request, so the series are a fixed set.
+ * Prometheus metrics (`GET /metrics`): requests by route, method, status and error code; latency
+ * per route and per GraphQL operation; rate-limit refusals; the entity cache; the change feed; the
+ * database pool; the retrieval counter; and the process's own (CPU, memory, event loop, GC). Every
+ * label takes its value from a fixed set (routes, methods, statuses, the API's error codes, the
+ * schema's root fields), never from what a request sent, so the series stay a bounded set.
  */
-export function createMetrics(cache: EntityCache, feed: ChangeFeed): Registry {
+export function createMetrics(sources: MetricSources): Metrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
   /** A counter mirroring a running total kept by its owner. */
@@ -30,12 +91,70 @@ export function createMetrics(cache: EntityCache, feed: ChangeFeed): Registry {
         this.set(read());
       },
     });
-  mirrored('api_cache_hits_total', 'Entity cache lookups answered from the cache.', () => cache.stats.hits);
-  mirrored('api_cache_misses_total', 'Entity cache lookups that went to the database.', () => cache.stats.misses);
-  mirrored('api_cache_evictions_total', 'Entries evicted to stay within the cache bounds.', () => cache.stats.evictions);
-  mirrored('api_cache_invalidations_total', 'Tags invalidated by the database change announcements.', () => cache.stats.invalidations);
-  gauge('api_cache_entries', 'Entries held by the entity cache.', () => cache.size);
-  gauge('api_cache_bytes', 'Estimated bytes held by the entity cache.', () => cache.bytes);
-  gauge('api_cache_live', '1 while the change feed is live and the cache in use, 0 while it is bypassed.', () => (feed.live ? 1 : 0));
-  return registry;
+  const cache = sources.cache;
+  mirrored('api_cache_hits_total', 'Entity cache lookups answered from the cache.', () => cache().stats.hits);
+  mirrored('api_cache_misses_total', 'Entity cache lookups that went to the database.', () => cache().stats.misses);
+  mirrored('api_cache_evictions_total', 'Entries evicted to stay within the cache bounds.', () => cache().stats.evictions);
+  mirrored('api_cache_invalidations_total', 'Tags invalidated by the database change announcements.', () => cache().stats.invalidations);
+  mirrored('api_cache_shared_reads_total', 'Cache misses that joined a read of the same row already in flight.', () => cache().stats.sharedReads);
+  gauge('api_cache_entries', 'Entries held by the entity cache.', () => cache().size);
+  gauge('api_cache_bytes', 'Estimated bytes held by the entity cache.', () => cache().bytes);
+  gauge('api_cache_live', '1 while the change feed is live and the cache in use, 0 while it is bypassed.', () => (sources.feed().live ? 1 : 0));
+  gauge('api_retrieval_counter_pending', 'Organization-details retrievals counted but not yet written to the database.', sources.unsavedRetrievals);
+  const { pool } = sources;
+  if (pool) {
+    new Gauge({
+      name: 'api_db_pool_connections',
+      help: 'Database pool connections by state: in use, idle, and requests waiting for one.',
+      labelNames: ['state'],
+      registers: [registry],
+      collect() {
+        this.set({ state: 'in_use' }, pool.totalCount - pool.idleCount);
+        this.set({ state: 'idle' }, pool.idleCount);
+        this.set({ state: 'waiting' }, pool.waitingCount);
+      },
+    });
+  }
+  const requests = new Counter({
+    name: 'api_http_requests_total',
+    help: 'Answered requests by route, method, status and error code ("" when none).',
+    labelNames: ['route', 'method', 'status', 'code'],
+    registers: [registry],
+  });
+  const latency = new Histogram({
+    name: 'api_http_request_duration_seconds',
+    help: 'Time from the request to the end of its answer, by route.',
+    labelNames: ['route'],
+    buckets: BUCKETS,
+    registers: [registry],
+  });
+  const operations = new Histogram({
+    name: 'api_graphql_operation_duration_seconds',
+    help: 'GraphQL requests that executed, by the root fields they selected (sorted, without aliases).',
+    labelNames: ['operation'],
+    buckets: BUCKETS,
+    registers: [registry],
+  });
+  const refusals = new Counter({ name: 'api_rate_limited_total', help: 'Requests refused by the rate limiter (429).', registers: [registry] });
+  const reconnects = new Counter({ name: 'api_change_feed_reconnects_total', help: 'Times the change feed came back after being lost.', registers: [registry] });
+  const retrievalFailures = new Counter({
+    name: 'api_retrieval_counter_write_failures_total',
+    help: 'Failed writes of the retrieval counter (their increments are kept for the next attempt).',
+    registers: [registry],
+  });
+  let everLive = false;
+  return {
+    registry,
+    request(answer) {
+      requests.inc({ route: answer.route, method: answer.method, status: String(answer.status), code: answer.code });
+      latency.observe({ route: answer.route }, answer.seconds);
+      if (answer.operation !== undefined) operations.observe({ operation: answer.operation }, answer.seconds);
+    },
+    rateLimited: () => refusals.inc(),
+    feedState(live) {
+      if (live && everLive) reconnects.inc();
+      if (live) everLive = true;
+    },
+    retrievalWriteFailed: () => retrievalFailures.inc(),
+  };
 }

@@ -57,6 +57,7 @@ function send(response: ServerResponse, status: number, headers: Iterable<[strin
  * the shape GraphQL clients read: `{ errors: [{ message, extensions: { code } }] }`.
  */
 export function sendGraphQLError(response: ServerResponse, error: ApiError, options: ResponseOptions): void {
+  if (options.observed) options.observed.code = error.code;
   const payload = Buffer.from(JSON.stringify({ errors: [{ message: error.message, extensions: { code: error.code } }] }));
   send(response, error.status, [['Content-Type', 'application/json; charset=utf-8']], payload, options);
 }
@@ -94,7 +95,7 @@ export function createGraphQLServer(graphql: GraphQLHandler, maxBodyBytes: numbe
     // The body already read goes with the request, as body-parsing frameworks hand it to the
     // adapter (an empty one: the request itself, whose stream has ended).
     const nodeRequest = body?.length ? { method, url: request.url, headers: request.headers, socket: request.socket, body: parsedBody(request, body) } : request;
-    const answer = await graphql.handleNodeRequestAndResponse(nodeRequest, response, { requestId: options.requestId });
+    const answer = await graphql.handleNodeRequestAndResponse(nodeRequest, response, { requestId: options.requestId, observed: options.observed ?? {} });
     const answerHeaders: [string, string][] = [];
     answer.headers.forEach((value, name) => answerHeaders.push([name, value]));
     return send(response, answer.status, answerHeaders, Buffer.from(await answer.arrayBuffer()), options);

@@ -8,9 +8,11 @@ import { LRUCache } from 'lru-cache';
 import { createRequestContext, requestIdFrom, type AppDependencies, type RequestContext } from '../context.js';
 import { ApiError, toApiError } from '../errors.js';
 import type { Logger } from '../logger.js';
+import { useObserve } from './observe.js';
 import { schema } from './schema.js';
+import type { Observed } from '../rest/http.js';
 
-type ServerContext = { requestId?: string };
+type ServerContext = { requestId?: string; observed?: Observed };
 
 /**
  * Executions of one document before it is compiled (graphql-jit): the documents real clients send
@@ -74,6 +76,7 @@ export function createGraphQLHandler(deps: AppDependencies, logger: Logger) {
       }),
       ...(deps.config.introspection ? [] : [useDisableIntrospection()]),
       useGraphQlJit({}, { enableIf: compileWhenRepeated(), onError: () => {} }),
+      useObserve(),
     ],
     cors: {
       origin: deps.config.corsOrigins === '*' ? '*' : deps.config.corsOrigins,

@@ -1,9 +1,19 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { ApiError } from '../errors.js';
 
+/** What the answer to a request turned out to be, beyond its status: for its log line and metrics. */
+export type Observed = {
+  /** The error code answered (REST envelope, GraphQL refusal, or the first error of a GraphQL result). */
+  code?: string;
+  /** GraphQL: the root fields the operation selected (see `graphql/observe.ts`). */
+  operation?: string;
+};
+
 /** What every REST answer carries besides its body. */
 export type ResponseOptions = {
   requestId: string;
+  /** Filled in as the answer is made. */
+  observed?: Observed;
   /** Authenticated answers must not be stored by caches. */
   noStore?: boolean;
   headers?: Record<string, string>;
@@ -31,6 +41,7 @@ export function errorEnvelope(error: ApiError): { success: false; error: { code:
 }
 
 export function sendError(response: ServerResponse, error: ApiError, options: ResponseOptions): void {
+  if (options.observed) options.observed.code = error.code;
   sendJson(response, error.status, errorEnvelope(error), options);
 }
 

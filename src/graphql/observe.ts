@@ -1,0 +1,72 @@
+import { getOperationAST, Kind, type DocumentNode, type GraphQLError } from 'graphql';
+import type { Plugin } from 'graphql-yoga';
+import { toApiError } from '../errors.js';
+import type { Observed } from '../rest/http.js';
+
+/** Root selections beyond this many are summarised: a label stays short whatever the document. */
+const MAX_LABELLED_FIELDS = 8;
+
+/**
+ * What a GraphQL operation asks for, as a metric label and a log field: its root fields, sorted
+ * and without aliases (`childAccounts,me`). Field names come from the schema (only validated
+ * documents execute), so the labels form a small fixed set, unlike client-chosen operation names.
+ */
+export function operationLabel(document: DocumentNode, operationName: string | null | undefined): string {
+  const operation = getOperationAST(document, operationName);
+  if (!operation) return 'none';
+  const fields = new Set<string>();
+  for (const selection of operation.selectionSet.selections) {
+    fields.add(selection.kind === Kind.FIELD ? selection.name.value : 'fragment');
+  }
+  const names = [...fields].sort();
+  const label = names.length > MAX_LABELLED_FIELDS ? 'many' : names.join(',');
+  return operation.operation === 'query' ? label : `${operation.operation}:${label}`;
+}
+
+function observedIn(context: unknown): Observed | undefined {
+  return (context as { observed?: Observed } | undefined)?.observed;
+}
+
+/**
+ * The code a client will read for this error: its own, or (for a resolver's error, before Yoga
+ * masks it) the one the API's error mapping gives what it wraps.
+ */
+function codeOf(error: GraphQLError | undefined): string | undefined {
+  if (error === undefined) return undefined;
+  const code = error.extensions?.['code'];
+  if (typeof code === 'string') return code;
+  let original: unknown = error;
+  while (original instanceof Error && 'originalError' in original && original.originalError instanceof Error) original = original.originalError;
+  return original === error ? undefined : toApiError(original).code;
+}
+
+/**
+ * Records, in the request's `observed` (from the server context), the operation's label and the
+ * first error code: a parse or validation failure, or the first error of the result.
+ */
+export function useObserve(): Plugin {
+  return {
+    onParse({ context }) {
+      return ({ result }) => {
+        const observed = observedIn(context);
+        if (observed && result instanceof Error) observed.code = codeOf(result as GraphQLError) ?? 'GRAPHQL_PARSE_FAILED';
+      };
+    },
+    onValidate({ context }) {
+      return ({ valid, result }) => {
+        const observed = observedIn(context);
+        if (observed && !valid) observed.code = codeOf(result[0]) ?? 'GRAPHQL_VALIDATION_FAILED';
+      };
+    },
+    onExecute({ args }) {
+      const observed = observedIn(args.contextValue);
+      if (!observed) return;
+      observed.operation = operationLabel(args.document, args.operationName);
+      return {
+        onExecuteDone({ result }) {
+          if ('errors' in result && result.errors?.length) observed.code ??= codeOf(result.errors[0]);
+        },
+      };
+    },
+  };
+}
