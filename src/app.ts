@@ -87,7 +87,7 @@ type Exchange = {
 };
 
 /** The request handler: /graphql to Yoga, the REST paths to rest/, /health; the envelope for the rest. */
-export function createApp(options: { config: Config; database: Database; logger: Logger; now?: () => Date }): App {
+export function createApp(options: { config: Config; database: Database; logger: Logger; now?: () => Date; graphiqlHeaders?: string }): App {
   const { config, database, logger } = options;
   const metrics = createMetrics({
     cache: () => deps.cache,
@@ -114,7 +114,7 @@ export function createApp(options: { config: Config; database: Database; logger:
     }),
     now,
   };
-  const graphql = createGraphQLHandler(deps, logger);
+  const graphql = createGraphQLHandler(deps, logger, { graphiqlHeaders: options.graphiqlHeaders });
   const serveGraphQL = createGraphQLServer(graphql, config.limits.maxBodyBytes);
   const limiter = new RateLimiter(config.rateLimit, database.pgPool);
   const readiness = new Readiness(database, READINESS_TIMEOUT_MS);

@@ -85,17 +85,19 @@ try {
   failStart(error);
 }
 
-app = createApp({ config, database, logger });
+// Development only: GraphiQL opens with the demo parent's token in its headers tab.
+const graphiqlHeaders = demo && config.env === 'development' ? JSON.stringify({ Authorization: `Bearer ${demo.parent.token}` }, null, 2) : undefined;
+app = createApp({ config, database, logger, graphiqlHeaders });
 const address = server.address();
 const port = typeof address === 'object' && address ? address.port : config.port;
 const base = `http://${config.host === '0.0.0.0' ? 'localhost' : config.host}:${port}`;
 console.log(`listening on ${base} (database: ${database.kind}, ${database.location})`);
 if (demo) {
-  console.log('\nDemo data seeded (one organization at each credit alert level).');
+  console.log(demo.seeded ? '\nDemo data seeded (one organization at each credit alert level).' : '\nDemo access (the database already had data).');
   console.log(`  parent ${demo.parent.userID}, public key ${demo.parent.publicKey}`);
   console.log(`  parent token (24 h): ${demo.parent.token}`);
   if (demo.child) console.log(`  child ${demo.child.userID} token (24 h): ${demo.child.token}`);
-  console.log(`\n  GraphiQL: ${base}/graphql`);
+  console.log(`\n  GraphiQL: ${base}/graphql${graphiqlHeaders ? ' (the parent token is in its headers tab)' : ''}`);
   console.log(`  curl -H "Authorization: Bearer <token>" ${base}/auth/user-profile`);
   // The embedded database belongs to this process: commands that open it wait until it stops.
   if (database.kind === 'postgres') console.log('  more tokens: npm run token -- <userID|email>');

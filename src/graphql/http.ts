@@ -1,4 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { promisify } from 'node:util';
+import { gzip } from 'node:zlib';
 import { ClientClosedError, PayloadTooLargeError, type ApiError } from '../errors.js';
 import type { ResponseOptions } from '../rest/http.js';
 import type { GraphQLHandler } from './yoga.js';
@@ -38,6 +40,33 @@ async function readBody(request: IncomingMessage, maxBytes: number): Promise<Buf
  * none`, which is no encoding at all.
  */
 const CONNECTION_HEADERS = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'proxy-connection', 'upgrade', 'te', 'trailer']);
+
+/** HTML pages at least this large are sent gzipped to clients that accept it (GraphiQL: megabytes). */
+const COMPRESS_HTML_FROM_BYTES = 64 * 1024;
+
+/** Whether an Accept-Encoding value accepts gzip (named, or `*`, without q=0). */
+function acceptsGzip(acceptEncoding: string | undefined): boolean {
+  if (!acceptEncoding) return false;
+  return acceptEncoding.split(',').some((item) => {
+    const [coding = '', ...parameters] = item.trim().toLowerCase().split(';');
+    if (coding.trim() !== 'gzip' && coding.trim() !== '*') return false;
+    const q = parameters.map((p) => p.trim()).find((p) => p.startsWith('q='));
+    return q === undefined || Number(q.slice(2)) > 0;
+  });
+}
+
+/**
+ * The one large page this endpoint serves (GraphiQL, rendered once), gzipped once off the event
+ * loop and kept with the exact bytes it compresses: a different page is compressed anew.
+ */
+let compressedPage: { raw: Buffer; gzip: Promise<Buffer> } | undefined;
+const gzipAsync = promisify(gzip);
+
+async function compressedHtml(payload: Buffer, contentType: string | undefined, acceptEncoding: string | undefined): Promise<Buffer | undefined> {
+  if (payload.length < COMPRESS_HTML_FROM_BYTES || !/^\s*text\/html/i.test(contentType ?? '') || !acceptsGzip(acceptEncoding)) return undefined;
+  if (!compressedPage || !compressedPage.raw.equals(payload)) compressedPage = { raw: payload, gzip: gzipAsync(payload, { level: 6 }) };
+  return compressedPage.gzip;
+}
 
 function send(response: ServerResponse, status: number, headers: Iterable<[string, string]>, payload: Buffer, options: ResponseOptions) {
   response.statusCode = status;
@@ -98,6 +127,12 @@ export function createGraphQLServer(graphql: GraphQLHandler, maxBodyBytes: numbe
     const answer = await graphql.handleNodeRequestAndResponse(nodeRequest, response, { requestId: options.requestId, observed: options.observed ?? {} });
     const answerHeaders: [string, string][] = [];
     answer.headers.forEach((value, name) => answerHeaders.push([name, value]));
-    return send(response, answer.status, answerHeaders, Buffer.from(await answer.arrayBuffer()), options);
+    const payload = Buffer.from(await answer.arrayBuffer());
+    const gzipped = await compressedHtml(payload, answer.headers.get('content-type') ?? undefined, request.headers['accept-encoding']);
+    if (gzipped) {
+      answerHeaders.push(['Content-Encoding', 'gzip'], ['Vary', 'Accept-Encoding']);
+      return send(response, answer.status, answerHeaders, gzipped, options);
+    }
+    return send(response, answer.status, answerHeaders, payload, options);
   };
 }

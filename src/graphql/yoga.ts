@@ -8,6 +8,7 @@ import { LRUCache } from 'lru-cache';
 import { createRequestContext, requestIdFrom, type AppDependencies, type RequestContext } from '../context.js';
 import { ApiError, toApiError } from '../errors.js';
 import type { Logger } from '../logger.js';
+import { GRAPHIQL_DEFAULT_DOCUMENT } from './graphiql-document.js';
 import { useObserve } from './observe.js';
 import { schema } from './schema.js';
 import type { Observed } from '../rest/http.js';
@@ -50,14 +51,29 @@ function compileWhenRepeated(): (args: ExecutionArgs) => boolean {
 export type GraphQLHandler = ReturnType<typeof createGraphQLHandler>;
 
 /** GraphQL over HTTP at /graphql, with GraphiQL when enabled. */
-export function createGraphQLHandler(deps: AppDependencies, logger: Logger) {
+export type GraphQLHandlerOptions = {
+  /** JSON of the headers GraphiQL opens with (development: a demo parent's token). */
+  graphiqlHeaders?: string;
+};
+
+export function createGraphQLHandler(deps: AppDependencies, logger: Logger, options: GraphQLHandlerOptions = {}) {
+  let graphiqlPage: Promise<string> | undefined;
   return createYoga<ServerContext, RequestContext>({
     schema,
     graphqlEndpoint: '/graphql',
-    graphiql: deps.config.graphiql ? { title: 'Credits read API' } : false,
+    graphiql: deps.config.graphiql
+      ? {
+          title: 'Credits read API',
+          defaultQuery: GRAPHIQL_DEFAULT_DOCUMENT,
+          // A demo token in the headers tab: development only (see main.ts), never in production.
+          ...(options.graphiqlHeaders && deps.config.env === 'development' ? { headers: options.graphiqlHeaders } : {}),
+        }
+      : false,
     // GraphiQL's page and assets from the npm package, not from a CDN: it works offline. Loaded
     // on first use: the bundle is tens of megabytes in memory, and production serves no GraphiQL.
-    renderGraphiQL: async (options) => (await import('@graphql-yoga/render-graphiql')).renderGraphiQL(options),
+    // Its options never change, so the page is rendered once (and compressed once, see http.ts).
+    renderGraphiQL: (graphiqlOptions) =>
+      (graphiqlPage ??= import('@graphql-yoga/render-graphiql').then((module) => module.renderGraphiQL(graphiqlOptions))),
     landingPage: false,
     batching: false,
     parserAndValidationCache: { documentCache: new LRUCache<string, DocumentNode>({ max: DOCUMENTS_KEPT, ttl: 3_600_000 }) },

@@ -18,7 +18,7 @@ export type TestServer = {
 
 export async function startServer(
   database: Database,
-  options: { env?: Record<string, string>; now?: () => Date } = {},
+  options: { env?: Record<string, string>; now?: () => Date; graphiqlHeaders?: string } = {},
 ): Promise<TestServer> {
   const config: Config = loadConfig({
     NODE_ENV: 'test',
@@ -28,7 +28,7 @@ export async function startServer(
     RATE_LIMIT_PER_CREDENTIAL: '0',
     ...options.env,
   });
-  const app = createApp({ config, database, logger: createLogger(config.logLevel), now: options.now });
+  const app = createApp({ config, database, logger: createLogger(config.logLevel), now: options.now, graphiqlHeaders: options.graphiqlHeaders });
   const server: Server = createHttpServer(config.limits, (request, response) => app.handle(request, response));
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
