@@ -1,3 +1,5 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { parseEnv } from 'node:util';
 import proxyAddr from 'proxy-addr';
 import { z } from 'zod';
 import { CACHE_DEFAULTS } from './db/entity-cache.js';
@@ -209,8 +211,41 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
 }
 
 /** For commands: print the problems and exit non-zero instead of a stack trace. */
+/**
+ * Development convenience: the settings in `file` (`.env` by default, Node's dotenv format), for
+ * the variables the environment does not set already. Not read with NODE_ENV=production, where
+ * the environment is the only source. Returns the names it set.
+ */
+export function loadDotEnv(env: NodeJS.ProcessEnv = process.env, file = '.env'): string[] {
+  if (env.NODE_ENV === 'production' || !existsSync(file)) return [];
+  const set: string[] = [];
+  for (const [name, value] of Object.entries(parseEnv(readFileSync(file, 'utf8')))) {
+    if (env[name] !== undefined) continue;
+    env[name] = value;
+    set.push(name);
+  }
+  return set;
+}
+
+/** What `npm run config` prints: the effective settings, secrets masked. */
+export function describeConfig(config: Config): Record<string, unknown> {
+  const mask = (value: string | undefined) => (value === undefined ? undefined : '********');
+  let databaseUrl = config.databaseUrl;
+  if (databaseUrl !== undefined) {
+    try {
+      const url = new URL(databaseUrl);
+      if (url.password) url.password = '********';
+      databaseUrl = url.toString();
+    } catch {
+      databaseUrl = '********';
+    }
+  }
+  return { ...config, databaseUrl, paginationSecret: mask(config.paginationSecret) };
+}
+
 export function loadConfigOrExit(env: NodeJS.ProcessEnv = process.env): Config {
   try {
+    loadDotEnv(env);
     return loadConfig(env);
   } catch (error) {
     if (error instanceof ConfigError) {
