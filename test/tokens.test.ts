@@ -99,6 +99,17 @@ describe(`the seed and token commands (${testMode})`, () => {
       const unknown = await run(tsx, ['src/cli/token.ts', 'nobody@example.org'], { cwd: root, env }).catch((e) => e);
       expect(unknown.code).toBe(1);
       expect(unknown.stderr).toMatch(/no account with userID or email "nobody@example.org"/);
+
+      // The demo accounts, listed: each parent's email, userID, key and alert level, and a child.
+      const listed = (await run(tsx, ['src/cli/token.ts', '--list'], { cwd: root, env })).stdout;
+      for (const org of summary.organizations) {
+        expect(listed).toContain(`(${org.alertLevel})`);
+        expect(listed).toContain(`parent ${org.parent.email}  ${org.parent.userID}  public key ${org.parent.publicKey}`);
+      }
+      expect(listed.match(/^ {2}child {2}\S+@/gm)).toHaveLength(2);
+      const help = await run(tsx, ['src/cli/token.ts', '--help'], { cwd: root, env });
+      expect(help.stdout).toMatch(/^usage: npm run token -- <userID\|email>/);
+      expect(help.stdout).toContain('--list');
     } finally {
       await ownDatabase?.close();
       rmSync(dataDir, { recursive: true, force: true });

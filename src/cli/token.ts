@@ -3,17 +3,33 @@ import { mintAccessToken, parseTtl } from '../auth/tokens.js';
 import { loadConfigOrExit } from '../config.js';
 import { findTokenSubject } from '../db/accounts.js';
 import { openConfiguredDatabaseOrExit } from '../db/setup.js';
+import { alertLevel, creditAlerts } from '../domain/catalogue.js';
+import type { PrismaClient } from '../generated/prisma/client.js';
 
-const usage = 'usage: npm run token -- <userID|email> [--ttl 1h]';
+const usage = 'usage: npm run token -- <userID|email> [--ttl 1h]\n       npm run token -- --list';
+const help = `${usage}
+
+Mints an access token (HS256, signed with the organization's secret) for an account, found by
+userID or by email (case-insensitive), valid for --ttl (30s, 15m, 1h, 2d; default 1h, at most
+JWT_MAX_LIFETIME_SECONDS). --list prints the organizations (at most ${100}): each parent's email,
+userID, public key and credit alert level, and one active child's email. Uses the database the
+server uses (DATABASE_URL, or the embedded one in DATA_DIR).`;
 let parsed;
 try {
-  parsed = parseArgs({ options: { ttl: { type: 'string', default: '1h' } }, allowPositionals: true });
+  parsed = parseArgs({
+    options: { ttl: { type: 'string', default: '1h' }, list: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false } },
+    allowPositionals: true,
+  });
 } catch (error) {
   console.error(`token: ${error instanceof Error ? error.message : String(error)}\n${usage}`);
   process.exit(2);
 }
+if (parsed.values.help) {
+  console.log(help);
+  process.exit(0);
+}
 const who = parsed.positionals[0];
-if (!who || parsed.positionals.length > 1) {
+if (parsed.values.list ? parsed.positionals.length > 0 : !who || parsed.positionals.length > 1) {
   console.error(usage);
   process.exit(2);
 }
@@ -25,6 +41,36 @@ try {
   process.exit(2);
 }
 
+/** The organizations with what one needs to try the API as them. */
+async function list(prisma: PrismaClient): Promise<void> {
+  const organizations = await prisma.organization.findMany({
+    take: 100,
+    orderBy: [{ parent: { createdAt: 'asc' } }, { parentId: 'asc' }],
+    select: {
+      name: true,
+      creditBalance: true,
+      parent: { select: { id: true, email: true, publicKey: true } },
+      packagePurchases: { select: { creditsAdded: true } },
+    },
+  });
+  if (organizations.length === 0) {
+    console.log('no organizations yet (npm start seeds a demo in development; npm run db:seed adds more)');
+    return;
+  }
+  for (const org of organizations) {
+    const purchased = org.packagePurchases.reduce((sum, p) => sum + p.creditsAdded, 0);
+    const child = await prisma.account.findFirst({
+      where: { parentId: org.parent.id, status: 'active' },
+      orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
+      select: { email: true },
+    });
+    console.log(`${org.name} (${alertLevel(creditAlerts(org.creditBalance, purchased))})`);
+    console.log(`  parent ${org.parent.email}  ${org.parent.id}  public key ${org.parent.publicKey}`);
+    console.log(`  child  ${child?.email ?? '(no active child)'}`);
+  }
+  console.log('\nnpm run token -- <email or userID> mints a token for one of them.');
+}
+
 const config = loadConfigOrExit();
 if (ttlSeconds > config.jwtMaxLifetimeSeconds) {
   console.error(`token: the lifetime is longer than JWT_MAX_LIFETIME_SECONDS (${config.jwtMaxLifetimeSeconds} s): the API would refuse the token`);
@@ -32,7 +78,11 @@ if (ttlSeconds > config.jwtMaxLifetimeSeconds) {
 }
 const database = await openConfiguredDatabaseOrExit(config, 'npm run token');
 try {
-  const found = await findTokenSubject(database.prisma, who);
+  if (parsed.values.list) {
+    await list(database.prisma);
+    process.exit(0);
+  }
+  const found = await findTokenSubject(database.prisma, who!);
   if (found.kind === 'none') {
     console.error(`token: no account with userID or email "${who}"`);
     process.exitCode = 1;
