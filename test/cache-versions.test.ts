@@ -112,6 +112,11 @@ describe('the cache with announced transaction ids', () => {
     store();
     feed.announce({ t: 'account', id: 'USR_c', p: 'USR_p', s: true, l: recent, n: now, x: 4 });
     expect(counts()).toBeUndefined();
+    // An announcement that does not name its transaction may come from older triggers, which sent
+    // no logins: counted again.
+    store();
+    feed.announce({ t: 'account', id: 'USR_c', p: 'USR_p', s: false, l: recent, n: now });
+    expect(counts()).toBeUndefined();
   });
 
   it("adds a child's first login in the window to its parent's unfiltered active count, unless the count already has it", () => {

@@ -380,7 +380,8 @@ export class EntityCache {
    * counts are dropped.
    */
   private childChanged(parentId: string, stable: boolean, lastLoginBefore: unknown, lastLoginAfter: unknown, version: number | undefined): void {
-    const known = (login: unknown): login is number | null => login === null || typeof login === 'number';
+    // Announcements that name their transaction carry the logins too (absent: never logged in).
+    const known = (login: unknown): login is number | null => version !== undefined && (login === null || typeof login === 'number');
     const before = lastLoginBefore === undefined ? null : lastLoginBefore;
     const after = lastLoginAfter === undefined ? null : lastLoginAfter;
     const now = this.now();
