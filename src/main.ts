@@ -4,6 +4,7 @@ import { MIN_SECRET_BYTES } from './auth/tokens.js';
 import { loadConfigOrExit } from './config.js';
 import { requestIdFrom } from './context.js';
 import type { Database } from './db/database.js';
+import { describeOrganizations, listOrganizations } from './db/accounts.js';
 import { migrate } from './db/migrator.js';
 import { openConfiguredDatabase } from './db/setup.js';
 import type { DemoAccess } from './dev/demo.js';
@@ -97,6 +98,13 @@ if (demo) {
   console.log(`  parent ${demo.parent.userID}, public key ${demo.parent.publicKey}`);
   console.log(`  parent token (24 h): ${demo.parent.token}`);
   if (demo.child) console.log(`  child ${demo.child.userID} token (24 h): ${demo.child.token}`);
+  // At most ten: a development database may hold many more (npm run token -- --list shows 100).
+  const organizations = await listOrganizations(database.prisma, 10).catch((error: unknown) => {
+    logger.warn('could not list the organizations for the start banner', { error });
+    return [];
+  });
+  if (organizations.length > 0) console.log('\n  Organizations (npm run token -- <email> mints a token for any of these accounts):');
+  for (const line of describeOrganizations(organizations, '  ')) console.log(line);
   console.log(`\n  GraphiQL: ${base}/graphql${graphiqlHeaders ? ' (the parent token is in its headers tab)' : ''}`);
   console.log(`  curl -H "Authorization: Bearer <token>" ${base}/auth/user-profile`);
   // The embedded database belongs to this process: commands that open it wait until it stops.

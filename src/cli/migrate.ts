@@ -1,7 +1,13 @@
+import { helpIfAsked } from './help.js';
 import { loadConfigOrExit } from '../config.js';
 import { migrate } from '../db/migrator.js';
 import { openConfiguredDatabaseOrExit } from '../db/setup.js';
 
+helpIfAsked(`usage: npm run db:migrate
+
+Applies the migrations in prisma/migrations that the database lacks, as prisma migrate deploy
+does (same bookkeeping table and checksums), waiting for another instance's migrations at most
+MIGRATION_LOCK_TIMEOUT_MS. Uses DATABASE_URL, or the embedded database in DATA_DIR.`);
 const config = loadConfigOrExit();
 const database = await openConfiguredDatabaseOrExit(config, 'npm run db:migrate');
 try {

@@ -1,3 +1,4 @@
+import { helpIfAsked } from './help.js';
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -94,6 +95,10 @@ function timestamp(date = new Date()): string {
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === path.resolve(process.argv[1])) {
+  helpIfAsked(`usage: npm run db:diff -- check | new <snake_case_name>
+
+check: exits 1 (printing the missing SQL) when replaying prisma/migrations does not give
+prisma/schema.prisma. new: writes that SQL as a new migration folder named after the argument.`);
   const [command, name] = process.argv.slice(2);
   if (command === 'check') {
     const { drift, sql } = diffMigrationsToSchema();

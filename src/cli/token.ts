@@ -1,17 +1,17 @@
 import { parseArgs } from 'node:util';
 import { mintAccessToken, parseTtl } from '../auth/tokens.js';
 import { loadConfigOrExit } from '../config.js';
-import { findTokenSubject } from '../db/accounts.js';
+import { describeOrganizations, findTokenSubject, listOrganizations } from '../db/accounts.js';
 import { openConfiguredDatabaseOrExit } from '../db/setup.js';
-import { alertLevel, creditAlerts } from '../domain/catalogue.js';
 import type { PrismaClient } from '../generated/prisma/client.js';
 
+const LIST_LIMIT = 100;
 const usage = 'usage: npm run token -- <userID|email> [--ttl 1h]\n       npm run token -- --list';
 const help = `${usage}
 
 Mints an access token (HS256, signed with the organization's secret) for an account, found by
 userID or by email (case-insensitive), valid for --ttl (30s, 15m, 1h, 2d; default 1h, at most
-JWT_MAX_LIFETIME_SECONDS). --list prints the organizations (at most ${100}): each parent's email,
+JWT_MAX_LIFETIME_SECONDS). --list prints the organizations (at most ${LIST_LIMIT}): each parent's email,
 userID, public key and credit alert level, and one active child's email. Uses the database the
 server uses (DATABASE_URL, or the embedded one in DATA_DIR).`;
 let parsed;
@@ -43,31 +43,12 @@ try {
 
 /** The organizations with what one needs to try the API as them. */
 async function list(prisma: PrismaClient): Promise<void> {
-  const organizations = await prisma.organization.findMany({
-    take: 100,
-    orderBy: [{ parent: { createdAt: 'asc' } }, { parentId: 'asc' }],
-    select: {
-      name: true,
-      creditBalance: true,
-      parent: { select: { id: true, email: true, publicKey: true } },
-      packagePurchases: { select: { creditsAdded: true } },
-    },
-  });
+  const organizations = await listOrganizations(prisma, LIST_LIMIT);
   if (organizations.length === 0) {
     console.log('no organizations yet (npm start seeds a demo in development; npm run db:seed adds more)');
     return;
   }
-  for (const org of organizations) {
-    const purchased = org.packagePurchases.reduce((sum, p) => sum + p.creditsAdded, 0);
-    const child = await prisma.account.findFirst({
-      where: { parentId: org.parent.id, status: 'active' },
-      orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
-      select: { email: true },
-    });
-    console.log(`${org.name} (${alertLevel(creditAlerts(org.creditBalance, purchased))})`);
-    console.log(`  parent ${org.parent.email}  ${org.parent.id}  public key ${org.parent.publicKey}`);
-    console.log(`  child  ${child?.email ?? '(no active child)'}`);
-  }
+  for (const line of describeOrganizations(organizations)) console.log(line);
   console.log('\nnpm run token -- <email or userID> mints a token for one of them.');
 }
 

@@ -1,3 +1,4 @@
+import { alertLevel, creditAlerts, type AlertLevel } from '../domain/catalogue.js';
 import type { Account, Prisma, PrismaClient } from '../generated/prisma/client.js';
 
 /** The Account columns with their SQL types (the bulk insert casts its arrays to them). */
@@ -43,6 +44,54 @@ export type AccountRow = Omit<Account, (typeof SECRET_ACCOUNT_COLUMNS)[number]>;
 export const READ_ACCOUNT_COLUMNS = (Object.keys(ACCOUNT_COLUMN_TYPES) as (keyof Account)[]).filter(
   (column): column is keyof AccountRow => !(SECRET_ACCOUNT_COLUMNS as readonly string[]).includes(column),
 );
+
+/** An organization as `npm run token -- --list` and the development start banner show it. */
+export type OrganizationSummary = {
+  name: string;
+  alertLevel: AlertLevel;
+  parent: { userID: string; email: string; publicKey: string };
+  /** The newest active child's email, if any. */
+  childEmail: string | undefined;
+};
+
+/** The first `limit` organizations, oldest parent first. */
+export async function listOrganizations(prisma: PrismaClient, limit: number): Promise<OrganizationSummary[]> {
+  const organizations = await prisma.organization.findMany({
+    take: limit,
+    orderBy: [{ parent: { createdAt: 'asc' } }, { parentId: 'asc' }],
+    select: {
+      name: true,
+      creditBalance: true,
+      parent: { select: { id: true, email: true, publicKey: true } },
+      packagePurchases: { select: { creditsAdded: true } },
+    },
+  });
+  const summaries: OrganizationSummary[] = [];
+  for (const org of organizations) {
+    const purchased = org.packagePurchases.reduce((sum, p) => sum + p.creditsAdded, 0);
+    const child = await prisma.account.findFirst({
+      where: { parentId: org.parent.id, status: 'active' },
+      orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
+      select: { email: true },
+    });
+    summaries.push({
+      name: org.name,
+      alertLevel: alertLevel(creditAlerts(org.creditBalance, purchased)),
+      parent: { userID: org.parent.id, email: org.parent.email, publicKey: org.parent.publicKey },
+      childEmail: child?.email,
+    });
+  }
+  return summaries;
+}
+
+/** Three lines per organization: its name and alert level, its parent, one child. */
+export function describeOrganizations(organizations: OrganizationSummary[], indent = ''): string[] {
+  return organizations.flatMap((org) => [
+    `${indent}${org.name} (${org.alertLevel})`,
+    `${indent}  parent ${org.parent.email}  ${org.parent.userID}  public key ${org.parent.publicKey}`,
+    `${indent}  child  ${org.childEmail ?? '(no active child)'}`,
+  ]);
+}
 
 export type TokenSubject =
   | { kind: 'found'; userID: string; kid: string; secret: string; accountType: 'parent' | 'child' }
