@@ -204,7 +204,7 @@ export function createApp(options: { config: Config; database: Database; logger:
         const seconds = (performance.now() - started) / 1000;
         const route = routeLabel(exchange.target.path);
         const method = methodLabel(request.method);
-        const { code = '', operation } = observed;
+        const { code = '', operation, caller = 'anonymous', organizationId } = observed;
         metrics.request({ route, method, status: response.statusCode, code, seconds, operation });
         logger.info('request', {
           requestId,
@@ -212,6 +212,8 @@ export function createApp(options: { config: Config; database: Database; logger:
           route,
           status: response.statusCode,
           durationMs: Math.round(seconds * 1e6) / 1e3,
+          caller,
+          ...(organizationId ? { organizationId } : {}),
           ...(code ? { code } : {}),
           ...(operation ? { operation } : {}),
         });

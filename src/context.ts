@@ -12,6 +12,7 @@ import type { EntityCache } from './db/entity-cache.js';
 import { createLoaders } from './loaders.js';
 import type { ServiceContext } from './services/context.js';
 import type { RetrievalCounter } from './services/retrieval-counter.js';
+import type { Observed } from './rest/http.js';
 
 /** What lives as long as the process: shared by every request. */
 export type AppDependencies = {
@@ -43,6 +44,8 @@ export function createRequestContext(
   deps: AppDependencies,
   credentials: Credentials,
   requestId: string,
+  /** Where the caller, once authenticated, is noted for the request's log line. */
+  observed?: Observed,
 ): RequestContext {
   const loaders = createLoaders(deps.database.prisma, deps.database.sql, deps.cache);
   // decisions §3 counts answers, not fields: a GraphQL operation that asks for the organization
@@ -77,10 +80,17 @@ export function createRequestContext(
   };
   let jwt: Promise<Viewer> | undefined;
   let organization: Promise<Viewer> | undefined;
+  const noted = (viewer: Viewer): Viewer => {
+    if (observed) {
+      observed.caller = viewer.kind;
+      observed.organizationId = viewer.organization.parentId;
+    }
+    return viewer;
+  };
   return {
     requestId,
     services,
-    jwtViewer: () => (jwt ??= authenticateJwt(credentials, auth)),
-    organizationViewer: () => (organization ??= authenticateForOrganization(credentials, auth)),
+    jwtViewer: () => (jwt ??= authenticateJwt(credentials, auth).then(noted)),
+    organizationViewer: () => (organization ??= authenticateForOrganization(credentials, auth).then(noted)),
   };
 }

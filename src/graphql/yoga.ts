@@ -101,7 +101,7 @@ export function createGraphQLHandler(deps: AppDependencies, logger: Logger, opti
       exposedHeaders: ['X-Request-Id'],
     },
     logging: false,
-    context: ({ request, requestId }) =>
+    context: ({ request, requestId, observed }) =>
       createRequestContext(
         deps,
         {
@@ -109,6 +109,7 @@ export function createGraphQLHandler(deps: AppDependencies, logger: Logger, opti
           publicKey: request.headers.get('x-public-key'),
         },
         requestId ?? requestIdFrom(request.headers.get('x-request-id')),
+        observed,
       ),
     maskedErrors: {
       // Expected errors reach the client with their contract code; everything else is masked.

@@ -7,6 +7,10 @@ export type Observed = {
   code?: string;
   /** GraphQL: the root fields the operation selected (see `graphql/observe.ts`). */
   operation?: string;
+  /** Who the request was authenticated as, once it was; unset: anonymous. */
+  caller?: 'parent' | 'child' | 'publicKey';
+  /** The organization (its parent's userID) the caller belongs to. */
+  organizationId?: string;
 };
 
 /** What every REST answer carries besides its body. */

@@ -63,6 +63,7 @@ export async function handleRest(
     deps,
     { authorization: header(request, 'authorization'), publicKey: header(request, 'x-public-key') },
     responseOptions.requestId,
+    responseOptions.observed,
   );
   try {
     const body = await route(context, queryParameters(target.query, deps.config.limits.maxQueryParameters));
