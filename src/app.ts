@@ -34,6 +34,8 @@ export type App = {
   deps: AppDependencies;
   /** Yoga itself, behind /graphql: its fetch entry is Yoga's whole HTTP path. */
   graphql: GraphQLHandler;
+  /** The Prometheus text of `GET /metrics`, wherever it is served (see METRICS_PORT). */
+  metricsText(): Promise<{ contentType: string; text: string }>;
 };
 
 const ALLOWED_REQUEST_HEADERS = 'Authorization, Content-Type, X-Public-Key, X-Request-Id';
@@ -165,7 +167,10 @@ export function createApp(options: { config: Config; database: Database; logger:
       return sendJson(response, 503, { status: 'unavailable', reason: state.reason }, responseOptions);
     }
     // Rate limited like the API: a scraper asks every few seconds.
-    if (target.path === '/metrics') return send(response, 200, metrics.registry.contentType, await metrics.registry.metrics(), responseOptions);
+    // Unless METRICS_PORT moves it off the API's port (a 404 here then).
+    if (target.path === '/metrics' && config.metricsPort === undefined) {
+      return send(response, 200, metrics.registry.contentType, await metrics.registry.metrics(), responseOptions);
+    }
     // The original health check: readiness, with the database mode and the cache's state.
     if (target.path === '/health') {
       const state = await readiness.state();
@@ -179,6 +184,7 @@ export function createApp(options: { config: Config; database: Database; logger:
   return {
     deps,
     graphql,
+    metricsText: async () => ({ contentType: metrics.registry.contentType, text: await metrics.registry.metrics() }),
     close: async () => {
       await deps.retrievals.close();
       deps.cache.close();
@@ -270,6 +276,25 @@ function refuseUnparsable(error: NodeJS.ErrnoException & { rawPacket?: Buffer },
     `HTTP/1.1 ${apiError.status} ${STATUS_CODES[apiError.status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
       `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
   );
+}
+
+/**
+ * METRICS_PORT: a server of its own answering `GET /metrics` (404 for anything else, 503 until
+ * the app is ready), so that the metrics are not exposed with the API. Not rate limited.
+ */
+export function createMetricsServer(app: () => App | undefined): Server {
+  return createServer((request, response) => {
+    const path = (request.url ?? '/').split('?')[0];
+    const requestId = requestIdFrom(request.headers['x-request-id'] as string | undefined);
+    if (path !== '/metrics') return sendError(response, new ApiError('NOT_FOUND', 404, 'Only /metrics is served on this port.'), { requestId });
+    if (request.method !== 'GET' && request.method !== 'HEAD') return sendError(response, new ApiError('METHOD_NOT_ALLOWED', 405, 'Use GET.'), { requestId });
+    const current = app();
+    if (!current) return sendError(response, new ServiceUnavailableError('The service is starting; try again shortly.'), { requestId });
+    current.metricsText().then(
+      ({ contentType, text }) => send(response, 200, contentType, text, { requestId }),
+      () => sendError(response, new ApiError('INTERNAL_ERROR', 500, 'The metrics could not be collected.'), { requestId }),
+    );
+  });
 }
 
 /** The HTTP server, with a way to close the connections that have no request under way. */

@@ -24,6 +24,7 @@ const optionalString = z
 const environment = z.object({
   NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
   PORT: z.coerce.number().int().min(0).max(65535).default(4000),
+  METRICS_PORT: z.coerce.number().int().min(0).max(65535).optional(),
   HOST: z.string().min(1).default('0.0.0.0'),
   DATABASE_URL: optionalString.pipe(
     z
@@ -89,6 +90,8 @@ const environment = z.object({
 export type Config = {
   env: 'development' | 'production' | 'test';
   port: number;
+  /** Set: /metrics is served on this port only (not on the API's). */
+  metricsPort: number | undefined;
   host: string;
   /** Unset: the embedded PGlite database in `dataDir`. */
   databaseUrl: string | undefined;
@@ -152,6 +155,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (parsed.success && parsed.data.RATE_LIMIT_STORE === 'postgres' && !parsed.data.DATABASE_URL) {
     throw new ConfigError(['RATE_LIMIT_STORE: postgres needs DATABASE_URL (the embedded database serves one process)']);
   }
+  if (parsed.success && parsed.data.METRICS_PORT !== undefined && parsed.data.METRICS_PORT !== 0 && parsed.data.METRICS_PORT === parsed.data.PORT) {
+    throw new ConfigError(['METRICS_PORT: must differ from PORT (unset it to serve /metrics on the API port)']);
+  }
   if (parsed.success && parsed.data.SHUTDOWN_DELAY_MS >= parsed.data.SHUTDOWN_TIMEOUT_MS) {
     throw new ConfigError(['SHUTDOWN_DELAY_MS: must be shorter than SHUTDOWN_TIMEOUT_MS (the delay is part of the shutdown)']);
   }
@@ -164,6 +170,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   return {
     env: e.NODE_ENV,
     port: e.PORT,
+    metricsPort: e.METRICS_PORT,
     host: e.HOST,
     databaseUrl: e.DATABASE_URL,
     dataDir: e.DATA_DIR,

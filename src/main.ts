@@ -1,5 +1,5 @@
 import { Server as NetServer } from 'node:net';
-import { createApp, createHttpServer, type App } from './app.js';
+import { createApp, createHttpServer, createMetricsServer, type App } from './app.js';
 import { MIN_SECRET_BYTES } from './auth/tokens.js';
 import { loadConfigOrExit } from './config.js';
 import { requestIdFrom } from './context.js';
@@ -55,6 +55,17 @@ await new Promise<void>((resolve) => {
     resolve();
   });
 });
+// METRICS_PORT: the metrics on a port of their own, not exposed with the API.
+const metricsServer = config.metricsPort === undefined ? undefined : createMetricsServer(() => app);
+if (metricsServer) {
+  await new Promise<void>((resolve) => {
+    metricsServer.once('error', failStart);
+    metricsServer.listen(config.metricsPort, config.host, () => {
+      metricsServer.off('error', failStart);
+      resolve();
+    });
+  });
+}
 
 try {
   database = await openConfiguredDatabase(config, 'the server', (error) => {
@@ -93,6 +104,10 @@ const address = server.address();
 const port = typeof address === 'object' && address ? address.port : config.port;
 const base = `http://${config.host === '0.0.0.0' ? 'localhost' : config.host}:${port}`;
 console.log(`listening on ${base} (database: ${database.kind}, ${database.location})`);
+if (metricsServer) {
+  const metricsAddress = metricsServer.address();
+  console.log(`metrics on port ${typeof metricsAddress === 'object' && metricsAddress ? metricsAddress.port : config.metricsPort} (GET /metrics)`);
+}
 if (demo) {
   console.log(demo.seeded ? '\nDemo data seeded (one organization at each credit alert level).' : '\nDemo access (the database already had data).');
   console.log(`  parent ${demo.parent.userID}, public key ${demo.parent.publicKey}`);
@@ -151,6 +166,8 @@ async function shutdown(reason: string, exitCode: number): Promise<void> {
     (finishing ??= (async () => {
       await app?.close();
       await database?.close();
+      metricsServer?.closeAllConnections();
+      metricsServer?.close();
     })());
   const deadline = setTimeout(() => {
     cut = true;

@@ -1,7 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { operationLabel } from '../src/graphql/observe.js';
 import { parse } from 'graphql';
-import { rest, useServer } from './helpers/app.js';
+import type { AddressInfo } from 'node:net';
+import { createMetricsServer } from '../src/app.js';
+import { loadConfig } from '../src/config.js';
+import { rest, startServer, useServer } from './helpers/app.js';
 import { createOrganization, tokenFor } from './helpers/builders.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
 
@@ -86,6 +89,45 @@ describe(`GET /metrics moves with the traffic, by bounded labels (${testMode})`,
       expect(series(after, 'api_db_pool_connections', { state: 'idle' }) + series(after, 'api_db_pool_connections', { state: 'in_use' })).toBeGreaterThan(0);
       expect(after).toMatch(/^api_db_pool_connections\{state="waiting"\} \d+$/m);
     }
+  });
+});
+
+describe(`METRICS_PORT (${testMode})`, () => {
+  const database = useTestDatabase();
+
+  it('moves /metrics off the API port to a server of its own, which serves nothing else', async () => {
+    const api = await startServer(database(), { env: { METRICS_PORT: '9464' } });
+    const metrics = createMetricsServer(() => api.app);
+    await new Promise<void>((resolve) => metrics.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(metrics.address() as AddressInfo).port}`;
+    try {
+      expect((await rest(api, '/healthz')).status).toBe(200);
+      const onApi = await rest(api, '/metrics');
+      expect(onApi.status).toBe(404);
+      expect(onApi.body.error.code).toBe('NOT_FOUND');
+      const scraped = await fetch(`${url}/metrics`);
+      expect(scraped.status).toBe(200);
+      const text = await scraped.text();
+      expect(text).toMatch(/^api_http_requests_total\{route="\/healthz",method="GET",status="200",code=""\} 1$/m);
+      expect((await fetch(`${url}/auth/user-profile`)).status).toBe(404);
+      expect((await fetch(`${url}/metrics`, { method: 'POST' })).status).toBe(405);
+    } finally {
+      metrics.close();
+      await api.close();
+    }
+    const starting = createMetricsServer(() => undefined);
+    await new Promise<void>((resolve) => starting.listen(0, '127.0.0.1', resolve));
+    try {
+      expect((await fetch(`http://127.0.0.1:${(starting.address() as AddressInfo).port}/metrics`)).status).toBe(503);
+    } finally {
+      starting.close();
+    }
+  });
+
+  it('must differ from PORT', () => {
+    expect(() => loadConfig({ PORT: '4000', METRICS_PORT: '4000' })).toThrow(/METRICS_PORT/);
+    expect(loadConfig({ METRICS_PORT: '9464' }).metricsPort).toBe(9464);
+    expect(loadConfig({}).metricsPort).toBeUndefined();
   });
 });
 
