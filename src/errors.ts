@@ -105,6 +105,16 @@ export function isDatabaseUnavailable(error: unknown): boolean {
   return false;
 }
 
+/**
+ * The error a GraphQL error was raised from: located errors wrap the thrown one, sometimes twice.
+ * Unwrapped by shape, since more than one copy of graphql-js may be loaded.
+ */
+export function innermostError(error: unknown): unknown {
+  let original = error;
+  while (original instanceof Error && 'originalError' in original && original.originalError instanceof Error) original = original.originalError;
+  return original;
+}
+
 /** The error a client may see: expected errors as they are, database outages as 503, the rest masked. */
 export function toApiError(error: unknown): ApiError {
   if (error instanceof ApiError) return error;

@@ -15,6 +15,11 @@ function series(text: string, name: string, labels: Record<string, string> = {})
   return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
 }
 
+/** How much `api_http_requests_total` with these labels grew between two scrapes. */
+function answered(before: string, after: string, labels: Record<string, string>): number {
+  return series(after, 'api_http_requests_total', labels) - series(before, 'api_http_requests_total', labels);
+}
+
 describe(`GET /metrics moves with the traffic, by bounded labels (${testMode})`, () => {
   const database = useTestDatabase();
   const server = useServer(database, { env: { RATE_LIMIT_PER_CREDENTIAL: '30' } });
@@ -29,8 +34,7 @@ describe(`GET /metrics moves with the traffic, by bounded labels (${testMode})`,
     expect((await rest(server(), '/auth/nothing-here?token=abc')).status).toBe(404);
     expect((await rest(server(), '/auth/user-profile', { token, method: 'POST' })).status).toBe(405);
     const after = await scrape();
-    const moved = (labels: Record<string, string>) =>
-      series(after, 'api_http_requests_total', labels) - series(before, 'api_http_requests_total', labels);
+    const moved = (labels: Record<string, string>) => answered(before, after, labels);
     expect(moved({ route: '/auth/user-profile', method: 'GET', status: '200', code: '' })).toBe(3);
     expect(moved({ route: '/auth/user-profile', method: 'GET', status: '401', code: 'UNAUTHORIZED' })).toBe(1);
     expect(moved({ route: 'other', method: 'GET', status: '404', code: 'NOT_FOUND' })).toBe(1);
@@ -59,8 +63,7 @@ describe(`GET /metrics moves with the traffic, by bounded labels (${testMode})`,
     expect(operations(after, 'me,organization') - operations(before, 'me,organization')).toBe(1);
     // The client's operation name is not a label.
     expect(after).not.toContain('MyScreen');
-    const moved = (labels: Record<string, string>) =>
-      series(after, 'api_http_requests_total', labels) - series(before, 'api_http_requests_total', labels);
+    const moved = (labels: Record<string, string>) => answered(before, after, labels);
     expect(moved({ route: '/graphql', method: 'POST', status: '200', code: '' })).toBe(2);
     expect(moved({ route: '/graphql', method: 'POST', status: '200', code: 'UNAUTHORIZED' })).toBe(1);
     // A client that does not ask for application/graphql-response+json gets these with 200.
@@ -77,10 +80,7 @@ describe(`GET /metrics moves with the traffic, by bounded labels (${testMode})`,
     expect(refused).toBeGreaterThan(0);
     const after = await scrape();
     expect(series(after, 'api_rate_limited_total') - series(before, 'api_rate_limited_total')).toBe(refused);
-    expect(
-      series(after, 'api_http_requests_total', { route: '/auth/user-profile', method: 'GET', status: '429', code: 'RATE_LIMITED' }) -
-        series(before, 'api_http_requests_total', { route: '/auth/user-profile', method: 'GET', status: '429', code: 'RATE_LIMITED' }),
-    ).toBe(refused);
+    expect(answered(before, after, { route: '/auth/user-profile', method: 'GET', status: '429', code: 'RATE_LIMITED' })).toBe(refused);
     expect(series(after, 'api_cache_live')).toBe(1);
     expect(after).toMatch(/^api_change_feed_reconnects_total \d+$/m);
     expect(after).toMatch(/^api_retrieval_counter_pending \d+$/m);

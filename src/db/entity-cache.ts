@@ -156,8 +156,7 @@ export class EntityCache {
   private forgottenUpTo = 0;
   /** Reads older than the last clear are not stored. */
   private clearedAt = 0;
-  private readonly inFlight = new Map<string, { epoch: number; result: Promise<unknown> }>();
-  /** Reads of single keys in flight (`track`), for callers arriving meanwhile (`join`). */
+  /** Reads and computations in flight (`track`, `shared`), for callers arriving meanwhile (`join`, `shared`). */
   private readonly reads = new Map<string, RunningRead>();
   private readonly unsubscribe: () => void;
   private readonly now: () => number;
@@ -246,15 +245,12 @@ export class EntityCache {
    * million children) thus runs once, not once per waiting request, and cannot exhaust the pool.
    */
   shared<V>(key: string, tags: readonly string[], compute: () => Promise<V>): Promise<V> {
-    const running = this.inFlight.get(key);
+    const running = this.reads.get(key);
     // A computation that started before a change to what it reads may have read the old rows.
-    if (running && this.unchangedSince(running, tags)) return running.result as Promise<V>;
-    const entry = { epoch: this.epoch, result: compute() };
-    entry.result = entry.result.finally(() => {
-      if (this.inFlight.get(key) === entry) this.inFlight.delete(key);
-    });
-    this.inFlight.set(key, entry);
-    return entry.result as Promise<V>;
+    if (running && this.unchangedSince(running, tags)) return running.result.then((read) => read.value as V);
+    const result = compute().then((value) => ({ value }));
+    this.track(key, this.ticket(), result);
+    return result.then((read) => read.value);
   }
 
   /**

@@ -1,6 +1,6 @@
 import { getOperationAST, Kind, type DocumentNode, type GraphQLError } from 'graphql';
 import type { Plugin } from 'graphql-yoga';
-import { toApiError } from '../errors.js';
+import { innermostError, toApiError } from '../errors.js';
 import type { Observed } from '../rest/http.js';
 
 /** Root selections beyond this many are summarised: a label stays short whatever the document. */
@@ -35,8 +35,7 @@ function codeOf(error: GraphQLError | undefined): string | undefined {
   if (error === undefined) return undefined;
   const code = error.extensions?.['code'];
   if (typeof code === 'string') return code;
-  let original: unknown = error;
-  while (original instanceof Error && 'originalError' in original && original.originalError instanceof Error) original = original.originalError;
+  const original = innermostError(error);
   return original === error ? undefined : toApiError(original).code;
 }
 

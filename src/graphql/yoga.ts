@@ -6,7 +6,7 @@ import { useDisableIntrospection } from '@graphql-yoga/plugin-disable-introspect
 import { createYoga } from 'graphql-yoga';
 import { LRUCache } from 'lru-cache';
 import { createRequestContext, requestIdFrom, type AppDependencies, type RequestContext } from '../context.js';
-import { ApiError, toApiError } from '../errors.js';
+import { ApiError, innermostError, toApiError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { GRAPHIQL_DEFAULT_DOCUMENT } from './graphiql-document.js';
 import { useObserve } from './observe.js';
@@ -114,12 +114,7 @@ export function createGraphQLHandler(deps: AppDependencies, logger: Logger, opti
     maskedErrors: {
       // Expected errors reach the client with their contract code; everything else is masked.
       maskError: (error) => {
-        // Located errors wrap the thrown one, sometimes twice; unwrapped by shape, since more than
-        // one copy of graphql-js may be loaded.
-        let original: unknown = error;
-        while (original instanceof Error && 'originalError' in original && original.originalError instanceof Error) {
-          original = original.originalError;
-        }
+        const original = innermostError(error);
         const located = error as Partial<Pick<GraphQLError, 'nodes' | 'path' | 'extensions'>>;
         const graphQLShaped = (value: unknown): value is GraphQLError =>
           value instanceof Error && 'extensions' in value && typeof value.extensions === 'object';
