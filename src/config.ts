@@ -24,7 +24,8 @@ const optionalString = z
 const environment = z.object({
   NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
   PORT: z.coerce.number().int().min(0).max(65535).default(4000),
-  METRICS_PORT: z.coerce.number().int().min(0).max(65535).optional(),
+  // Empty is unset (a template's `METRICS_PORT=`), not port 0.
+  METRICS_PORT: z.preprocess((v) => (typeof v === 'string' && v.trim() === '' ? undefined : v), z.coerce.number().int().min(0).max(65535).optional()),
   HOST: z.string().min(1).default('0.0.0.0'),
   DATABASE_URL: optionalString.pipe(
     z
