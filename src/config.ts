@@ -86,6 +86,8 @@ const environment = z.object({
   CACHE_TTL_SECONDS: z.coerce.number().int().min(1).default(CACHE_DEFAULTS.ttlMs / 1000),
   GRAPHIQL: z.enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off']).optional(),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
+  LOG_FORMAT: z.enum(['auto', 'json', 'pretty']).default('auto'),
+  GRAPHQL_PERSISTED_ONLY: bool(false),
 });
 
 export type Config = {
@@ -142,6 +144,10 @@ export type Config = {
   /** The entity cache (0 entries or 0 bytes: no cache). */
   cache: { maxEntries: number; maxBytes: number; ttlMs: number };
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
+  /** auto: pretty on a terminal outside production (when pino-pretty is installed), JSON otherwise. */
+  logFormat: 'auto' | 'json' | 'pretty';
+  /** GraphQL runs only the operations stored in the repository, named by their hash. */
+  persistedOperationsOnly: boolean;
 };
 
 export class ConfigError extends Error {
@@ -187,6 +193,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     paginationSecret: e.PAGINATION_SECRET,
     graphiql: e.GRAPHIQL === undefined ? e.NODE_ENV !== 'production' : ['true', '1', 'yes', 'on'].includes(e.GRAPHIQL),
     logLevel: e.LOG_LEVEL,
+    logFormat: e.LOG_FORMAT,
+    persistedOperationsOnly: e.GRAPHQL_PERSISTED_ONLY,
     introspection:
       e.INTROSPECTION === undefined
         ? e.GRAPHIQL === undefined

@@ -1,5 +1,7 @@
-const LEVELS = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 } as const;
-export type LogLevel = keyof typeof LEVELS;
+import { createRequire } from 'node:module';
+import { pino, type DestinationStream, type Logger as PinoLogger } from 'pino';
+
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
 
 export type Logger = {
   debug(message: string, fields?: Record<string, unknown>): void;
@@ -8,19 +10,77 @@ export type Logger = {
   error(message: string, fields?: Record<string, unknown>): void;
 };
 
-function describe(value: unknown): unknown {
-  if (value instanceof Error) return { name: value.name, message: value.message, stack: value.stack };
-  return value;
+const CENSOR = '[redacted]';
+
+/**
+ * Field names whose values never reach a log line, at the top of a line or one level down (an
+ * error's own properties, a row, request headers). Lines are built from chosen fields, so this is
+ * the second line of defence: it catches a secret carried by an error or a row logged whole.
+ */
+const SECRET_FIELDS = [
+  'authorization',
+  'token',
+  'accessToken',
+  'password',
+  'passwordHash',
+  'secret',
+  'jwtSecret',
+  'signingSecret',
+  'paginationSecret',
+  'providerASsoClientSecret',
+  'clientSecret',
+  'emailVerificationToken',
+  'passwordResetToken',
+  'encryptionKey',
+  'encryptionIv',
+  'publicKey',
+  'x-public-key',
+  'connectionString',
+  'databaseUrl',
+  'DATABASE_URL',
+];
+export const REDACTED_PATHS = [
+  ...SECRET_FIELDS.flatMap((field) => [`["${field}"]`, `*["${field}"]`]),
+  ...['headers', 'request.headers', 'error.meta', 'error.cause'].flatMap((at) => SECRET_FIELDS.map((field) => `${at}["${field}"]`)),
+];
+
+/** `pino-pretty` is a development dependency: present in a checkout, absent from a production install. */
+function prettyStream(): DestinationStream | undefined {
+  try {
+    const pretty = createRequire(import.meta.url)('pino-pretty') as (options: Record<string, unknown>) => DestinationStream;
+    return pretty({ destination: 2, sync: true, messageKey: 'message', translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' });
+  } catch {
+    return undefined;
+  }
 }
 
-/** One JSON line per event on stderr (stdout stays for what the commands print). */
-export function createLogger(level: LogLevel): Logger {
-  const threshold = LEVELS[level];
-  const write = (at: Exclude<LogLevel, 'silent'>) => (message: string, fields: Record<string, unknown> = {}) => {
-    if (LEVELS[at] < threshold) return;
-    const entry: Record<string, unknown> = { time: new Date().toISOString(), level: at, message };
-    for (const [key, value] of Object.entries(fields)) entry[key] = describe(value);
-    process.stderr.write(`${JSON.stringify(entry)}\n`);
+/**
+ * Structured JSON lines on stderr (stdout stays for what the commands print), through pino:
+ * `time`, `level` (as a word), `message`, then the fields. Errors in `error` are serialised with
+ * their name, message, stack and own properties, after redaction of the names above. When stderr
+ * is a terminal outside production, lines are pretty-printed instead (`LOG_FORMAT=json` keeps JSON).
+ */
+export function createLogger(level: LogLevel, options: { format?: 'json' | 'pretty' | 'auto' } = {}): Logger {
+  const format = options.format ?? 'auto';
+  const wantsPretty = format === 'pretty' || (format === 'auto' && process.stderr.isTTY === true && process.env.NODE_ENV !== 'production');
+  // Through process.stderr, looked up on every write: synchronous for files and pipes, so nothing
+  // is lost at exit and nothing queues without bound.
+  const destination = (wantsPretty ? prettyStream() : undefined) ?? { write: (line: string) => process.stderr.write(line) };
+  const log: PinoLogger = pino(
+    {
+      level,
+      messageKey: 'message',
+      timestamp: pino.stdTimeFunctions.isoTime,
+      formatters: { level: (label) => ({ level: label }) },
+      serializers: { error: pino.stdSerializers.err },
+      redact: { paths: REDACTED_PATHS, censor: CENSOR },
+    },
+    destination,
+  );
+  return {
+    debug: (message, fields) => log.debug(fields ?? {}, message),
+    info: (message, fields) => log.info(fields ?? {}, message),
+    warn: (message, fields) => log.warn(fields ?? {}, message),
+    error: (message, fields) => log.error(fields ?? {}, message),
   };
-  return { debug: write('debug'), info: write('info'), warn: write('warn'), error: write('error') };
 }

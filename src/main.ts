@@ -14,7 +14,7 @@ import { sendError, sendJson } from './rest/http.js';
 import { describeStartFailure, StartFailure } from './start-failure.js';
 
 const config = loadConfigOrExit();
-const logger = createLogger(config.logLevel);
+const logger = createLogger(config.logLevel, { format: config.logFormat });
 /** How long the retrieval counter may take to flush when the shutdown deadline has passed. */
 const FINAL_FLUSH_MS = 2000;
 

@@ -1,6 +1,7 @@
 import { getOperationAST, Kind, type DocumentNode, type GraphQLError } from 'graphql';
 import type { Plugin } from 'graphql-yoga';
-import { innermostError, toApiError } from '../errors.js';
+import { ApiError, innermostError, toApiError } from '../errors.js';
+import type { Logger } from '../logger.js';
 import type { Observed } from '../rest/http.js';
 
 /** Root selections beyond this many are summarised: a label stays short whatever the document. */
@@ -41,9 +42,11 @@ function codeOf(error: GraphQLError | undefined): string | undefined {
 
 /**
  * Records, in the request's `observed` (from the server context), the operation's label and the
- * first error code: a parse or validation failure, or the first error of the result.
+ * first error code: a parse or validation failure, or the first error of the result. Logs each
+ * resolver error that is not one of the API's own (a database fault, a bug) with the request id,
+ * before Yoga masks it for the client.
  */
-export function useObserve(): Plugin {
+export function useObserve(logger: Logger): Plugin {
   return {
     onParse({ context }) {
       return ({ result }) => {
@@ -59,11 +62,17 @@ export function useObserve(): Plugin {
     },
     onExecute({ args }) {
       const observed = observedIn(args.contextValue);
-      if (!observed) return;
-      observed.operation = operationLabel(args.document, args.operationName);
+      if (observed) observed.operation = operationLabel(args.document, args.operationName);
       return {
         onExecuteDone({ result }) {
-          if ('errors' in result && result.errors?.length) observed.code ??= codeOf(result.errors[0]);
+          if (!('errors' in result) || !result.errors?.length) return;
+          if (observed) observed.code ??= codeOf(result.errors[0]);
+          const requestId = (args.contextValue as { requestId?: string }).requestId;
+          for (const error of result.errors) {
+            const original = innermostError(error);
+            if (error.path === undefined || original instanceof ApiError) continue;
+            logger.error('unexpected error in a GraphQL resolver', { error: original, requestId, path: error.path.join('.'), code: toApiError(original).code });
+          }
         },
       };
     },

@@ -1,10 +1,11 @@
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { afterAll, beforeAll } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, vi } from 'vitest';
 import { createApp, createHttpServer, type App } from '../../src/app.js';
 import { loadConfig, type Config } from '../../src/config.js';
 import type { Database } from '../../src/db/database.js';
 import { createLogger } from '../../src/logger.js';
+import { contractViolations, documentedPath } from './openapi.js';
 
 export type TestServer = {
   app: App;
@@ -28,7 +29,7 @@ export async function startServer(
     RATE_LIMIT_PER_CREDENTIAL: '0',
     ...options.env,
   });
-  const app = createApp({ config, database, logger: createLogger(config.logLevel), now: options.now, graphiqlHeaders: options.graphiqlHeaders });
+  const app = createApp({ config, database, logger: createLogger(config.logLevel, { format: config.logFormat }), now: options.now, graphiqlHeaders: options.graphiqlHeaders });
   const server: Server = createHttpServer(config.limits, (request, response) => app.handle(request, response));
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -93,6 +94,11 @@ export async function rest(
   } catch {
     body = undefined;
   }
+  const documented = documentedPath(path);
+  if (documented && (options.method ?? 'GET') === 'GET') {
+    const violations = contractViolations(documented, response.status, body);
+    if (violations.length > 0) throw new Error(`GET ${path} answered ${response.status} outside the OpenAPI document:\n${violations.join('\n')}\n${text.slice(0, 2000)}`);
+  }
   return { status: response.status, headers: response.headers, text, body };
 }
 
@@ -105,4 +111,28 @@ export function expectError(result: RestResult, status: number, code: string): v
   if (keys !== 'error,success' || result.body.success !== false || typeof result.body.error.message !== 'string' || Object.keys(result.body.error).sort().join(',') !== 'code,message') {
     throw new Error(`not the error envelope: ${result.text}`);
   }
+}
+
+/**
+ * What the server writes to stderr during each test of the file (its log), still passed through
+ * when TEST_LOG_LEVEL is set. `lines()` waits for writes in flight, then parses the JSON lines.
+ */
+export function useCapturedLog() {
+  let written: string[] = [];
+  beforeEach(() => {
+    written = [];
+    const write = process.stderr.write.bind(process.stderr);
+    vi.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array, ...rest: unknown[]) => {
+      written.push(String(chunk));
+      return (write as (...args: unknown[]) => boolean)(...(process.env.TEST_LOG_LEVEL ? [chunk, ...rest] : ['']));
+    });
+  });
+  afterEach(() => vi.restoreAllMocks());
+  return {
+    text: () => written.join(''),
+    lines: async (): Promise<Record<string, unknown>[]> => {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      return written.flatMap((text) => text.split('\n')).filter((line) => line.startsWith('{')).map((line) => JSON.parse(line) as Record<string, unknown>);
+    },
+  };
 }
