@@ -1,11 +1,23 @@
 import { get, type IncomingHttpHeaders } from 'node:http';
 import { gunzipSync } from 'node:zlib';
-import { parse, validate, buildSchema, type OperationDefinitionNode } from 'graphql';
+import {
+  buildSchema,
+  isEnumType,
+  isInputObjectType,
+  isInterfaceType,
+  isIntrospectionType,
+  isObjectType,
+  isSpecifiedScalarType,
+  parse,
+  validate,
+  type OperationDefinitionNode,
+} from 'graphql';
+import { schema as liveSchema } from '../src/graphql/schema.js';
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { mintAccessToken } from '../src/auth/tokens.js';
 import { seed } from '../src/dev/demo-data.js';
-import { GRAPHIQL_DEFAULT_DOCUMENT } from '../src/graphql/graphiql-document.js';
+import { GRAPHIQL_DEFAULT_DOCUMENT } from '../src/graphql/operations.js';
 import { startServer, useServer } from './helpers/app.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
 
@@ -24,6 +36,22 @@ function page(url: string, encoding?: string): Promise<{ status: number; headers
 describe(`GraphiQL teaches this API (${testMode})`, () => {
   const database = useTestDatabase();
   const server = useServer(database);
+
+  it('describes every type, field, argument and enum value of the schema (the docs pane shows them)', () => {
+    const missing: string[] = [];
+    for (const type of Object.values(liveSchema.getTypeMap())) {
+      if (isIntrospectionType(type) || isSpecifiedScalarType(type)) continue;
+      if (!type.description?.trim()) missing.push(type.name);
+      if (isObjectType(type) || isInterfaceType(type) || isInputObjectType(type)) {
+        for (const field of Object.values(type.getFields())) {
+          if (!field.description?.trim()) missing.push(`${type.name}.${field.name}`);
+          for (const argument of 'args' in field ? field.args : []) if (!argument.description?.trim()) missing.push(`${type.name}.${field.name}(${argument.name})`);
+        }
+      }
+      if (isEnumType(type)) for (const value of type.getValues()) if (!value.description?.trim()) missing.push(`${type.name}.${value.name}`);
+    }
+    expect(missing).toEqual([]);
+  });
 
   it('opens with one named operation per root field, each valid against the schema', () => {
     const schema = buildSchema(readFileSync(new URL('../schema.graphql', import.meta.url), 'utf8'));

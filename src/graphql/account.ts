@@ -2,6 +2,14 @@ import type { PackagePurchase as PackagePurchaseValue } from '../domain/credit-a
 import { getProfile, type ChildProfile, type ParentProfile, type Profile } from '../services/get-profile.js';
 import { builder, viewerOf } from './builder.js';
 import { DateTime } from './scalars.js';
+import { PACKAGES, type PackageType as PackageTypeValue } from '../domain/catalogue.js';
+
+/** From the catalogue, so the schema cannot disagree with it: `$50, 55,000 credits (10 % bonus), 5,000 free users.` */
+function packageDescription(type: PackageTypeValue): string {
+  const { priceCents, credits, freeUsers, bonusPercent } = PACKAGES[type];
+  const bonus = bonusPercent > 0 ? ` (${bonusPercent} % bonus)` : '';
+  return `$${priceCents / 100}, ${credits.toLocaleString('en-US')} credits${bonus}, ${freeUsers.toLocaleString('en-US')} free users.`;
+}
 
 export const AccountType = builder.enumType('AccountType', {
   description: 'Whether an account is an organization\'s parent account or one of its end users.',
@@ -19,12 +27,22 @@ export const AccountStatus = builder.enumType('AccountStatus', {
 
 export const AuthProvider = builder.enumType('AuthProvider', {
   description: 'A sign-in method: email and password, or one of the external identity providers.',
-  values: ['email', 'providerA', 'providerB', 'providerC', 'providerD'] as const,
+  values: {
+    email: { description: 'Email address and password.' },
+    providerA: { description: 'External identity provider A (the one single sign-on can be configured for).' },
+    providerB: { description: 'External identity provider B.' },
+    providerC: { description: 'External identity provider C.' },
+    providerD: { description: 'External identity provider D.' },
+  },
 });
 
 export const PackageType = builder.enumType('PackageType', {
-  description: 'A credit package: STARTER ($10, 10,000 credits, 1,000 free users), GROWTH ($50, 55,000 credits, 5,000 free users), SCALE ($100, 120,000 credits, 15,000 free users).',
-  values: ['STARTER', 'GROWTH', 'SCALE'] as const,
+  description: 'A credit package that an organization buys.',
+  values: {
+    STARTER: { description: packageDescription('STARTER') },
+    GROWTH: { description: packageDescription('GROWTH') },
+    SCALE: { description: packageDescription('SCALE') },
+  },
 });
 
 export const PackagePurchase = builder.objectRef<PackagePurchaseValue>('PackagePurchase').implement({

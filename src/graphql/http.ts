@@ -1,9 +1,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { promisify } from 'node:util';
-import { gzip } from 'node:zlib';
 import { ClientClosedError, PayloadTooLargeError, type ApiError } from '../errors.js';
 import type { ResponseOptions } from '../rest/http.js';
 import type { GraphQLHandler } from './yoga.js';
+import { acceptsGzip, CompressedPayload } from '../compression.js';
 
 /*
  * GraphQL over HTTP at /graphql, served by Yoga through its public Node entry,
@@ -44,28 +43,16 @@ const CONNECTION_HEADERS = new Set(['connection', 'keep-alive', 'transfer-encodi
 /** HTML pages at least this large are sent gzipped to clients that accept it (GraphiQL: megabytes). */
 const COMPRESS_HTML_FROM_BYTES = 64 * 1024;
 
-/** Whether an Accept-Encoding value accepts gzip (named, or `*`, without q=0). */
-function acceptsGzip(acceptEncoding: string | undefined): boolean {
-  if (!acceptEncoding) return false;
-  return acceptEncoding.split(',').some((item) => {
-    const [coding = '', ...parameters] = item.trim().toLowerCase().split(';');
-    if (coding.trim() !== 'gzip' && coding.trim() !== '*') return false;
-    const q = parameters.map((p) => p.trim()).find((p) => p.startsWith('q='));
-    return q === undefined || Number(q.slice(2)) > 0;
-  });
-}
-
 /**
- * The one large page this endpoint serves (GraphiQL, rendered once), gzipped once off the event
- * loop and kept with the exact bytes it compresses: a different page is compressed anew.
+ * The one large page this endpoint serves (GraphiQL, rendered once), gzipped once: a different
+ * page is compressed anew.
  */
-let compressedPage: { raw: Buffer; gzip: Promise<Buffer> } | undefined;
-const gzipAsync = promisify(gzip);
+let compressedPage: CompressedPayload | undefined;
 
 async function compressedHtml(payload: Buffer, contentType: string | undefined, acceptEncoding: string | undefined): Promise<Buffer | undefined> {
   if (payload.length < COMPRESS_HTML_FROM_BYTES || !/^\s*text\/html/i.test(contentType ?? '') || !acceptsGzip(acceptEncoding)) return undefined;
-  if (!compressedPage || !compressedPage.raw.equals(payload)) compressedPage = { raw: payload, gzip: gzipAsync(payload, { level: 6 }) };
-  return compressedPage.gzip;
+  if (!compressedPage || !compressedPage.raw.equals(payload)) compressedPage = new CompressedPayload(payload);
+  return compressedPage.gzip();
 }
 
 function send(response: ServerResponse, status: number, headers: Iterable<[string, string]>, payload: Buffer, options: ResponseOptions) {

@@ -1,17 +1,23 @@
-/**
- * The document GraphiQL opens with: one named operation per root field, ready to run against the
- * demo data (a test executes each one). The run button offers the operation to send.
- */
-export const GRAPHIQL_DEFAULT_DOCUMENT = `# Credits read API: the signed-in user's profile, the organization, the paged and searchable
-# list of a parent's children, and the parent's credit analysis.
-#
-# Authenticate in the Headers tab below: {"Authorization": "Bearer <token>"}. In development it
-# holds a demo parent's token already; \`npm run token -- --list\` lists the demo accounts and
-# \`npm run token -- <email or userID>\` mints a token for one. \`organization\` also accepts
-# {"X-Public-Key": "<the organization's public key>"}.
+import { createHash } from 'node:crypto';
 
-# The caller's own profile: a parent's carries the organization's credit and billing fields.
-query Me {
+/**
+ * The operations first-party clients run, kept here so that they are reviewed with the schema: a
+ * test validates each against it. They serve twice:
+ * - as persisted operations: a client may send `extensions.persistedQuery.sha256Hash` (the hex
+ *   SHA-256 of the document text) instead of the document, and `GRAPHQL_PERSISTED_ONLY=true`
+ *   refuses any other document. The ids are listed in `persisted-operations.json` beside this
+ *   file (written by `npm run schema:print`);
+ * - as the document GraphiQL opens with, one named operation per root field (a test executes
+ *   each against the demo data).
+ */
+export type StoredOperation = { name: string; description: string; document: string };
+
+export const STORED_OPERATIONS: readonly StoredOperation[] = [
+  {
+    name: 'Me',
+    description:
+      "The caller's own profile: a parent's carries the organization's credit and billing fields.",
+    document: `query Me {
   me {
     userID
     username
@@ -31,10 +37,13 @@ query Me {
       signInCount
     }
   }
-}
-
-# The organization's details (a child gets its parent's). Each answer counts as a retrieval.
-query Organization {
+}`,
+  },
+  {
+    name: 'Organization',
+    description:
+      "The organization's details (a child gets its parent's). Each answer counts as a retrieval.",
+    document: `query Organization {
   organization {
     organizationName
     organizationUrl
@@ -44,21 +53,25 @@ query Organization {
     providerASsoConfig { enabled clientId }
     credentials { publicKey jwtSecret }
   }
-}
-
-# A parent's children, newest first, ten at a time: pass the last endCursor as $after for the
-# next page. $search matches usernames and emails (case-insensitive).
-query ChildAccounts($search: String, $after: String) {
+}`,
+  },
+  {
+    name: 'ChildAccounts',
+    description:
+      "A parent's children, newest first, ten at a time: pass the last endCursor as $after for the next page. $search matches usernames and emails (case-insensitive).",
+    document: `query ChildAccounts($search: String, $after: String) {
   childAccounts(search: $search, limit: 10, after: $after) {
     edges { node { username email lastSeen registered } }
     pageInfo { hasNextPage endCursor }
     stats { total active }
   }
-}
-
-# A parent's credit analysis: balance, usage this month, billable users, projection, alerts and
-# purchases.
-query CreditAnalysis {
+}`,
+  },
+  {
+    name: 'CreditAnalysis',
+    description:
+      "A parent's credit analysis: balance, usage this month, billable users, projection, alerts and purchases.",
+    document: `query CreditAnalysis {
   creditAnalysis {
     creditBalance
     totalFreeUsers
@@ -71,5 +84,44 @@ query CreditAnalysis {
     alerts { low critical depleted }
     packageHistory { packageType purchaseDate creditsAdded freeUsersAdded price transactionId }
   }
+}`,
+  },
+];
+
+/** The id a client sends for a stored document: the hex SHA-256 of its exact text. */
+export function operationId(document: string): string {
+  return createHash('sha256').update(document).digest('hex');
 }
-`;
+
+/** Stored documents by id. */
+export const PERSISTED_OPERATIONS: ReadonlyMap<string, string> = new Map(STORED_OPERATIONS.map((o) => [operationId(o.document), o.document]));
+
+/** What `persisted-operations.json` holds: each operation's name, id and document, for clients. */
+export function persistedOperationsManifest(): { name: string; id: string; document: string }[] {
+  return STORED_OPERATIONS.map((o) => ({ name: o.name, id: operationId(o.document), document: o.document }));
+}
+
+/** Wraps a description into `# ` comment lines of at most 100 characters. */
+function comment(text: string): string {
+  const lines: string[] = [];
+  let line = '#';
+  for (const word of text.split(' ')) {
+    if (line.length + word.length + 1 > 100) {
+      lines.push(line);
+      line = '#';
+    }
+    line += ` ${word}`;
+  }
+  return [...lines, line].join('\n');
+}
+
+const INTRODUCTION = `# Credits read API: the signed-in user's profile, the organization, the paged and searchable
+# list of a parent's children, and the parent's credit analysis.
+#
+# Authenticate in the Headers tab below: {"Authorization": "Bearer <token>"}. In development it
+# holds a demo parent's token already; \`npm run token -- --list\` lists the demo accounts and
+# \`npm run token -- <email or userID>\` mints a token for one. \`organization\` also accepts
+# {"X-Public-Key": "<the organization's public key>"}.`;
+
+/** The document GraphiQL opens with. The run button offers the operation to send. */
+export const GRAPHIQL_DEFAULT_DOCUMENT = `${INTRODUCTION}\n\n${STORED_OPERATIONS.map((o) => `${comment(o.description)}\n${o.document}`).join('\n\n')}\n`;

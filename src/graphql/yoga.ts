@@ -8,7 +8,8 @@ import { LRUCache } from 'lru-cache';
 import { createRequestContext, requestIdFrom, type AppDependencies, type RequestContext } from '../context.js';
 import { ApiError, innermostError, toApiError } from '../errors.js';
 import type { Logger } from '../logger.js';
-import { GRAPHIQL_DEFAULT_DOCUMENT } from './graphiql-document.js';
+import { GRAPHIQL_DEFAULT_DOCUMENT, PERSISTED_OPERATIONS } from './operations.js';
+import { usePersistedOperations } from '@graphql-yoga/plugin-persisted-operations';
 import { useObserve } from './observe.js';
 import { schema } from './schema.js';
 import type { Observed } from '../rest/http.js';
@@ -91,8 +92,27 @@ export function createGraphQLHandler(deps: AppDependencies, logger: Logger, opti
         blockFieldSuggestion: { enabled: deps.config.env !== 'development' },
       }),
       ...(deps.config.introspection ? [] : [useDisableIntrospection()]),
+      // Stored documents by id (operations.ts); GRAPHQL_PERSISTED_ONLY refuses any other document.
+      usePersistedOperations({
+        getPersistedOperation: (id) => PERSISTED_OPERATIONS.get(id) ?? null,
+        allowArbitraryOperations: !deps.config.persistedOperationsOnly,
+        customErrors: {
+          notFound: {
+            message: 'No stored operation has this id (extensions.persistedQuery.sha256Hash).',
+            extensions: { code: 'PERSISTED_QUERY_NOT_FOUND', http: { status: 400 } },
+          },
+          persistedQueryOnly: {
+            message: 'This server runs stored operations only: send extensions.persistedQuery.sha256Hash instead of a query.',
+            extensions: { code: 'PERSISTED_QUERY_ONLY', http: { status: 400 } },
+          },
+          keyNotFound: {
+            message: 'Send a query, or a stored operation id in extensions.persistedQuery.sha256Hash.',
+            extensions: { code: 'BAD_REQUEST', http: { status: 400 } },
+          },
+        },
+      }),
       useGraphQlJit({}, { enableIf: compileWhenRepeated(), onError: () => {} }),
-      useObserve(),
+      useObserve(logger),
     ],
     cors: {
       origin: deps.config.corsOrigins === '*' ? '*' : deps.config.corsOrigins,
@@ -138,10 +158,8 @@ export function createGraphQLHandler(deps: AppDependencies, logger: Logger, opti
             extensions: { code: typeof code === 'string' ? code : 'GRAPHQL_VALIDATION_FAILED', ...(http === undefined ? {} : { http }) },
           });
         }
+        // Resolver errors that are not the API's own were logged, with the request id, by useObserve.
         const apiError = original instanceof ApiError ? original : toApiError(original);
-        if (!(original instanceof ApiError)) {
-          logger.error('unexpected error in a GraphQL resolver', { error: original, code: apiError.code });
-        }
         return new GraphQLError(apiError.message, {
           nodes: located.nodes,
           path: located.path,

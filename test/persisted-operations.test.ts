@@ -1,0 +1,87 @@
+import { readFileSync } from 'node:fs';
+import { buildSchema, parse, validate } from 'graphql';
+import { describe, expect, it } from 'vitest';
+import { operationId, persistedOperationsManifest, STORED_OPERATIONS } from '../src/graphql/operations.js';
+import { createChild, createOrganization, tokenFor } from './helpers/builders.js';
+import { useServer, type TestServer } from './helpers/app.js';
+import { testMode, useTestDatabase } from './helpers/database.js';
+
+type Answer = { status: number; body: { data?: Record<string, any>; errors?: { message: string; extensions?: { code?: string } }[] } };
+
+/** A POST /graphql with any body, as a first-party client sends a stored operation's id. */
+async function post(server: TestServer, body: Record<string, unknown>, token: string): Promise<Answer> {
+  const response = await fetch(`${server.url}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', accept: 'application/graphql-response+json', authorization: `Bearer ${token}` },
+    body: JSON.stringify(body),
+  });
+  return { status: response.status, body: (await response.json()) as Answer['body'] };
+}
+
+const stored = (name: string) => STORED_OPERATIONS.find((o) => o.name === name)!;
+const byId = (name: string, variables: Record<string, unknown> = {}) => ({
+  operationName: name,
+  variables,
+  extensions: { persistedQuery: { version: 1, sha256Hash: operationId(stored(name).document) } },
+});
+
+describe('stored operations in the repository', () => {
+  it('are each valid against the schema, and persisted-operations.json lists exactly them', () => {
+    const schema = buildSchema(readFileSync(new URL('../schema.graphql', import.meta.url), 'utf8'));
+    for (const operation of STORED_OPERATIONS) expect(validate(schema, parse(operation.document)), operation.name).toEqual([]);
+    const manifest = JSON.parse(readFileSync(new URL('../src/graphql/persisted-operations.json', import.meta.url), 'utf8'));
+    expect(manifest, 'run npm run schema:print').toEqual(persistedOperationsManifest());
+    expect(new Set(manifest.map((m: { id: string }) => m.id)).size).toBe(STORED_OPERATIONS.length);
+  });
+});
+
+describe(`persisted operations (${testMode})`, () => {
+  const database = useTestDatabase();
+  const open = useServer(database);
+  const strict = useServer(database, { env: { GRAPHQL_PERSISTED_ONLY: 'true' } });
+
+  it('by default, a stored id and an arbitrary document both run, with the same answer', async () => {
+    const org = await createOrganization(database());
+    const token = await tokenFor(org.parent, org);
+    const viaId = await post(open(), byId('CreditAnalysis'), token);
+    expect(viaId.status).toBe(200);
+    expect(viaId.body.errors).toBeUndefined();
+    const viaDocument = await post(open(), { query: stored('CreditAnalysis').document }, token);
+    expect(viaDocument.body).toEqual(viaId.body);
+    expect(viaId.body.data!.creditAnalysis.creditBalance).toBe(org.organization.creditBalance);
+  });
+
+  it('GRAPHQL_PERSISTED_ONLY refuses an arbitrary document, even one equal to a stored one, and runs stored ones', async () => {
+    const org = await createOrganization(database());
+    const child = await createChild(database(), org.parent);
+    const token = await tokenFor(org.parent, org);
+    for (const query of ['{ me { userID } }', stored('Me').document]) {
+      const refused = await post(strict(), { query }, token);
+      expect(refused.status).toBe(400);
+      expect(refused.body.data).toBeUndefined();
+      expect(refused.body.errors?.[0]?.extensions?.code).toBe('PERSISTED_QUERY_ONLY');
+    }
+    const me = await post(strict(), byId('Me'), token);
+    expect(me.status).toBe(200);
+    expect(me.body.data!.me).toMatchObject({ userID: org.parent.id, accountType: 'parent' });
+    const page = await post(strict(), byId('ChildAccounts', { search: child.username }), token);
+    expect(page.body.data!.childAccounts.edges).toEqual([{ node: expect.objectContaining({ username: child.username }) }]);
+    // Authorization still applies to stored operations.
+    const childToken = await tokenFor(child, org);
+    const denied = await post(strict(), byId('CreditAnalysis'), childToken);
+    expect(denied.body.errors?.[0]?.extensions?.code).toBe('UNAUTHORIZED_ACCESS');
+  });
+
+  it('an unknown or malformed id is a 400 with a code, not a 500', async () => {
+    const org = await createOrganization(database());
+    const token = await tokenFor(org.parent, org);
+    for (const sha256Hash of ['0'.repeat(64), 'x'.repeat(10_000)]) {
+      const answer = await post(strict(), { extensions: { persistedQuery: { version: 1, sha256Hash } } }, token);
+      expect(answer.status).toBe(400);
+      expect(answer.body.errors?.[0]?.extensions?.code).toBe('PERSISTED_QUERY_NOT_FOUND');
+    }
+    const nothing = await post(strict(), {}, token);
+    expect(nothing.status).toBe(400);
+    expect(nothing.body.errors?.[0]?.extensions?.code).toBe('BAD_REQUEST');
+  });
+});
