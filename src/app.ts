@@ -23,6 +23,7 @@ import { createMetrics, methodLabel, routeLabel } from './metrics.js';
 import { Readiness } from './readiness.js';
 import { errorEnvelope, send, sendError, sendJson, type Observed, type ResponseOptions } from './rest/http.js';
 import { ALLOWED_METHODS, handleRest, isRestPath } from './rest/router.js';
+import { isDocsPath, serveDocs } from './rest/docs.js';
 import { RetrievalCounter } from './services/retrieval-counter.js';
 
 export type App = {
@@ -148,7 +149,7 @@ export function createApp(options: { config: Config; database: Database; logger:
     if (tooLong) return refuse(exchange, HeaderTooLargeError.forHeader(tooLong));
     const host = request.headers.host;
     if (host !== undefined && !isValidHost(host)) return refuse(exchange, new BadRequestError('The Host header is malformed.'));
-    if (preflight && (isRestPath(target.path) || PROBE_PATHS.has(target.path))) {
+    if (preflight && (isRestPath(target.path) || PROBE_PATHS.has(target.path) || isDocsPath(target.path))) {
       response.writeHead(204, {
         ...responseOptions.headers,
         'Access-Control-Allow-Methods': ALLOWED_METHODS,
@@ -177,6 +178,7 @@ export function createApp(options: { config: Config; database: Database; logger:
       if (!state.ready) return sendError(response, new ServiceUnavailableError(`The service is not ready: ${state.reason}.`), responseOptions);
       return sendJson(response, 200, { status: 'ok', database: database.kind, cache: feed.live ? 'live' : 'bypassed' }, responseOptions);
     }
+    if (isDocsPath(target.path)) return serveDocs(request, response, target.path, responseOptions);
     if (target.path === GRAPHQL_PATH) return serveGraphQL(request, response, new URL(request.url!, 'http://localhost'), responseOptions);
     return handleRest(request, response, target, deps, logger, responseOptions);
   }

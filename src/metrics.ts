@@ -1,3 +1,4 @@
+import { isDocsPath } from './rest/docs.js';
 import type pg from 'pg';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ChangeFeed } from './db/change-feed.js';
@@ -46,11 +47,15 @@ const ROUTES = new Set([
   '/readyz',
   '/health',
   '/metrics',
+  '/openapi.json',
+  '/docs',
 ]);
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'OPTIONS']);
 
 export function routeLabel(path: string): string {
-  return ROUTES.has(path) ? path : 'other';
+  if (ROUTES.has(path)) return path;
+  // The reference page's scripts and styles count as the page.
+  return isDocsPath(path) ? '/docs' : 'other';
 }
 
 /** A method as a label: the ones the API serves, and `other` for anything else. */

@@ -28,7 +28,7 @@ export function sendJson(response: ServerResponse, status: number, body: unknown
 }
 
 /** An answer of any media type, with the headers every answer carries. */
-export function send(response: ServerResponse, status: number, contentType: string, payload: string, options: ResponseOptions): void {
+export function send(response: ServerResponse, status: number, contentType: string, payload: string | Buffer, options: ResponseOptions): void {
   response.statusCode = status;
   response.setHeader('Content-Type', contentType);
   response.setHeader('Content-Length', Buffer.byteLength(payload));

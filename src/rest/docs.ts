@@ -1,0 +1,91 @@
+import { readFileSync } from 'node:fs';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { acceptsGzip, CompressedPayload } from '../compression.js';
+import { MethodNotAllowedError, ALLOWED_METHODS } from './router.js';
+import { send, sendError, type ResponseOptions } from './http.js';
+import { openApiDocument } from './openapi.js';
+
+/*
+ * The REST description and its reference page: GET /openapi.json (OpenAPI 3.1) and GET /docs
+ * (Swagger UI, from the swagger-ui-dist package: no CDN, it works offline). Public, like the
+ * schema: they describe the API, and hold no data.
+ */
+
+export const OPENAPI_PATH = '/openapi.json';
+export const DOCS_PATH = '/docs';
+
+const PAGE = `<!doctype html>
+<html lang="en">
+<head>
+  <meta charset="utf-8">
+  <title>Credits read API: REST reference</title>
+  <link rel="icon" type="image/png" href="/docs/favicon-32x32.png">
+  <link rel="stylesheet" href="/docs/swagger-ui.css">
+</head>
+<body>
+  <div id="swagger-ui"></div>
+  <script src="/docs/swagger-ui-bundle.js"></script>
+  <script src="/docs/swagger-ui-standalone-preset.js"></script>
+  <script src="/docs/init.js"></script>
+</body>
+</html>
+`;
+
+// No validator badge: it would send the document to an outside service.
+const INIT = `window.ui = SwaggerUIBundle({
+  url: '${OPENAPI_PATH}',
+  dom_id: '#swagger-ui',
+  deepLinking: true,
+  validatorUrl: null,
+  presets: [SwaggerUIBundle.presets.apis, SwaggerUIStandalonePreset],
+  layout: 'StandaloneLayout',
+});
+`;
+
+type Asset = { contentType: string; load: () => Buffer };
+
+const fromPackage = (file: string) => () => {
+  const folder = path.dirname(createRequire(import.meta.url).resolve('swagger-ui-dist/package.json'));
+  return readFileSync(path.join(folder, file));
+};
+
+/** Every path served here, and nothing else: no file name from the request reaches the disk. */
+const ASSETS: Record<string, Asset> = {
+  [OPENAPI_PATH]: { contentType: 'application/json; charset=utf-8', load: () => Buffer.from(JSON.stringify(openApiDocument())) },
+  [DOCS_PATH]: { contentType: 'text/html; charset=utf-8', load: () => Buffer.from(PAGE) },
+  '/docs/init.js': { contentType: 'text/javascript; charset=utf-8', load: () => Buffer.from(INIT) },
+  '/docs/swagger-ui.css': { contentType: 'text/css; charset=utf-8', load: fromPackage('swagger-ui.css') },
+  '/docs/swagger-ui-bundle.js': { contentType: 'text/javascript; charset=utf-8', load: fromPackage('swagger-ui-bundle.js') },
+  '/docs/swagger-ui-standalone-preset.js': { contentType: 'text/javascript; charset=utf-8', load: fromPackage('swagger-ui-standalone-preset.js') },
+  '/docs/favicon-32x32.png': { contentType: 'image/png', load: fromPackage('favicon-32x32.png') },
+};
+
+/** Payloads below this size are sent as they are. */
+const COMPRESS_FROM_BYTES = 1024;
+
+/** Loaded on first request and kept: a fixed set of files, about 2.5 MB together. */
+const loaded = new Map<string, CompressedPayload>();
+
+export function isDocsPath(target: string): boolean {
+  return Object.hasOwn(ASSETS, target);
+}
+
+export async function serveDocs(request: IncomingMessage, response: ServerResponse, target: string, options: ResponseOptions): Promise<void> {
+  const method = request.method ?? 'GET';
+  if (method !== 'GET' && method !== 'HEAD') {
+    return sendError(response, new MethodNotAllowedError(method), { ...options, headers: { ...options.headers, Allow: ALLOWED_METHODS } });
+  }
+  const asset = ASSETS[target]!;
+  let payload = loaded.get(target);
+  if (!payload) {
+    payload = new CompressedPayload(asset.load());
+    loaded.set(target, payload);
+  }
+  const headers: Record<string, string> = { ...options.headers, 'Cache-Control': 'public, max-age=300', Vary: 'Accept-Encoding' };
+  if (payload.raw.length >= COMPRESS_FROM_BYTES && acceptsGzip(request.headers['accept-encoding'])) {
+    return send(response, 200, asset.contentType, await payload.gzip(), { ...options, headers: { ...headers, 'Content-Encoding': 'gzip' } });
+  }
+  return send(response, 200, asset.contentType, payload.raw, { ...options, headers });
+}
