@@ -38,13 +38,13 @@ describe.skipIf(testMode !== 'postgres')('a production install (npm ci --omit=de
   });
 
   const env = (extra: NodeJS.ProcessEnv): NodeJS.ProcessEnv => {
-    const clean: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, NODE_ENV: 'production', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'warn' };
+    const clean: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, NODE_ENV: 'production', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info' };
     return { ...clean, ...extra };
   };
 
   // (typescript and the prisma CLI do come: @prisma/client declares them as peers, which npm installs.)
   it('installs none of the development tooling', () => {
-    for (const tool of ['@faker-js/faker', 'tsx', 'vitest', 'fast-check', 'autocannon', 'prisma-v6', 'pglite-prisma-adapter']) {
+    for (const tool of ['@faker-js/faker', 'tsx', 'vitest', 'fast-check', 'autocannon', 'prisma-v6', 'pglite-prisma-adapter', 'pino-pretty', '@readme/openapi-parser']) {
       expect(existsSync(path.join(app, 'node_modules', tool)), tool).toBe(false);
     }
   });
@@ -60,10 +60,25 @@ describe.skipIf(testMode !== 'postgres')('a production install (npm ci --omit=de
       expect(await health.json()).toMatchObject({ status: 'ok', database: kind === 'PostgreSQL' ? 'postgres' : 'pglite' });
       const refused = await fetch(`${base}/auth/user-profile`, { headers: { authorization: 'Bearer not-a-token' } });
       expect(refused.status).toBe(401);
+      // What the platform and the callers reach for, with the production dependencies alone.
+      expect((await fetch(`${base}/healthz`)).status).toBe(200);
+      const ready = await fetch(`${base}/readyz`);
+      expect(await ready.json()).toEqual({ status: 'ready' });
+      const metrics = await fetch(`${base}/metrics`);
+      expect(metrics.status).toBe(200);
+      const exposition = await metrics.text();
+      expect(exposition).toMatch(/^api_http_requests_total\{route="\/auth\/user-profile",method="GET",status="401",code="UNAUTHORIZED"\} 1$/m);
+      expect(exposition).toMatch(/^process_resident_memory_bytes /m);
+      expect((await (await fetch(`${base}/openapi.json`)).json()).openapi).toBe('3.1.0');
+      for (const page of ['/docs', '/docs/swagger-ui-bundle.js']) expect((await fetch(`${base}${page}`)).status, page).toBe(200);
       server.child.kill('SIGTERM');
       expect((await server.exited).code, server.output()).toBe(0);
       // Everything it printed, start to stop: no demo, no token.
       expect(server.output()).not.toMatch(/demo|token/i);
+      // Its log: JSON lines (no pretty-printer in production), one per answer.
+      const requests = server.output().split('\n').filter((line) => line.includes('"message":"request"'));
+      expect(requests.length).toBeGreaterThanOrEqual(6);
+      expect(requests.map((line) => JSON.parse(line))).toContainEqual(expect.objectContaining({ level: 'info', route: '/metrics', status: 200 }));
       // What the empty database holds now: every migration, and no organization.
       const database = empty ?? (await openDatabase({ dataDir }));
       try {

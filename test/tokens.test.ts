@@ -9,6 +9,7 @@ import { mintAccessToken, parseTtl, secretKey } from '../src/auth/tokens.js';
 import { findTokenSubject } from '../src/db/accounts.js';
 import { seed } from '../src/dev/demo-data.js';
 import { createTestDatabase, testMode, useTestDatabase } from './helpers/database.js';
+import { baseEnv, listening, run as start } from './helpers/processes.js';
 
 const run = promisify(execFile);
 const root = path.resolve(import.meta.dirname, '..');
@@ -112,6 +113,43 @@ describe(`the seed and token commands (${testMode})`, () => {
       expect(help.stdout).toContain('--list');
     } finally {
       await ownDatabase?.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe.skipIf(testMode !== 'pglite')('token beside a server running on the embedded database', () => {
+  it('lists and mints through the server\'s database while it serves; commands that write are still refused', async () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'cli-beside-'));
+    const server = start('src/main.ts', baseEnv({ DATA_DIR: dataDir, SEED_DEMO_ON_START: 'true', NODE_ENV: 'development' }));
+    try {
+      const base = await listening(server);
+      const env = baseEnv({ DATA_DIR: dataDir });
+      const tsx = path.join(root, 'node_modules', '.bin', 'tsx');
+      const first = /^ {2}parent (\S+@\S+) {2}(USR_\S+)/m;
+      // Requests in flight while the command reads.
+      let serving = true;
+      const answered: number[] = [];
+      const traffic = (async () => {
+        while (serving) answered.push((await fetch(`${base}/auth/organization-details`, { headers: { 'x-public-key': 'APK_x_1' } })).status);
+      })();
+      const listed = (await run(tsx, ['src/cli/token.ts', '--list'], { cwd: root, env })).stdout;
+      const [, email, userID] = first.exec(listed) ?? [];
+      expect(email, listed).toBeDefined();
+      const token = (await run(tsx, ['src/cli/token.ts', email!], { cwd: root, env })).stdout.trim();
+      serving = false;
+      await traffic;
+      expect(new Set(answered)).toEqual(new Set([404]));
+      const profile = await fetch(`${base}/auth/user-profile`, { headers: { authorization: `Bearer ${token}` } });
+      expect(profile.status).toBe(200);
+      expect(((await profile.json()) as { data: { user: { userID: string } } }).data.user.userID).toBe(userID);
+      expect((await fetch(`${base}/readyz`)).status).toBe(200);
+      const seeding = await run(tsx, ['src/cli/seed.ts', '--orgs', '1'], { cwd: root, env }).catch((e) => e);
+      expect(seeding.code).toBe(1);
+      expect(seeding.stderr).toMatch(/is in use by the server/);
+    } finally {
+      server.child.kill('SIGTERM');
+      await server.exited;
       rmSync(dataDir, { recursive: true, force: true });
     }
   });

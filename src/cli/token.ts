@@ -13,7 +13,7 @@ Mints an access token (HS256, signed with the organization's secret) for an acco
 userID or by email (case-insensitive), valid for --ttl (30s, 15m, 1h, 2d; default 1h, at most
 JWT_MAX_LIFETIME_SECONDS). --list prints the organizations (at most ${LIST_LIMIT}): each parent's email,
 userID, public key and credit alert level, and one active child's email. Uses the database the
-server uses (DATABASE_URL, or the embedded one in DATA_DIR).`;
+server uses (DATABASE_URL, or the embedded one in DATA_DIR, also while the server runs on it).`;
 let parsed;
 try {
   parsed = parseArgs({
@@ -57,7 +57,8 @@ if (ttlSeconds > config.jwtMaxLifetimeSeconds) {
   console.error(`token: the lifetime is longer than JWT_MAX_LIFETIME_SECONDS (${config.jwtMaxLifetimeSeconds} s): the API would refuse the token`);
   process.exit(2);
 }
-const database = await openConfiguredDatabaseOrExit(config, 'npm run token');
+// Only reads: beside a server running on the embedded database, it uses that server's database.
+const database = await openConfiguredDatabaseOrExit(config, 'npm run token', { alongside: true });
 try {
   if (parsed.values.list) {
     await list(database.prisma);

@@ -7,17 +7,29 @@ import path from 'node:path';
  * inside the process, and two processes writing one folder lose data. The owner writes
  * `.owner` in the folder (pid, host, what it is); another process refuses to open the folder
  * while that owner lives. An owner that died without removing the file (a crash, kill -9) is
- * detected by its pid and replaced.
+ * detected by its pid and replaced. The owner also names the private folder of the socket its
+ * embedded database answers on, so that a read-only command (`npm run token`) can use the running
+ * server's database instead of being refused.
  */
 
 export class DataDirInUseError extends Error {
-  constructor(dataDir: string, owner: Owner) {
+  constructor(
+    dataDir: string,
+    readonly owner: Owner,
+  ) {
     super(`${dataDir} is in use by ${owner.what} (pid ${owner.pid}): stop it, or use DATABASE_URL`);
     this.name = 'DataDirInUseError';
   }
 }
 
-type Owner = { pid: number; host: string; what: string; since: string };
+export type Owner = { pid: number; host: string; what: string; since: string; socketDir?: string };
+
+export type DataDirLock = {
+  /** Gives the folder up (also done at exit). */
+  release(): void;
+  /** Names the folder of the socket the database answers on, for commands run beside this process. */
+  advertise(socketDir: string): void;
+};
 
 /** Whether the process that wrote `owner` still runs (and is a Node process, not a reused pid). */
 function alive(owner: Owner): boolean {
@@ -41,14 +53,20 @@ function readOwner(file: string): Owner | undefined {
   try {
     const owner = JSON.parse(readFileSync(file, 'utf8')) as Partial<Owner>;
     if (typeof owner.pid !== 'number' || typeof owner.host !== 'string') return undefined;
-    return { pid: owner.pid, host: owner.host, what: typeof owner.what === 'string' ? owner.what : 'another process', since: String(owner.since) };
+    return {
+      pid: owner.pid,
+      host: owner.host,
+      what: typeof owner.what === 'string' ? owner.what : 'another process',
+      since: String(owner.since),
+      ...(typeof owner.socketDir === 'string' ? { socketDir: owner.socketDir } : {}),
+    };
   } catch {
     return undefined;
   }
 }
 
-/** Takes the folder for this process, or throws DataDirInUseError. Returns the release. */
-export function lockDataDir(dataDir: string, what: string): () => void {
+/** Takes the folder for this process, or throws DataDirInUseError. */
+export function lockDataDir(dataDir: string, what: string): DataDirLock {
   const file = path.join(dataDir, '.owner');
   const mine: Owner = { pid: process.pid, host: hostname(), what, since: new Date().toISOString() };
   for (let attempt = 0; attempt < 2; attempt++) {
@@ -64,7 +82,10 @@ export function lockDataDir(dataDir: string, what: string): () => void {
         if (readOwner(file)?.pid === process.pid) rmSync(file, { force: true });
       };
       process.on('exit', release);
-      return release;
+      const advertise = (socketDir: string) => {
+        if (!released) writeFileSync(file, JSON.stringify({ ...mine, socketDir }));
+      };
+      return { release, advertise };
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       const owner = readOwner(file);

@@ -4,9 +4,10 @@ import { PrismaPg } from '@prisma/adapter-pg';
 import pg from 'pg';
 import { PrismaClient } from '../generated/prisma/client.js';
 import { isDatabaseUnavailable } from '../errors.js';
-import { lockDataDir } from './data-dir-lock.js';
+import { DataDirInUseError, lockDataDir, type DataDirLock } from './data-dir-lock.js';
+import { hostname } from 'node:os';
 import { PostgresChangeFeed, SessionChangeFeed, type ChangeFeed } from './change-feed.js';
-import { startEmbeddedServer, type EmbeddedServer } from './embedded.js';
+import { EMBEDDED_PORT, startEmbeddedServer, type EmbeddedServer } from './embedded.js';
 
 /** How long past the statement timeout the client waits for a server that does not answer. */
 const CLIENT_TIMEOUT_MARGIN_MS = 1000;
@@ -70,6 +71,12 @@ export type DatabaseOptions = (
       statementTimeoutMs?: number;
       /** Called if the embedded database's thread ends without being closed. */
       onLost?: (error: Error) => void;
+      /**
+       * When another process of this machine holds the folder, use its database through the
+       * socket it advertises instead of refusing. For read-only commands only: the connection
+       * shares the owner's one session.
+       */
+      alongside?: boolean;
     }
   | {
       /** The embedded database in memory, empty or started from a snapshot (`dump`). */
@@ -109,9 +116,25 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
     return openEmbedded(server, 'memory', options);
   }
   mkdirSync(options.dataDir, { recursive: true });
-  const release = lockDataDir(options.dataDir, options.owner ?? 'another process');
+  let lock: DataDirLock;
+  try {
+    lock = lockDataDir(options.dataDir, options.owner ?? 'another process');
+  } catch (error) {
+    const socketDir = error instanceof DataDirInUseError && error.owner.host === hostname() ? error.owner.socketDir : undefined;
+    if (!options.alongside || !socketDir) throw error;
+    const { owner } = error as DataDirInUseError;
+    return openPool({
+      ...options,
+      kind: 'pglite',
+      location: `${options.dataDir} (through ${owner.what}, pid ${owner.pid})`,
+      poolSize: 1,
+      connection: { host: socketDir, port: EMBEDDED_PORT, user: 'postgres', database: 'postgres' },
+    });
+  }
+  const release = lock.release;
   try {
     const server = await startEmbeddedServer({ dataDir: options.dataDir }, options.onLost);
+    lock.advertise(server.socketDir);
     const database = await openEmbedded(server, options.dataDir, options);
     return {
       ...database,

@@ -23,8 +23,9 @@ async function open(): Promise<{ db: PGlite; server: PGLiteSocketServer }> {
   });
   await db.waitReady;
   // The pool holds one connection; the second slot lets its replacement in while the server
-  // still closes a connection the pool gave up on (a query past its time bound).
-  const server = new PGLiteSocketServer({ db, path: data.socketPath, maxConnections: 2 });
+  // still closes a connection the pool gave up on (a query past its time bound); the third is for
+  // a read-only command run beside the server (`npm run token -- --list`).
+  const server = new PGLiteSocketServer({ db, path: data.socketPath, maxConnections: 3 });
   await server.start();
   return { db, server };
 }

@@ -17,6 +17,9 @@ export type EmbeddedReply =
   | { type: 'stopped' }
   | { type: 'failed'; message: string };
 
+/** The port in the socket's name (`.s.PGSQL.<port>`), as the `pg` driver looks for it. */
+export const EMBEDDED_PORT = 5432;
+
 /** How long opening may take: replaying a large folder's write-ahead log can take a while. */
 const OPEN_TIMEOUT_MS = 300_000;
 /** How long closing may take before the thread is stopped regardless. */
@@ -41,7 +44,7 @@ export async function startEmbeddedServer(
   onLost: (error: Error) => void = () => {},
 ): Promise<EmbeddedServer> {
   const socketDir = mkdtempSync(path.join(tmpdir(), 'credits-db-'));
-  const port = 5432;
+  const port = EMBEDDED_PORT;
   const data: EmbeddedWorkerData = { ...options, socketPath: path.join(socketDir, `.s.PGSQL.${port}`) };
   const worker = spawnWorker(data);
   let stopping = false;
