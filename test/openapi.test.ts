@@ -35,6 +35,17 @@ describe('the OpenAPI description', () => {
     }
   });
 
+  it('gives an example for every answer, each valid against its own schema', () => {
+    const document = openApiDocument() as any;
+    for (const [path, item] of Object.entries<any>(document.paths)) {
+      for (const [status, response] of Object.entries<any>(item.get.responses)) {
+        const examples = Object.values<{ value: unknown }>(response.content['application/json'].examples ?? {});
+        expect(examples.length, `${path} ${status}`).toBeGreaterThan(0);
+        for (const example of examples) expect(contractViolations(path, Number(status), example.value), `${path} ${status}`).toEqual([]);
+      }
+    }
+  });
+
   it('refuses answers that are not what it describes', () => {
     expect(contractViolations('/auth/user-profile', 200, { success: true, data: { message: 'x', user: { userID: 'USR_1' } } })).not.toEqual([]);
     expect(contractViolations('/auth/child-accounts', 400, { success: false, error: { code: 'INVALID_LIMIT', message: 'm', extra: 1 } })).not.toEqual([]);
