@@ -81,7 +81,7 @@ describe(`faults (${testMode})`, () => {
     }
   });
 
-  it.skipIf(testMode !== 'postgres')('database gone: 503 within 2 s on every path, the process stays up, and it recovers by itself', async () => {
+  it.skipIf(testMode !== 'postgres')('database gone: 503 within 2 s on every path and not ready, the process stays up, and it recovers by itself', async () => {
     const url = new URL(database().url!);
     const proxy = await startProxy({ host: url.hostname, port: Number(url.port) });
     const viaProxy = new URL(url);
@@ -104,6 +104,10 @@ describe(`faults (${testMode})`, () => {
       // Excess requests while it is gone fail fast too, none hangs.
       const burst = await Promise.all(Array.from({ length: 40 }, () => rest(server, '/auth/user-profile', { token })));
       expect(burst.every((r) => r.status === 503)).toBe(true);
+      // Readiness says so (its answer is kept a second), liveness does not.
+      await new Promise((r) => setTimeout(r, 1100));
+      expect((await rest(server, '/readyz')).body).toEqual({ status: 'unavailable', reason: 'database unavailable' });
+      expect((await rest(server, '/healthz')).status).toBe(200);
       await proxy.restore();
       let status = 0;
       for (let attempt = 0; attempt < 20 && status !== 200; attempt++) {
@@ -111,6 +115,13 @@ describe(`faults (${testMode})`, () => {
         if (status !== 200) await new Promise((r) => setTimeout(r, 250));
       }
       expect(status).toBe(200);
+      // And back to ready.
+      let ready = 0;
+      for (let attempt = 0; attempt < 20 && ready !== 200; attempt++) {
+        ready = (await rest(server, '/readyz')).status;
+        if (ready !== 200) await new Promise((r) => setTimeout(r, 250));
+      }
+      expect(ready).toBe(200);
     } finally {
       await server.close();
       await db.close();
