@@ -22,7 +22,7 @@ import { RateLimiter } from './rate-limit.js';
 import { createMetrics, methodLabel, routeLabel } from './metrics.js';
 import { Readiness } from './readiness.js';
 import { errorEnvelope, send, sendError, sendJson, type Observed, type ResponseOptions } from './rest/http.js';
-import { ALLOWED_METHODS, handleRest, isRestPath } from './rest/router.js';
+import { ALLOWED_METHODS, handleRest, isRestPath, refusedMethod } from './rest/router.js';
 import { isDocsPath, serveDocs } from './rest/docs.js';
 import { RetrievalCounter } from './services/retrieval-counter.js';
 
@@ -289,7 +289,7 @@ export function createMetricsServer(app: () => App | undefined): Server {
     const path = (request.url ?? '/').split('?')[0];
     const requestId = requestIdFrom(request.headers['x-request-id'] as string | undefined);
     if (path !== '/metrics') return sendError(response, new ApiError('NOT_FOUND', 404, 'Only /metrics is served on this port.'), { requestId });
-    if (request.method !== 'GET' && request.method !== 'HEAD') return sendError(response, new ApiError('METHOD_NOT_ALLOWED', 405, 'Use GET.'), { requestId });
+    if (refusedMethod(request, response, { requestId })) return;
     const current = app();
     if (!current) return sendError(response, new ServiceUnavailableError('The service is starting; try again shortly.'), { requestId });
     current.metricsText().then(

@@ -226,7 +226,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   };
 }
 
-/** For commands: print the problems and exit non-zero instead of a stack trace. */
 /**
  * Development convenience: the settings in `file` (`.env` by default, Node's dotenv format), for
  * the variables the environment does not set already. Not read with NODE_ENV=production, where
@@ -259,6 +258,7 @@ export function describeConfig(config: Config): Record<string, unknown> {
   return { ...config, databaseUrl, paginationSecret: mask(config.paginationSecret) };
 }
 
+/** For commands: print the problems and exit non-zero instead of a stack trace. */
 export function loadConfigOrExit(env: NodeJS.ProcessEnv = process.env): Config {
   try {
     loadDotEnv(env);

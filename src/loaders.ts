@@ -109,18 +109,17 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
   // Accounts are what a new user's first request misses: one plain SQL statement on the pool
   // (the driver types the columns as Prisma does), without the ORM's per-query cost.
   // With the read's snapshot: a parent's row changes with every sign-in in its organization.
-  const accountsWhere = async (column: 'id' | 'publicKey', values: string[]) =>
-    takeSnapshot(await sql.query<AccountRow>(`${SELECT_ACCOUNTS} WHERE "${column}" = ANY($1::text[])`, [values]));
+  const accountsWhere = async (column: 'id' | 'publicKey', values: string[]): Promise<Loaded<AccountRow>> => {
+    const { rows, seen } = takeSnapshot(await sql.query<AccountRow>(`${SELECT_ACCOUNTS} WHERE "${column}" = ANY($1::text[])`, [values]));
+    return { rows: new Map(rows.map((a) => [a[column], a])), seen };
+  };
 
   const accountById = new DataLoader<string, AccountRow | null>((ids) =>
     throughCache(
       cache,
       'account',
       ids,
-      async (misses) => {
-        const { rows, seen } = await accountsWhere('id', misses);
-        return { rows: new Map(rows.map((a) => [a.id, a])), seen };
-      },
+      (misses) => accountsWhere('id', misses),
       // Any change to the row announces its id, whatever changed.
       (id) => [cacheTags.account(id)],
       { form: accountForm, share: true },
@@ -131,10 +130,7 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
       cache,
       'accountByKey',
       keys,
-      async (misses) => {
-        const { rows, seen } = await accountsWhere('publicKey', misses);
-        return { rows: new Map(rows.map((a) => [a.publicKey, a])), seen };
-      },
+      (misses) => accountsWhere('publicKey', misses),
       // The key's row changing, or a row taking the key.
       (key, account) => (account ? [cacheTags.account(account.id), cacheTags.publicKey(key)] : [cacheTags.publicKey(key)]),
       { form: accountForm },

@@ -122,8 +122,8 @@ if (demo) {
   for (const line of describeOrganizations(organizations, '  ')) console.log(line);
   console.log(`\n  GraphiQL: ${base}/graphql${graphiqlHeaders ? ' (the parent token is in its headers tab)' : ''}`);
   console.log(`  curl -H "Authorization: Bearer <token>" ${base}/auth/user-profile`);
-  // The embedded database belongs to this process: commands that open it wait until it stops.
-  if (database.kind === 'postgres') console.log('  more tokens: npm run token -- <userID|email>');
+  // On the embedded database too: token reads through this process's database.
+  console.log('  more tokens: npm run token -- <userID|email>');
 }
 
 /**

@@ -110,7 +110,10 @@ describe(`METRICS_PORT (${testMode})`, () => {
       const text = await scraped.text();
       expect(text).toMatch(/^api_http_requests_total\{route="\/healthz",method="GET",status="200",code=""\} 1$/m);
       expect((await fetch(`${url}/auth/user-profile`)).status).toBe(404);
-      expect((await fetch(`${url}/metrics`, { method: 'POST' })).status).toBe(405);
+      const post = await fetch(`${url}/metrics`, { method: 'POST' });
+      expect(post.status).toBe(405);
+      expect(post.headers.get('allow')).toBe('GET, HEAD');
+      expect(((await post.json()) as { error: { code: string } }).error.code).toBe('METHOD_NOT_ALLOWED');
     } finally {
       metrics.close();
       await api.close();

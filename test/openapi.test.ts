@@ -89,7 +89,10 @@ describe(`/openapi.json and /docs (${testMode})`, () => {
     expect(zipped.body.length).toBeLessThan(plain.body.length / 2);
     expect(gunzipSync(zipped.body).equals(plain.body)).toBe(true);
     expect(plain.headers['content-encoding']).toBeUndefined();
-    expect((await rest(server(), '/openapi.json', { method: 'POST' })).status).toBe(405);
+    const post = await rest(server(), '/openapi.json', { method: 'POST' });
+    expect(post.status).toBe(405);
+    expect(post.headers.get('allow')).toBe('GET, HEAD');
+    expect(post.body.error.code).toBe('METHOD_NOT_ALLOWED');
     for (const path of ['/docs/package.json', '/docs/../package.json', '/docs/swagger-ui-bundle.js.map', '/docs/']) {
       expect((await rest(server(), path)).status, path).toBe(404);
     }

@@ -120,18 +120,17 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
   try {
     lock = lockDataDir(options.dataDir, options.owner ?? 'another process');
   } catch (error) {
-    const socketDir = error instanceof DataDirInUseError && error.owner.host === hostname() ? error.owner.socketDir : undefined;
-    if (!options.alongside || !socketDir) throw error;
-    const { owner } = error as DataDirInUseError;
+    const owner = error instanceof DataDirInUseError && error.owner.host === hostname() ? error.owner : undefined;
+    if (!options.alongside || !owner?.socketDir) throw error;
     return openPool({
       ...options,
       kind: 'pglite',
       location: `${options.dataDir} (through ${owner.what}, pid ${owner.pid})`,
       poolSize: 1,
-      connection: { host: socketDir, port: EMBEDDED_PORT, user: 'postgres', database: 'postgres' },
+      connection: { host: owner.socketDir, port: EMBEDDED_PORT, user: 'postgres', database: 'postgres' },
     });
   }
-  const release = lock.release;
+  const { release } = lock;
   try {
     const server = await startEmbeddedServer({ dataDir: options.dataDir }, options.onLost);
     lock.advertise(server.socketDir);

@@ -3,8 +3,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { acceptsGzip, CompressedPayload } from '../compression.js';
-import { MethodNotAllowedError, ALLOWED_METHODS } from './router.js';
-import { send, sendError, type ResponseOptions } from './http.js';
+import { refusedMethod } from './router.js';
+import { send, type ResponseOptions } from './http.js';
 import { openApiDocument } from './openapi.js';
 
 /*
@@ -73,10 +73,7 @@ export function isDocsPath(target: string): boolean {
 }
 
 export async function serveDocs(request: IncomingMessage, response: ServerResponse, target: string, options: ResponseOptions): Promise<void> {
-  const method = request.method ?? 'GET';
-  if (method !== 'GET' && method !== 'HEAD') {
-    return sendError(response, new MethodNotAllowedError(method), { ...options, headers: { ...options.headers, Allow: ALLOWED_METHODS } });
-  }
+  if (refusedMethod(request, response, options)) return;
   const asset = ASSETS[target]!;
   let payload = loaded.get(target);
   if (!payload) {

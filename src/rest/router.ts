@@ -32,6 +32,17 @@ export class NotFoundError extends ApiError {
   }
 }
 
+/**
+ * Everything but GET and HEAD is answered 405 `METHOD_NOT_ALLOWED` with `Allow: GET, HEAD`
+ * (decisions §6), here; returns whether it was.
+ */
+export function refusedMethod(request: IncomingMessage, response: ServerResponse, responseOptions: ResponseOptions): boolean {
+  const method = request.method ?? 'GET';
+  if (method === 'GET' || method === 'HEAD') return false;
+  sendError(response, new MethodNotAllowedError(method), { ...responseOptions, headers: { ...responseOptions.headers, Allow: ALLOWED_METHODS } });
+  return true;
+}
+
 /** Only the paths exactly as documented: no decoding, no dot segments, no doubled or back slashes. */
 export function isRestPath(path: string): boolean {
   return Object.hasOwn(ROUTES, path);
@@ -52,13 +63,7 @@ export async function handleRest(
 ): Promise<void> {
   const route = isRestPath(target.path) ? ROUTES[target.path] : undefined;
   if (!route) return sendError(response, new NotFoundError(target.path), responseOptions);
-  const method = request.method ?? 'GET';
-  if (method !== 'GET' && method !== 'HEAD') {
-    return sendError(response, new MethodNotAllowedError(method), {
-      ...responseOptions,
-      headers: { ...responseOptions.headers, Allow: ALLOWED_METHODS },
-    });
-  }
+  if (refusedMethod(request, response, responseOptions)) return;
   const context = createRequestContext(
     deps,
     { authorization: header(request, 'authorization'), publicKey: header(request, 'x-public-key') },
