@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import {
   authenticateForOrganization,
   authenticateJwt,
@@ -12,7 +11,6 @@ import type { EntityCache } from './db/entity-cache.js';
 import { createLoaders } from './loaders.js';
 import type { ServiceContext } from './services/context.js';
 import type { RetrievalCounter } from './services/retrieval-counter.js';
-import type { Observed } from './rest/http.js';
 
 /** What lives as long as the process: shared by every request. */
 export type AppDependencies = {
@@ -34,19 +32,23 @@ export type RequestContext = {
   organizationViewer: () => Promise<Viewer>;
 };
 
-const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+/** What the answer to a request turned out to be, beyond its status: for its log line and metrics. */
+export type RequestRecord = {
+  /** The error code answered (REST envelope, GraphQL refusal, or the first error of a GraphQL result). */
+  code?: string;
+  /** GraphQL: the root fields the operation selected (see `graphql/observe.ts`). */
+  operation?: string;
+  /** Who the request was authenticated as, once it was. */
+  caller?: 'parent' | 'child' | 'publicKey';
+  /** The organization (its parent's userID) the caller belongs to. */
+  organizationId?: string;
+};
 
-export function requestIdFrom(header: string | null | undefined): string {
-  return header && SANE_REQUEST_ID.test(header) ? header : randomUUID();
-}
+/** What a request context is made from: the credentials as sent, the request id, and its record. */
+export type RequestSource = { credentials: Credentials; requestId: string; record: RequestRecord };
 
-export function createRequestContext(
-  deps: AppDependencies,
-  credentials: Credentials,
-  requestId: string,
-  /** Where the caller, once authenticated, is noted for the request's log line. */
-  observed?: Observed,
-): RequestContext {
+/** The one context factory: REST and both GraphQL doors make their context here. */
+export function createRequestContext(deps: AppDependencies, { credentials, requestId, record }: RequestSource): RequestContext {
   const loaders = createLoaders(deps.database.prisma, deps.database.sql, deps.cache);
   // decisions §3 counts answers, not fields: a GraphQL operation that asks for the organization
   // under fifteen aliases is one retrieval.
@@ -81,10 +83,8 @@ export function createRequestContext(
   let jwt: Promise<Viewer> | undefined;
   let organization: Promise<Viewer> | undefined;
   const noted = (viewer: Viewer): Viewer => {
-    if (observed) {
-      observed.caller = viewer.kind;
-      observed.organizationId = viewer.organization.parentId;
-    }
+    record.caller = viewer.kind;
+    record.organizationId = viewer.organization.parentId;
     return viewer;
   };
   return {

@@ -164,3 +164,15 @@ export class RateLimitedError extends ApiError {
     super('RATE_LIMITED', 429, `Too many requests; try again in ${retryAfterSeconds} s.`);
   }
 }
+
+export class MethodNotAllowedError extends ApiError {
+  constructor(method: string) {
+    super('METHOD_NOT_ALLOWED', 405, `${method} is not allowed here; use GET.`);
+  }
+}
+
+export class NotFoundError extends ApiError {
+  constructor(path: string) {
+    super('NOT_FOUND', 404, `No resource at ${path.length > 100 ? `${path.slice(0, 100)}…` : path}.`);
+  }
+}

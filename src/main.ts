@@ -1,8 +1,9 @@
 import { Server as NetServer } from 'node:net';
-import { createApp, createHttpServer, createMetricsServer, type App } from './app.js';
+import { createApp, type App } from './http/app.js';
+import { Exchange } from './http/exchange.js';
+import { createHttpServer, createMetricsServer } from './http/server.js';
 import { MIN_SECRET_BYTES } from './auth/tokens.js';
 import { loadConfigOrExit } from './config.js';
-import { requestIdFrom } from './context.js';
 import type { Database } from './db/database.js';
 import { describeOrganizations, listOrganizations } from './db/accounts.js';
 import { migrate } from './db/migrator.js';
@@ -10,7 +11,7 @@ import { openConfiguredDatabase } from './db/setup.js';
 import type { DemoAccess } from './dev/demo.js';
 import { ServiceUnavailableError } from './errors.js';
 import { createLogger } from './logger.js';
-import { sendError, sendJson } from './rest/http.js';
+import { sendRestError } from './rest/http.js';
 import { describeStartFailure, StartFailure } from './start-failure.js';
 
 const config = loadConfigOrExit();
@@ -42,11 +43,11 @@ process.on('uncaughtException', (error) => {
 // requests are answered 503.
 const server = createHttpServer(config.limits, (request, response) => {
   if (app) return app.handle(request, response);
-  const requestId = requestIdFrom(request.headers['x-request-id'] as string | undefined);
+  const exchange = new Exchange(request, response);
   // Alive while starting (a long migration must not look like a dead process), not ready.
-  if (request.url === '/healthz') return sendJson(response, 200, { status: 'ok' }, { requestId });
+  if (exchange.path === '/healthz') return exchange.sendJson(200, { status: 'ok' });
   response.setHeader('Connection', 'close');
-  sendError(response, new ServiceUnavailableError('The service is starting; try again shortly.'), { requestId });
+  sendRestError(exchange, new ServiceUnavailableError('The service is starting; try again shortly.'));
 });
 await new Promise<void>((resolve) => {
   server.once('error', failStart);
@@ -56,7 +57,7 @@ await new Promise<void>((resolve) => {
   });
 });
 // METRICS_PORT: the metrics on a port of their own, not exposed with the API.
-const metricsServer = config.metricsPort === undefined ? undefined : createMetricsServer(() => app);
+const metricsServer = config.metricsPort === undefined ? undefined : createMetricsServer(() => app?.metricsText());
 if (metricsServer) {
   await new Promise<void>((resolve) => {
     metricsServer.once('error', failStart);

@@ -1,4 +1,3 @@
-import { isDocsPath } from './rest/docs.js';
 import type pg from 'pg';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ChangeFeed } from './db/change-feed.js';
@@ -16,7 +15,7 @@ export type MetricSources = {
 
 /** One answered request, as its log line and metrics see it. */
 export type AnsweredRequest = {
-  /** A fixed route name (`routeLabel`), never the raw path. */
+  /** A fixed route name (the edge's route table), never the raw path. */
   route: string;
   method: string;
   status: number;
@@ -35,33 +34,6 @@ export type Metrics = {
   feedState(live: boolean): void;
   retrievalWriteFailed(): void;
 };
-
-/** The paths that get a label of their own; anything else a client sends is `other`. */
-const ROUTES = new Set([
-  '/auth/user-profile',
-  '/auth/organization-details',
-  '/auth/child-accounts',
-  '/parent/credit-analysis',
-  '/graphql',
-  '/healthz',
-  '/readyz',
-  '/health',
-  '/metrics',
-  '/openapi.json',
-  '/docs',
-]);
-const METHODS = new Set(['GET', 'HEAD', 'POST', 'OPTIONS']);
-
-export function routeLabel(path: string): string {
-  if (ROUTES.has(path)) return path;
-  // The reference page's scripts and styles count as the page.
-  return isDocsPath(path) ? '/docs' : 'other';
-}
-
-/** A method as a label: the ones the API serves, and `other` for anything else. */
-export function methodLabel(method: string | undefined): string {
-  return method !== undefined && METHODS.has(method) ? method : 'other';
-}
 
 /** Latency buckets in seconds: a cached answer is well under a millisecond, a search tens of them. */
 const BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];

@@ -50,6 +50,11 @@ export class RateLimiter {
       trusted === undefined ? undefined : typeof trusted === 'number' ? (_address, hop) => hop < trusted : proxyAddr.compile(trusted);
   }
 
+  /** Whether any limit is on: with none, requests are not even looked at. */
+  get enabled(): boolean {
+    return this.byAddress !== undefined || this.byCredential !== undefined;
+  }
+
   clientAddress(request: IncomingMessage): string {
     if (this.trust && request.socket.remoteAddress) return proxyAddr(request, this.trust);
     return request.socket.remoteAddress ?? 'unknown';

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { operationLabel } from '../src/graphql/observe.js';
 import { parse } from 'graphql';
 import type { AddressInfo } from 'node:net';
-import { createMetricsServer } from '../src/app.js';
+import { createMetricsServer } from '../src/http/server.js';
 import { loadConfig } from '../src/config.js';
 import { rest, startServer, useServer } from './helpers/app.js';
 import { createOrganization, tokenFor } from './helpers/builders.js';
@@ -97,7 +97,7 @@ describe(`METRICS_PORT (${testMode})`, () => {
 
   it('moves /metrics off the API port to a server of its own, which serves nothing else', async () => {
     const api = await startServer(database(), { env: { METRICS_PORT: '9464' } });
-    const metrics = createMetricsServer(() => api.app);
+    const metrics = createMetricsServer(() => api.app.metricsText());
     await new Promise<void>((resolve) => metrics.listen(0, '127.0.0.1', resolve));
     const url = `http://127.0.0.1:${(metrics.address() as AddressInfo).port}`;
     try {

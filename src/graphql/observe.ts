@@ -1,8 +1,8 @@
 import { getOperationAST, Kind, type DocumentNode, type GraphQLError } from 'graphql';
-import type { Plugin } from 'graphql-yoga';
+import type { Plugin } from '@envelop/core';
 import { ApiError, innermostError, toApiError } from '../errors.js';
 import type { Logger } from '../logger.js';
-import type { Observed } from '../rest/http.js';
+import type { RequestRecord } from '../context.js';
 
 /** Root selections beyond this many are summarised: a label stays short whatever the document. */
 const MAX_LABELLED_FIELDS = 8;
@@ -24,8 +24,8 @@ export function operationLabel(document: DocumentNode, operationName: string | n
   return operation.operation === 'query' ? label : `${operation.operation}:${label}`;
 }
 
-function observedIn(context: unknown): Observed | undefined {
-  return (context as { observed?: Observed } | undefined)?.observed;
+function observedIn(context: unknown): RequestRecord | undefined {
+  return (context as { exchange?: { record: RequestRecord } } | undefined)?.exchange?.record;
 }
 
 /**
@@ -41,7 +41,7 @@ function codeOf(error: GraphQLError | undefined): string | undefined {
 }
 
 /**
- * Records, in the request's `observed` (from the server context), the operation's label and the
+ * Records, in the request's record (on its exchange), the operation's label and the
  * first error code: a parse or validation failure, or the first error of the result. Logs each
  * resolver error that is not one of the API's own (a database fault, a bug) with the request id,
  * before Yoga masks it for the client.

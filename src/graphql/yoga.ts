@@ -1,171 +1,128 @@
-import { getOperationAST, GraphQLError, type DocumentNode, type ExecutionArgs } from 'graphql';
-import { getVariableValues } from 'graphql/execution/values.js';
-import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
-import { useGraphQlJit } from '@envelop/graphql-jit';
-import { useDisableIntrospection } from '@graphql-yoga/plugin-disable-introspection';
-import { createYoga } from 'graphql-yoga';
-import { LRUCache } from 'lru-cache';
-import { createRequestContext, requestIdFrom, type AppDependencies, type RequestContext } from '../context.js';
-import { ApiError, innermostError, toApiError } from '../errors.js';
-import type { Logger } from '../logger.js';
-import { GRAPHIQL_DEFAULT_DOCUMENT, PERSISTED_OPERATIONS } from './operations.js';
-import { usePersistedOperations } from '@graphql-yoga/plugin-persisted-operations';
-import { useObserve } from './observe.js';
-import { schema } from './schema.js';
-import type { Observed } from '../rest/http.js';
+import { createYoga, useEnvelop, type Plugin } from 'graphql-yoga';
+import { acceptsGzip, CompressedPayload } from '../compression.js';
+import type { Config } from '../config.js';
+import type { Exchange } from '../http/exchange.js';
+import { GRAPHIQL_DEFAULT_DOCUMENT } from './operations.js';
+import { resolvePersistedOperation } from './persisted.js';
+import type { GraphQLInitialContext, GraphQLPipeline } from './pipeline.js';
 
-type ServerContext = { requestId?: string; observed?: Observed };
+/*
+ * The full GraphQL server at /graphql, graphql-yoga, for what the lean door does not take:
+ * GraphiQL, event streams and multipart answers, form bodies and every malformed request. It runs
+ * the same pipeline (`useEnvelop`), with the same error mask; CORS, limits and framing are the
+ * edge's. Reached through its public Node entry, `handleNodeRequestAndResponse`.
+ */
 
-/**
- * Executions of one document before it is compiled (graphql-jit): the documents real clients send
- * again and again run as compiled functions; a document sent a few times, or one of a caller
- * making up a new document per request, is executed as usual and costs no compilation.
- */
-const COMPILE_AFTER_EXECUTIONS = 20;
-/**
- * Parsed documents kept (Yoga's default is 1,024). A compiled document lives as long as its
- * parsed one, so this also bounds the compiled functions held.
- */
-const DOCUMENTS_KEPT = 256;
-
-/**
- * Whether this execution runs compiled: a query (graphql-jit reports other operation types, and
- * variables of the wrong type, in shapes of its own: those stay with the reference executor, whose
- * answers the contract fixes) whose document has been executed often enough. Executions are
- * counted per parsed document: Yoga's parse cache hands back the same object for the same text.
- */
-function compileWhenRepeated(): (args: ExecutionArgs) => boolean {
-  const executions = new WeakMap<DocumentNode, number>();
-  return ({ document, operationName, schema, variableValues }) => {
-    const count = (executions.get(document) ?? 0) + 1;
-    if (count <= COMPILE_AFTER_EXECUTIONS) {
-      executions.set(document, count);
-      return false;
-    }
-    const operation = getOperationAST(document, operationName);
-    if (operation?.operation !== 'query') return false;
-    const variables = operation.variableDefinitions ?? [];
-    return variables.length === 0 || getVariableValues(schema, variables, variableValues ?? {}).errors === undefined;
+/** Stored operations by id: the rule is persisted.ts', shared with the lean door. */
+function usePersistedOperations(persistedOnly: boolean): Plugin<GraphQLInitialContext> {
+  return {
+    onParams({ params, setParams, context }) {
+      setParams(resolvePersistedOperation(params, persistedOnly, (context as GraphQLInitialContext).exchange.record) as typeof params);
+    },
   };
 }
 
-export type GraphQLHandler = ReturnType<typeof createGraphQLHandler>;
+/**
+ * Headers of Yoga's answer that describe its own connection or framing, not the content: the
+ * edge writes the answer whole, with its own Content-Length, and owns the connection. Yoga marks
+ * event streams `Content-Encoding: none`, which is no encoding at all.
+ */
+const CONNECTION_HEADERS = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'proxy-connection', 'upgrade', 'te', 'trailer']);
 
-/** GraphQL over HTTP at /graphql, with GraphiQL when enabled. */
-export type GraphQLHandlerOptions = {
-  /** JSON of the headers GraphiQL opens with (development: a demo parent's token). */
-  graphiqlHeaders?: string;
-};
+/** HTML pages at least this large are sent gzipped to clients that accept it (GraphiQL: megabytes). */
+const COMPRESS_HTML_FROM_BYTES = 64 * 1024;
 
-export function createGraphQLHandler(deps: AppDependencies, logger: Logger, options: GraphQLHandlerOptions = {}) {
+/** JSON media types Yoga reads a POSTed operation from. */
+const JSON_BODY = /^\s*application\/(graphql\+)?json\s*(;|$)/i;
+
+/**
+ * The body as handed to Yoga's Node adapter: a JSON operation already parsed, as body-parsing
+ * frameworks pass it (the adapter answers `request.json()` with it), and any other body as its text.
+ * A JSON body that does not parse to an object with members stays text, so that Yoga reports it
+ * exactly as it reports any malformed operation.
+ */
+function parsedBody(contentType: string | undefined, body: Buffer): string | Record<string, unknown> {
+  const text = body.toString('utf8');
+  if (!JSON_BODY.test(contentType ?? '')) return text;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    return text;
+  }
+  const members = parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed) && Object.keys(parsed).length > 0;
+  return members ? (parsed as Record<string, unknown>) : text;
+}
+
+/** The code of the first error of a JSON answer, if it has one. */
+function firstErrorCode(payload: Buffer): string | undefined {
+  try {
+    const code = (JSON.parse(payload.toString('utf8')) as { errors?: { extensions?: { code?: unknown } }[] }).errors?.[0]?.extensions?.code;
+    return typeof code === 'string' ? code : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export type YogaDoor = ReturnType<typeof createYogaDoor>;
+
+export function createYogaDoor(pipeline: GraphQLPipeline, config: Config, options: { graphiqlHeaders?: string } = {}) {
   let graphiqlPage: Promise<string> | undefined;
-  return createYoga<ServerContext, RequestContext>({
-    schema,
+  /** The one large page this endpoint serves (GraphiQL, rendered once), gzipped once. */
+  let compressedPage: CompressedPayload | undefined;
+  const yoga = createYoga<GraphQLInitialContext>({
     graphqlEndpoint: '/graphql',
-    graphiql: deps.config.graphiql
+    graphiql: config.graphiql
       ? {
           title: 'Credits read API',
           defaultQuery: GRAPHIQL_DEFAULT_DOCUMENT,
           // A demo token in the headers tab: development only (see main.ts), never in production.
-          ...(options.graphiqlHeaders && deps.config.env === 'development' ? { headers: options.graphiqlHeaders } : {}),
+          ...(options.graphiqlHeaders && config.env === 'development' ? { headers: options.graphiqlHeaders } : {}),
         }
       : false,
     // GraphiQL's page and assets from the npm package, not from a CDN: it works offline. Loaded
     // on first use: the bundle is tens of megabytes in memory, and production serves no GraphiQL.
-    // Its options never change, so the page is rendered once (and compressed once, see http.ts).
     renderGraphiQL: (graphiqlOptions) =>
       (graphiqlPage ??= import('@graphql-yoga/render-graphiql').then((module) => module.renderGraphiQL(graphiqlOptions))),
     landingPage: false,
     batching: false,
-    parserAndValidationCache: { documentCache: new LRUCache<string, DocumentNode>({ max: DOCUMENTS_KEPT, ttl: 3_600_000 }) },
-    // The body arrives already read and capped (MAX_BODY_BYTES, 413 in app.ts): Yoga's own limit
-    // would stream it again through a transform for nothing.
+    // The pipeline's own caches serve both doors.
+    parserAndValidationCache: false,
+    // The body arrives already read and capped (MAX_BODY_BYTES, 413 at the edge).
     maxRequestBodySize: false,
-    plugins: [
-      // Refused before any resolver runs; the messages do not reveal the limits.
-      EnvelopArmorPlugin({
-        maxDepth: { n: 6, exposeLimits: false },
-        maxAliases: { n: 15, exposeLimits: false },
-        maxDirectives: { n: 50, exposeLimits: false },
-        maxTokens: { n: 1000, exposeLimits: false },
-        costLimit: { maxCost: 5000, exposeLimits: false },
-        blockFieldSuggestion: { enabled: deps.config.env !== 'development' },
-      }),
-      ...(deps.config.introspection ? [] : [useDisableIntrospection()]),
-      // Stored documents by id (operations.ts); GRAPHQL_PERSISTED_ONLY refuses any other document.
-      usePersistedOperations({
-        getPersistedOperation: (id) => PERSISTED_OPERATIONS.get(id) ?? null,
-        allowArbitraryOperations: !deps.config.persistedOperationsOnly,
-        customErrors: {
-          notFound: {
-            message: 'No stored operation has this id (extensions.persistedQuery.sha256Hash).',
-            extensions: { code: 'PERSISTED_QUERY_NOT_FOUND', http: { status: 400 } },
-          },
-          persistedQueryOnly: {
-            message: 'This server runs stored operations only: send extensions.persistedQuery.sha256Hash instead of a query.',
-            extensions: { code: 'PERSISTED_QUERY_ONLY', http: { status: 400 } },
-          },
-          keyNotFound: {
-            message: 'Send a query, or a stored operation id in extensions.persistedQuery.sha256Hash.',
-            extensions: { code: 'BAD_REQUEST', http: { status: 400 } },
-          },
-        },
-      }),
-      useGraphQlJit({}, { enableIf: compileWhenRepeated(), onError: () => {} }),
-      useObserve(logger),
-    ],
-    cors: {
-      origin: deps.config.corsOrigins === '*' ? '*' : deps.config.corsOrigins,
-      credentials: false,
-      allowedHeaders: ['Authorization', 'Content-Type', 'X-Public-Key', 'X-Request-Id'],
-      exposedHeaders: ['X-Request-Id'],
-    },
+    plugins: [useEnvelop(pipeline.getEnveloped as never), usePersistedOperations(config.persistedOperationsOnly)],
+    // One CORS policy, the edge's, for every answer.
+    cors: false,
     logging: false,
-    context: ({ request, requestId, observed }) =>
-      createRequestContext(
-        deps,
-        {
-          authorization: request.headers.get('authorization'),
-          publicKey: request.headers.get('x-public-key'),
-        },
-        requestId ?? requestIdFrom(request.headers.get('x-request-id')),
-        observed,
-      ),
-    maskedErrors: {
-      // Expected errors reach the client with their contract code; everything else is masked.
-      maskError: (error) => {
-        const original = innermostError(error);
-        const located = error as Partial<Pick<GraphQLError, 'nodes' | 'path' | 'extensions'>>;
-        const graphQLShaped = (value: unknown): value is GraphQLError =>
-          value instanceof Error && 'extensions' in value && typeof value.extensions === 'object';
-        if (!(original instanceof ApiError) && located.path === undefined && graphQLShaped(error) && graphQLShaped(original)) {
-          // The request's own faults (parse, validation, variables, operation choice), not a
-          // resolver's: the client's to read, with a code where the rule that refused gave none.
-          // Only the code (and Yoga's status hint, which it does not send) reach the client:
-          // parsers attach the thrown error's name and message, which are not for clients. Yoga
-          // answers such an error with its own status even to application/json clients; without
-          // the attachment, the status hint must say so itself (no "spec" marker).
-          const { code, originalError } = error.extensions;
-          let { http } = error.extensions as { http?: Record<string, unknown> };
-          if (originalError !== undefined && http?.['spec']) {
-            const { spec: _spec, ...rest } = http;
-            http = rest;
-          }
-          return new GraphQLError(error.message, {
-            nodes: error.nodes,
-            source: error.source,
-            positions: error.positions,
-            extensions: { code: typeof code === 'string' ? code : 'GRAPHQL_VALIDATION_FAILED', ...(http === undefined ? {} : { http }) },
-          });
-        }
-        // Resolver errors that are not the API's own were logged, with the request id, by useObserve.
-        const apiError = original instanceof ApiError ? original : toApiError(original);
-        return new GraphQLError(apiError.message, {
-          nodes: located.nodes,
-          path: located.path,
-          extensions: { code: apiError.code },
-        });
-      },
-    },
+    // For what fails outside execution (a thrown parse error, a refused parameter): the same mask.
+    maskedErrors: { maskError: (error) => pipeline.maskError(error) },
   });
+
+  /** Answers through Yoga: its whole HTTP path, then written by the edge with its framing. */
+  async function serve(exchange: Exchange, body: Buffer | undefined): Promise<void> {
+    const { request } = exchange;
+    // The body already read goes with the request, as body-parsing frameworks hand it to the
+    // adapter (an empty one: the request itself, whose stream has ended).
+    const nodeRequest = body?.length
+      ? { method: request.method, url: request.url, headers: request.headers, socket: request.socket, body: parsedBody(exchange.header('content-type'), body) }
+      : request;
+    const answer = await yoga.handleNodeRequestAndResponse(nodeRequest, exchange.response, { exchange });
+    let payload: Buffer = Buffer.from(await answer.arrayBuffer());
+    const contentType = answer.headers.get('content-type') ?? undefined;
+    answer.headers.forEach((value, name) => {
+      const lower = name.toLowerCase();
+      if (lower === 'content-type' || CONNECTION_HEADERS.has(lower) || (lower === 'content-encoding' && /^\s*(none|identity)\s*$/i.test(value))) return;
+      exchange.addHeader(name, value);
+    });
+    const page = /^\s*text\/html/i.test(contentType ?? '');
+    if (exchange.record.code === undefined && /json/i.test(contentType ?? '') && payload.length < 65_536) exchange.record.code = firstErrorCode(payload);
+    if (page && payload.length >= COMPRESS_HTML_FROM_BYTES && acceptsGzip(exchange.header('accept-encoding'))) {
+      if (!compressedPage || !compressedPage.raw.equals(payload)) compressedPage = new CompressedPayload(payload);
+      payload = await compressedPage.gzip();
+      exchange.addHeaders({ 'Content-Encoding': 'gzip', Vary: 'Accept-Encoding' });
+    }
+    exchange.send(answer.status, contentType, payload, { noStore: !page });
+  }
+
+  return { yoga, serve };
 }

@@ -1,10 +1,8 @@
 import { readFileSync } from 'node:fs';
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { acceptsGzip, CompressedPayload } from '../compression.js';
-import { refusedMethod } from './router.js';
-import { send, type ResponseOptions } from './http.js';
+import type { Exchange } from '../http/exchange.js';
 import { openApiDocument } from './openapi.js';
 
 /*
@@ -68,21 +66,22 @@ const COMPRESS_FROM_BYTES = 1024;
 /** Loaded on first request and kept: a fixed set of files, about 2.5 MB together. */
 const loaded = new Map<string, CompressedPayload>();
 
-export function isDocsPath(target: string): boolean {
-  return Object.hasOwn(ASSETS, target);
-}
+/** Every path served here. */
+export const DOCS_PATHS: readonly string[] = Object.keys(ASSETS);
 
-export async function serveDocs(request: IncomingMessage, response: ServerResponse, target: string, options: ResponseOptions): Promise<void> {
-  if (refusedMethod(request, response, options)) return;
+/** One of `DOCS_PATHS`, with its cached payload (gzipped for clients that accept it). */
+export async function serveDocs(exchange: Exchange): Promise<void> {
+  const target = exchange.path;
   const asset = ASSETS[target]!;
   let payload = loaded.get(target);
   if (!payload) {
     payload = new CompressedPayload(asset.load());
     loaded.set(target, payload);
   }
-  const headers: Record<string, string> = { ...options.headers, 'Cache-Control': 'public, max-age=300', Vary: 'Accept-Encoding' };
-  if (payload.raw.length >= COMPRESS_FROM_BYTES && acceptsGzip(request.headers['accept-encoding'])) {
-    return send(response, 200, asset.contentType, await payload.gzip(), { ...options, headers: { ...headers, 'Content-Encoding': 'gzip' } });
+  exchange.addHeaders({ 'Cache-Control': 'public, max-age=300', Vary: 'Accept-Encoding' });
+  if (payload.raw.length >= COMPRESS_FROM_BYTES && acceptsGzip(exchange.header('accept-encoding'))) {
+    exchange.addHeader('Content-Encoding', 'gzip');
+    return exchange.send(200, asset.contentType, await payload.gzip());
   }
-  return send(response, 200, asset.contentType, payload.raw, { ...options, headers });
+  return exchange.send(200, asset.contentType, payload.raw);
 }

@@ -1,53 +1,47 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { ApiError } from '../errors.js';
-
-/** What the answer to a request turned out to be, beyond its status: for its log line and metrics. */
-export type Observed = {
-  /** The error code answered (REST envelope, GraphQL refusal, or the first error of a GraphQL result). */
-  code?: string;
-  /** GraphQL: the root fields the operation selected (see `graphql/observe.ts`). */
-  operation?: string;
-  /** Who the request was authenticated as, once it was; unset: anonymous. */
-  caller?: 'parent' | 'child' | 'publicKey';
-  /** The organization (its parent's userID) the caller belongs to. */
-  organizationId?: string;
-};
-
-/** What every REST answer carries besides its body. */
-export type ResponseOptions = {
-  requestId: string;
-  /** Filled in as the answer is made. */
-  observed?: Observed;
-  /** Authenticated answers must not be stored by caches. */
-  noStore?: boolean;
-  headers?: Record<string, string>;
-};
-
-export function sendJson(response: ServerResponse, status: number, body: unknown, options: ResponseOptions): void {
-  send(response, status, 'application/json; charset=utf-8', JSON.stringify(body), options);
-}
-
-/** An answer of any media type, with the headers every answer carries. */
-export function send(response: ServerResponse, status: number, contentType: string, payload: string | Buffer, options: ResponseOptions): void {
-  response.statusCode = status;
-  response.setHeader('Content-Type', contentType);
-  response.setHeader('Content-Length', Buffer.byteLength(payload));
-  response.setHeader('X-Request-Id', options.requestId);
-  if (options.noStore) response.setHeader('Cache-Control', 'no-store');
-  for (const [name, value] of Object.entries(options.headers ?? {})) response.setHeader(name, value);
-  // Node sends no body for HEAD by itself; the headers stay those of GET.
-  response.end(payload);
-}
+import type { RequestContext } from '../context.js';
+import { ApiError, toApiError } from '../errors.js';
+import type { Exchange } from '../http/exchange.js';
+import type { Logger } from '../logger.js';
 
 /** decisions §6: `{ success: false, error: { code, message } }` everywhere. */
 export function errorEnvelope(error: ApiError): { success: false; error: { code: string; message: string } } {
   return { success: false, error: { code: error.code, message: error.message } };
 }
 
-export function sendError(response: ServerResponse, error: ApiError, options: ResponseOptions): void {
-  if (options.observed) options.observed.code = error.code;
-  sendJson(response, error.status, errorEnvelope(error), options);
+/** A refusal in the REST envelope, recorded for the log line and metrics. */
+export function sendRestError(exchange: Exchange, error: ApiError, options: { noStore?: boolean } = {}): void {
+  exchange.record.code = error.code;
+  if (error.status === 401) exchange.addHeader('WWW-Authenticate', 'Bearer');
+  exchange.sendJson(error.status, errorEnvelope(error), options);
 }
+
+/** One documented path: its answer's body from the request context and the query parameters. */
+export type RestOperation = (context: RequestContext, parameters: Map<string, string[]>) => Promise<unknown>;
+
+/**
+ * Answers one documented path: the operation's body with 200, or its refusal in the envelope;
+ * both `no-store` (they are the caller's own data). An error that is not one of the API's own is
+ * logged with the request id and answered as the mapping says (503 for an outage, else 500).
+ */
+export async function answerRest(
+  exchange: Exchange,
+  operation: RestOperation,
+  context: RequestContext,
+  maxQueryParameters: number,
+  logger: Logger,
+): Promise<void> {
+  try {
+    const body = await operation(context, queryParameters(exchange.query, maxQueryParameters));
+    exchange.sendJson(200, body, { noStore: true });
+  } catch (error) {
+    const apiError = toApiError(error);
+    if (!(error instanceof ApiError)) {
+      logger.error('unexpected error in a REST route', { error, path: exchange.path, requestId: exchange.requestId, code: apiError.code });
+    }
+    sendRestError(exchange, apiError, { noStore: true });
+  }
+}
+
 
 /** Stands for a value that is not valid percent-encoded UTF-8: every parameter rule refuses it. */
 export const UNDECODABLE = '\u0000';
@@ -85,11 +79,6 @@ export function queryParameters(query: string, maxParameters: number): Map<strin
     else parameters.set(name, [value]);
   }
   return parameters;
-}
-
-export function header(request: IncomingMessage, name: string): string | undefined {
-  const value = request.headers[name];
-  return Array.isArray(value) ? value[0] : value;
 }
 
 /** Milliseconds since the epoch, or null (decisions §1). */

@@ -1,5 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
@@ -9,6 +9,7 @@ import { openDatabase } from '../../src/db/database.js';
 import { migrate } from '../../src/db/migrator.js';
 import { seed } from '../../src/dev/demo-data.js';
 import { freePort, postgresBinDir, startCluster, type Cluster } from '../helpers/postgres-cluster.js';
+import { layerSplit } from './layers.js';
 
 /*
  * npm run bench: the product against the floor (one prepared pg query as JSON over node:http),
@@ -24,6 +25,8 @@ const { values: args } = parseArgs({
     connections: { type: 'string', default: '50' },
     soak: { type: 'string' },
     only: { type: 'string' },
+    /** Profile the server's CPU and print its split by layer (per request when one server row ran). */
+    profile: { type: 'boolean', default: false },
     users: { type: 'string', default: '50000' },
     signins: { type: 'string', default: '100' },
     json: { type: 'string', default: path.join(root, '.bench', 'results.json') },
@@ -184,7 +187,13 @@ try {
   // The server runs as `npm start` runs it (same Node flags, such as the heap limit).
   const startScript = (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
   // BENCH_APP_FLAGS adds Node flags for the server only (for example --cpu-prof to profile it).
-  const nodeFlags = [...startScript.split(/\s+/).filter((word) => word.startsWith('--')), ...(process.env.BENCH_APP_FLAGS?.split(/\s+/).filter(Boolean) ?? [])];
+  const profileDir = path.join(root, '.bench', 'profile');
+  if (args.profile) rmSync(profileDir, { recursive: true, force: true });
+  const nodeFlags = [
+    ...startScript.split(/\s+/).filter((word) => word.startsWith('--')),
+    ...(process.env.BENCH_APP_FLAGS?.split(/\s+/).filter(Boolean) ?? []),
+    ...(args.profile ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : []),
+  ];
   // And with the environment the script sets before `node` (NAME=value words).
   const startEnv = Object.fromEntries(startScript.split(/\s+/).filter((word) => /^[A-Z_]+=/.test(word)).map((word) => word.split('=', 2) as [string, string]));
   const app = spawn(process.execPath, [...nodeFlags, path.join(root, 'dist', 'main.js')], { env: { ...env, ...startEnv }, stdio: ['ignore', 'ignore', 'inherit'] });
@@ -341,6 +350,18 @@ try {
   console.log(`results: ${args.json}`);
   for (const p of processes) p.kill('SIGTERM');
   await Promise.all(processes.map((p) => new Promise((resolve) => (p.exitCode !== null ? resolve(null) : p.on('exit', resolve)))));
+  if (args.profile) {
+    const file = readdirSync(profileDir).find((name) => name.endsWith('.cpuprofile'));
+    if (!file) throw new Error('the server wrote no CPU profile');
+    // Only the rows measured count: the warm-up and priming are in the profile too, so the split
+    // is of shares, applied to the measured CPU per request of the one server row.
+    const appRows = rows.filter((r) => !r.scenario.startsWith('floor') && !r.scenario.startsWith('ceiling'));
+    const perRequest = appRows.length === 1 ? appRows[0]!.cpuUsPerRequest : undefined;
+    console.log(`\nCPU by layer${perRequest ? ` (${appRows[0]!.scenario}, ${perRequest} µs a request)` : ' (every row measured)'}:`);
+    for (const { layer, share } of layerSplit(path.join(profileDir, file))) {
+      console.log(`  ${layer.padEnd(52)} ${(share * 100).toFixed(1).padStart(5)} %${perRequest ? `  ${String(Math.round(share * perRequest)).padStart(5)} µs` : ''}`);
+    }
+  }
   await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`).catch(() => {});
   await admin.end();
 } finally {

@@ -1,7 +1,8 @@
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, beforeEach, vi } from 'vitest';
-import { createApp, createHttpServer, type App } from '../../src/app.js';
+import { createApp, type App, type AppOptions } from '../../src/http/app.js';
+import { createHttpServer } from '../../src/http/server.js';
 import { loadConfig, type Config } from '../../src/config.js';
 import type { Database } from '../../src/db/database.js';
 import { createLogger } from '../../src/logger.js';
@@ -19,7 +20,7 @@ export type TestServer = {
 
 export async function startServer(
   database: Database,
-  options: { env?: Record<string, string>; now?: () => Date; graphiqlHeaders?: string } = {},
+  options: { env?: Record<string, string>; now?: () => Date; graphiqlHeaders?: string; graphqlDoor?: AppOptions['graphqlDoor'] } = {},
 ): Promise<TestServer> {
   const config: Config = loadConfig({
     NODE_ENV: 'test',
@@ -29,7 +30,7 @@ export async function startServer(
     RATE_LIMIT_PER_CREDENTIAL: '0',
     ...options.env,
   });
-  const app = createApp({ config, database, logger: createLogger(config.logLevel, { format: config.logFormat }), now: options.now, graphiqlHeaders: options.graphiqlHeaders });
+  const app = createApp({ config, database, logger: createLogger(config.logLevel, { format: config.logFormat }), now: options.now, graphiqlHeaders: options.graphiqlHeaders, graphqlDoor: options.graphqlDoor });
   const server: Server = createHttpServer(config.limits, (request, response) => app.handle(request, response));
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -57,7 +58,7 @@ export async function startServer(
 }
 
 /** A server on this file's database, started before its tests and stopped after them. */
-export function useServer(database: () => Database, options: { env?: Record<string, string>; now?: () => Date } = {}) {
+export function useServer(database: () => Database, options: Parameters<typeof startServer>[1] = {}) {
   let server: TestServer | undefined;
   beforeAll(async () => {
     server = await startServer(database(), options);

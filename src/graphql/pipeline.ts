@@ -1,0 +1,222 @@
+import {
+  getOperationAST,
+  GraphQLError,
+  NoSchemaIntrospectionCustomRule,
+  parse,
+  specifiedRules,
+  validate,
+  type DocumentNode,
+  type ExecutionArgs,
+} from 'graphql';
+import { getVariableValues } from 'graphql/execution/values.js';
+import { envelop, useEngine, useExtendContext, useMaskedErrors, useSchema, type GetEnvelopedFn, type Plugin } from '@envelop/core';
+import { useGraphQlJit } from '@envelop/graphql-jit';
+import { useParserCache } from '@envelop/parser-cache';
+import { useValidationCache } from '@envelop/validation-cache';
+import { normalizedExecutor } from '@graphql-tools/executor';
+import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
+import { LRUCache } from 'lru-cache';
+import { createRequestContext, type AppDependencies, type RequestContext } from '../context.js';
+import { ApiError, innermostError, toApiError } from '../errors.js';
+import type { Exchange } from '../http/exchange.js';
+import type { Logger } from '../logger.js';
+import { useObserve } from './observe.js';
+import { schema } from './schema.js';
+
+/*
+ * The one GraphQL pipeline: a single envelop instance, built once, with one plugin list, one
+ * context factory and one error mask. Both doors run every operation through it: the lean door
+ * (lean.ts) calls it directly, Yoga (yoga.ts) receives it whole with `useEnvelop`. A rule of this
+ * API lives in an envelop hook here (parse, validate, context, execute), never in a hook only one
+ * door has.
+ */
+
+/** What each door hands the pipeline: the request's exchange (credentials, request id, record). */
+export type GraphQLInitialContext = { exchange: Exchange };
+export type GraphQLContext = GraphQLInitialContext & RequestContext;
+
+/**
+ * Executions of one document before it is compiled (graphql-jit): the documents real clients send
+ * again and again run as compiled functions; a document sent a few times, or one of a caller
+ * making up a new document per request, is executed as usual and costs no compilation.
+ */
+const COMPILE_AFTER_EXECUTIONS = 20;
+/**
+ * Parsed documents kept. A compiled document lives as long as its parsed one, so this also
+ * bounds the compiled functions held; validation results are kept for as many.
+ */
+const DOCUMENTS_KEPT = 256;
+const DOCUMENT_TTL_MS = 3_600_000;
+
+/**
+ * Whether this execution runs compiled: a query (graphql-jit reports other operation types, and
+ * variables of the wrong type, in shapes of its own: those stay with the reference executor, whose
+ * answers the contract fixes) whose document has been executed often enough. Executions are
+ * counted per parsed document: the parser cache hands back the same object for the same text.
+ */
+function compileWhenRepeated(): (args: ExecutionArgs) => boolean {
+  const executions = new WeakMap<DocumentNode, number>();
+  return ({ document, operationName, schema, variableValues }) => {
+    const count = (executions.get(document) ?? 0) + 1;
+    if (count <= COMPILE_AFTER_EXECUTIONS) {
+      executions.set(document, count);
+      return false;
+    }
+    const operation = getOperationAST(document, operationName);
+    if (operation?.operation !== 'query') return false;
+    const variables = operation.variableDefinitions ?? [];
+    return variables.length === 0 || getVariableValues(schema, variables, variableValues ?? {}).errors === undefined;
+  };
+}
+
+type HttpHint = { status?: number; spec?: boolean; headers?: Record<string, string> };
+
+function httpHint(error: GraphQLError): HttpHint {
+  const extensions = error.extensions as Record<string, unknown>;
+  return ((extensions['http'] as HttpHint | undefined) ??= {});
+}
+
+/**
+ * GraphQL over HTTP's rules for the request's own faults, as the specification and Yoga have
+ * them: a document that does not parse is 400 `GRAPHQL_PARSE_FAILED`; one that names no
+ * operation to run is 400 `OPERATION_RESOLUTION_FAILURE`; a mutation by GET is 405; a document
+ * that fails validation is 400 `GRAPHQL_VALIDATION_FAILED`. The status hints are read by the doors
+ * (application/graphql-response+json answers with them; application/json only with those not
+ * marked `spec`) and never sent.
+ */
+function useHttpSemantics(): Plugin<GraphQLInitialContext> {
+  return {
+    onParse({ context }) {
+      return ({ result }) => {
+        if (result instanceof GraphQLError) {
+          const extensions = result.extensions as Record<string, unknown>;
+          extensions['code'] ||= 'GRAPHQL_PARSE_FAILED';
+          const http = httpHint(result);
+          http.spec ||= true;
+          http.status ||= 400;
+          return;
+        }
+        if (result instanceof Error || result === null) return;
+        const operationName = (context as { params?: { operationName?: string } }).params?.operationName;
+        const operation = getOperationAST(result, operationName);
+        if (!operation) {
+          throw new GraphQLError('Could not determine what operation to execute.', {
+            extensions: { code: 'OPERATION_RESOLUTION_FAILURE', http: { status: 400 } },
+          });
+        }
+        if (operation.operation === 'mutation' && context.exchange.request.method === 'GET') {
+          throw new GraphQLError('Can only perform a mutation operation from a POST request.', {
+            extensions: { http: { status: 405, headers: { Allow: 'POST' } }, code: 'BAD_REQUEST' },
+          });
+        }
+      };
+    },
+    onValidate() {
+      return ({ valid, result }) => {
+        if (valid) return;
+        for (const error of result) {
+          const extensions = error.extensions as Record<string, unknown>;
+          extensions['code'] ||= 'GRAPHQL_VALIDATION_FAILED';
+          const http = httpHint(error);
+          http.spec ??= true;
+          http.status ||= 400;
+        }
+      };
+    },
+  };
+}
+
+/** Introspection off (production default): the validation rule refuses `__schema` and `__type`. */
+function useNoIntrospection(): Plugin {
+  return {
+    onValidate({ addValidationRule }) {
+      addValidationRule(NoSchemaIntrospectionCustomRule);
+    },
+  };
+}
+
+const graphQLShaped = (value: unknown): value is GraphQLError => value instanceof Error && 'extensions' in value && typeof value.extensions === 'object';
+
+/**
+ * The one error mask. Expected errors reach the client with their contract code; the request's
+ * own faults (parse, validation, variables, operation choice) with their message and code;
+ * everything else as the API's error mapping has it (503 for an outage, else 500), masked.
+ * Idempotent: an error it made is returned as it is, so that masking twice changes nothing.
+ */
+export function createErrorMask(): (error: unknown) => GraphQLError {
+  const masked = new WeakSet<object>();
+  const mark = (error: GraphQLError): GraphQLError => {
+    masked.add(error);
+    return error;
+  };
+  return (error) => {
+    if (typeof error === 'object' && error !== null && masked.has(error)) return error as GraphQLError;
+    const original = innermostError(error);
+    const located = error as Partial<Pick<GraphQLError, 'nodes' | 'path' | 'extensions'>>;
+    if (!(original instanceof ApiError) && located.path === undefined && graphQLShaped(error) && graphQLShaped(original)) {
+      // Only the code (and the status hint, which is never sent) reach the client: parsers attach
+      // the thrown error's name and message, which are not for clients. Such an error is answered
+      // with its own status even to application/json clients; without the attachment, the hint
+      // must say so itself (no "spec" marker).
+      const { code, originalError } = error.extensions;
+      let { http } = error.extensions as { http?: Record<string, unknown> };
+      if (originalError !== undefined && http?.['spec']) {
+        const { spec: _spec, ...rest } = http;
+        http = rest;
+      }
+      return mark(
+        new GraphQLError(error.message, {
+          nodes: error.nodes,
+          source: error.source,
+          positions: error.positions,
+          extensions: { code: typeof code === 'string' ? code : 'GRAPHQL_VALIDATION_FAILED', ...(http === undefined ? {} : { http }) },
+        }),
+      );
+    }
+    // Resolver errors that are not the API's own were logged, with the request id, by useObserve.
+    const apiError = original instanceof ApiError ? original : toApiError(original);
+    return mark(new GraphQLError(apiError.message, { nodes: located.nodes, path: located.path, extensions: { code: apiError.code } }));
+  };
+}
+
+export type GraphQLPipeline = {
+  getEnveloped: GetEnvelopedFn<GraphQLContext>;
+  /** The error mask, for what fails outside execution (a door's own refusals, a thrown parse error). */
+  maskError: (error: unknown) => GraphQLError;
+};
+
+/**
+ * graphql-js' validation with each rule once: the full server adds the specified rules too when
+ * it takes the pipeline in, and a rule listed twice reports every error twice.
+ */
+const validateOnce: typeof validate = (schema, document, rules, options, typeInfo) =>
+  validate(schema, document, rules && [...new Set(rules)], options, typeInfo);
+
+export function createGraphQLPipeline(deps: AppDependencies, logger: Logger): GraphQLPipeline {
+  const maskError = createErrorMask();
+  const plugins: Plugin<any>[] = [
+    useEngine({ parse, validate: validateOnce, specifiedRules, execute: normalizedExecutor, subscribe: normalizedExecutor }),
+    useSchema(schema),
+    // Refused before any resolver runs; the messages do not reveal the limits.
+    EnvelopArmorPlugin({
+      maxDepth: { n: 6, exposeLimits: false },
+      maxAliases: { n: 15, exposeLimits: false },
+      maxDirectives: { n: 50, exposeLimits: false },
+      maxTokens: { n: 1000, exposeLimits: false },
+      costLimit: { maxCost: 5000, exposeLimits: false },
+      blockFieldSuggestion: { enabled: deps.config.env !== 'development' },
+    }),
+    ...(deps.config.introspection ? [] : [useNoIntrospection()]),
+    useParserCache({
+      documentCache: new LRUCache<string, DocumentNode>({ max: DOCUMENTS_KEPT, ttl: DOCUMENT_TTL_MS }),
+      errorCache: new LRUCache<string, Error>({ max: DOCUMENTS_KEPT, ttl: DOCUMENT_TTL_MS }),
+    }),
+    useValidationCache({ cache: new LRUCache<string, readonly GraphQLError[]>({ max: DOCUMENTS_KEPT, ttl: DOCUMENT_TTL_MS }) }),
+    useHttpSemantics(),
+    useGraphQlJit({}, { enableIf: compileWhenRepeated(), onError: () => {} }),
+    useObserve(logger),
+    useExtendContext(({ exchange }: GraphQLInitialContext) => createRequestContext(deps, exchange)),
+    useMaskedErrors({ maskError: (error) => maskError(error) }),
+  ];
+  return { getEnveloped: envelop({ plugins }) as unknown as GetEnvelopedFn<GraphQLContext>, maskError };
+}

@@ -1,0 +1,309 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { LRUCache } from 'lru-cache';
+import type { Config } from '../config.js';
+import { createRequestContext, type AppDependencies } from '../context.js';
+import type { Database } from '../db/database.js';
+import { EntityCache } from '../db/entity-cache.js';
+import {
+  ApiError,
+  BadRequestError,
+  ClientClosedError,
+  HeaderTooLargeError,
+  MethodNotAllowedError,
+  NotFoundError,
+  PayloadTooLargeError,
+  RateLimitedError,
+  ServiceUnavailableError,
+  toApiError,
+  UriTooLongError,
+} from '../errors.js';
+import { sendGraphQLError } from '../graphql/http.js';
+import { createLeanDoor } from '../graphql/lean.js';
+import { createGraphQLPipeline } from '../graphql/pipeline.js';
+import { createYogaDoor, type YogaDoor } from '../graphql/yoga.js';
+import type { Logger } from '../logger.js';
+import { createMetrics } from '../metrics.js';
+import { RateLimiter } from '../rate-limit.js';
+import { Readiness } from '../readiness.js';
+import { childAccounts } from '../rest/child-accounts.js';
+import { creditAnalysis } from '../rest/credit-analysis.js';
+import { DOCS_PATHS, OPENAPI_PATH, serveDocs } from '../rest/docs.js';
+import { answerRest, sendRestError, type RestOperation } from '../rest/http.js';
+import { organizationDetails } from '../rest/organization-details.js';
+import { userProfile } from '../rest/user-profile.js';
+import { RetrievalCounter } from '../services/retrieval-counter.js';
+import { readBody } from './body.js';
+import { createCorsPolicy } from './cors.js';
+import { Exchange } from './exchange.js';
+
+export type App = {
+  handle(request: IncomingMessage, response: ServerResponse): void;
+  /** Writes what is still buffered (the retrieval counter). */
+  close(): Promise<void>;
+  /** From now on every answer closes its connection (shutdown is under way). */
+  drain(): void;
+  deps: AppDependencies;
+  /** The full GraphQL server (Yoga) behind /graphql. */
+  graphql: YogaDoor;
+  /** The Prometheus text of `GET /metrics`, wherever it is served (see METRICS_PORT). */
+  metricsText(): Promise<{ contentType: string; text: string }>;
+};
+
+/** One path the edge serves. */
+type Route = {
+  path: string;
+  /** The metric label and log field: a fixed name, never the raw path. */
+  label: string;
+  /** What the path takes (Allow, preflights); others are refused 405 before the handler runs. */
+  methods: string;
+  /** The shape of its refusals: GraphQL's error list, or the REST envelope. */
+  protocol: 'rest' | 'graphql';
+  /** Counted against the rate limits (probes are not). */
+  limited: boolean;
+  handle(exchange: Exchange): Promise<void> | void;
+};
+
+const READ_ONLY = 'GET, HEAD';
+/** How long a readiness check waits for the database. */
+const READINESS_TIMEOUT_MS = 1000;
+/** Host values already found valid, so that the check runs once per value, not once per request. */
+const KNOWN_HOSTS = 64;
+
+/** The first header value longer than allowed (Authorization is judged by the token check). */
+function oversizedHeader(request: IncomingMessage, maxBytes: number): string | undefined {
+  for (let i = 0; i < request.rawHeaders.length; i += 2) {
+    const value = request.rawHeaders[i + 1]!;
+    // Bytes are at most three per UTF-16 unit: most values are judged by their length alone.
+    if (value.length * 3 <= maxBytes) continue;
+    const name = request.rawHeaders[i]!;
+    if (name.toLowerCase() === 'authorization') continue;
+    if (Buffer.byteLength(value) > maxBytes) return name;
+  }
+  return undefined;
+}
+
+/** A Host header as RFC 9110 has it: a host name, an IPv4 address or a bracketed IPv6 one, and an optional port. */
+function isValidHost(host: string): boolean {
+  if (host.length === 0 || host.length > 255 || /[\s/?#@\\%]/.test(host)) return false;
+  try {
+    return new URL(`http://${host}`).host !== '';
+  } catch {
+    return false;
+  }
+}
+
+export type AppOptions = {
+  config: Config;
+  database: Database;
+  logger: Logger;
+  now?: () => Date;
+  graphiqlHeaders?: string;
+  /** `full`: every GraphQL request through Yoga (the parity test compares the two doors). */
+  graphqlDoor?: 'lean' | 'full';
+};
+
+/**
+ * The edge: one route table, one CORS policy, the bounds every request is held to, and the
+ * per-request exchange handed to REST and to both GraphQL doors. Every answer leaves through the
+ * exchange, and every answer is counted and logged once, when it is finished.
+ */
+export function createApp(options: AppOptions): App {
+  const { config, database, logger } = options;
+  const metrics = createMetrics({
+    cache: () => deps.cache,
+    feed: () => feed,
+    pool: database.pgPool,
+    unsavedRetrievals: () => deps.retrievals.unsaved,
+  });
+  const feed = database.changeFeed({
+    onStateChange: (live, error) => {
+      metrics.feedState(live);
+      if (live) logger.info('listening for database changes; cache in use');
+      else logger.warn('database change listener lost; cache bypassed until it is back', { error });
+    },
+  });
+  const now = options.now ?? (() => new Date());
+  const deps: AppDependencies = {
+    config,
+    database,
+    // The clock the child counts are computed with decides which sign-ins leave them as they were.
+    cache: new EntityCache(feed, { ...config.cache, now: () => now().getTime() }),
+    retrievals: new RetrievalCounter(database.prisma, (error) => {
+      metrics.retrievalWriteFailed();
+      logger.warn('retrieval counter write failed; kept for the next attempt', { error });
+    }),
+    now,
+  };
+  const pipeline = createGraphQLPipeline(deps, logger);
+  const yoga = createYogaDoor(pipeline, config, { graphiqlHeaders: options.graphiqlHeaders });
+  const lean = options.graphqlDoor === 'full' ? undefined : createLeanDoor(pipeline, { graphiql: config.graphiql, persistedOnly: config.persistedOperationsOnly });
+  const limiter = new RateLimiter(config.rateLimit, database.pgPool);
+  const readiness = new Readiness(database, READINESS_TIMEOUT_MS);
+  const cors = createCorsPolicy(config.corsOrigins);
+  const knownHosts = new LRUCache<string, true>({ max: KNOWN_HOSTS });
+  const { limits } = config;
+  let draining = false;
+
+  const rest = (path: string, operation: RestOperation): Route => ({
+    path,
+    label: path,
+    methods: READ_ONLY,
+    protocol: 'rest',
+    limited: true,
+    handle: (exchange) => answerRest(exchange, operation, createRequestContext(deps, exchange), limits.maxQueryParameters, logger),
+  });
+  const probe = (path: string, handle: Route['handle']): Route => ({ path, label: path, methods: READ_ONLY, protocol: 'rest', limited: false, handle });
+
+  async function serveGraphQL(exchange: Exchange): Promise<void> {
+    const method = exchange.request.method;
+    // GET carries the operation in the query string: the same bound as a POSTed body.
+    if (exchange.query.length > limits.maxBodyBytes) throw new PayloadTooLargeError('The GraphQL request in the query string is too large.');
+    const body = method === 'GET' || method === 'HEAD' ? undefined : await readBody(exchange.request, limits.maxBodyBytes);
+    if (lean && (method === 'GET' || method === 'POST') && (await lean(exchange, body))) return;
+    await yoga.serve(exchange, body);
+  }
+
+  const routes: Route[] = [
+    // The four documented paths (api-spec, Endpoints).
+    rest('/auth/user-profile', (context) => userProfile(context)),
+    rest('/auth/organization-details', (context) => organizationDetails(context)),
+    rest('/auth/child-accounts', (context, parameters) => childAccounts(context, parameters)),
+    rest('/parent/credit-analysis', (context) => creditAnalysis(context)),
+    // Every method reaches GraphQL: the doors answer the ones they do not take (405).
+    { path: '/graphql', label: '/graphql', methods: 'GET, POST', protocol: 'graphql', limited: true, handle: serveGraphQL },
+    // Liveness: the process answers; nothing else is touched.
+    probe('/healthz', (exchange) => exchange.sendJson(200, { status: 'ok' })),
+    probe('/readyz', async (exchange) => {
+      const state = await readiness.state();
+      if (state.ready) return exchange.sendJson(200, { status: 'ready' });
+      return exchange.sendJson(503, { status: 'unavailable', reason: state.reason });
+    }),
+    // The original health check: readiness, with the database mode and the cache's state.
+    probe('/health', async (exchange) => {
+      const state = await readiness.state();
+      if (!state.ready) return sendRestError(exchange, new ServiceUnavailableError(`The service is not ready: ${state.reason}.`));
+      return exchange.sendJson(200, { status: 'ok', database: database.kind, cache: feed.live ? 'live' : 'bypassed' });
+    }),
+    // Rate limited like the API: a scraper asks every few seconds. METRICS_PORT moves it off the API's port.
+    ...(config.metricsPort === undefined
+      ? [
+          {
+            path: '/metrics',
+            label: '/metrics',
+            methods: READ_ONLY,
+            protocol: 'rest',
+            limited: true,
+            handle: async (exchange: Exchange) => exchange.send(200, metrics.registry.contentType, await metrics.registry.metrics()),
+          } satisfies Route,
+        ]
+      : []),
+    // The REST description and its reference page; the page's scripts and styles count as the page.
+    ...DOCS_PATHS.map(
+      (path): Route => ({ path, label: path === OPENAPI_PATH ? OPENAPI_PATH : '/docs', methods: READ_ONLY, protocol: 'rest', limited: true, handle: serveDocs }),
+    ),
+  ];
+  const byPath = new Map(routes.map((route) => [route.path, route]));
+
+  /** Refusals in the route's protocol: GraphQL's error list at /graphql, the REST envelope elsewhere. */
+  function refuse(exchange: Exchange, route: Route | undefined, error: ApiError): void {
+    if (route?.protocol === 'graphql') return sendGraphQLError(exchange, error);
+    return sendRestError(exchange, error);
+  }
+
+  async function handle(exchange: Exchange, route: Route | undefined): Promise<void> {
+    const { request } = exchange;
+    const preflight = request.method === 'OPTIONS' && request.headers['access-control-request-method'] !== undefined;
+    // Everything but probes and preflights counts against its sender, malformed or not.
+    if (limiter.enabled && route?.limited !== false && !preflight) {
+      const verdict = await limiter.check(request);
+      exchange.addHeaders(verdict.headers);
+      if (!verdict.allowed) {
+        metrics.rateLimited();
+        return refuse(exchange, route, new RateLimitedError(verdict.retryAfterSeconds));
+      }
+    }
+    // Bounded before anything reads them: the request target, the number and size of headers.
+    if ((request.url ?? '').length > limits.maxUrlBytes) return refuse(exchange, route, new UriTooLongError());
+    if (request.rawHeaders.length / 2 > limits.maxHeaderCount) return refuse(exchange, route, new HeaderTooLargeError('The request has too many header fields.'));
+    const tooLong = oversizedHeader(request, limits.maxHeaderBytes);
+    if (tooLong) return refuse(exchange, route, HeaderTooLargeError.forHeader(tooLong));
+    const host = request.headers.host;
+    if (host !== undefined && !knownHosts.has(host)) {
+      if (!isValidHost(host)) return refuse(exchange, route, new BadRequestError('The Host header is malformed.'));
+      knownHosts.set(host, true);
+    }
+    if (!route) return sendRestError(exchange, new NotFoundError(exchange.path));
+    if (preflight) {
+      exchange.addHeaders(cors.preflight(exchange.header('origin'), route.methods));
+      return exchange.send(204, undefined, '');
+    }
+    if (route.protocol === 'rest' && request.method !== 'GET' && request.method !== 'HEAD') {
+      exchange.addHeader('Allow', route.methods);
+      return sendRestError(exchange, new MethodNotAllowedError(request.method ?? ''));
+    }
+    await route.handle(exchange);
+  }
+
+  return {
+    deps,
+    graphql: yoga,
+    metricsText: async () => ({ contentType: metrics.registry.contentType, text: await metrics.registry.metrics() }),
+    close: async () => {
+      await deps.retrievals.close();
+      deps.cache.close();
+      await feed.close();
+    },
+    drain: () => {
+      draining = true;
+      readiness.drain();
+    },
+    handle(request, response) {
+      const started = performance.now();
+      const exchange = new Exchange(request, response);
+      const route = byPath.get(exchange.path);
+      exchange.addHeaders(cors.answer(exchange.header('origin')));
+      if (draining) response.setHeader('Connection', 'close');
+      response.on('finish', () => {
+        const seconds = (performance.now() - started) / 1000;
+        const label = route?.label ?? 'other';
+        const method = methodLabel(request.method);
+        const { code = '', operation, organizationId } = exchange.record;
+        // Credentials that were sent but never verified (the request was refused first) are not anonymous.
+        const caller = exchange.record.caller ?? (exchange.credentials.authorization || exchange.credentials.publicKey ? 'unverified' : 'anonymous');
+        metrics.request({ route: label, method, status: response.statusCode, code, seconds, operation });
+        logger.info('request', {
+          requestId: exchange.requestId,
+          method,
+          route: label,
+          status: response.statusCode,
+          durationMs: Math.round(seconds * 1e6) / 1e3,
+          caller,
+          ...(organizationId ? { organizationId } : {}),
+          ...(code ? { code } : {}),
+          ...(operation ? { operation } : {}),
+        });
+      });
+      handle(exchange, route).catch((error: unknown) => {
+        if (error instanceof ClientClosedError) {
+          logger.debug('client closed the connection before its request was read', { requestId: exchange.requestId });
+          return response.destroy();
+        }
+        // The same mapping as the routes: expected errors as they are, outages 503, the rest 500.
+        const apiError = toApiError(error);
+        if (!(error instanceof ApiError)) logger.error('unexpected error while handling a request', { error, requestId: exchange.requestId });
+        if (response.headersSent) return response.destroy();
+        // An unread body (413) is not drained; the connection closes after the answer.
+        if (apiError instanceof PayloadTooLargeError) response.setHeader('Connection', 'close');
+        // With the CORS and rate-limit headers gathered so far, so that browsers can read it.
+        refuse(exchange, route, apiError);
+      });
+    },
+  };
+}
+
+const METHODS = new Set(['GET', 'HEAD', 'POST', 'OPTIONS']);
+
+/** A method as a label: the ones the API serves, and `other` for anything else. */
+function methodLabel(method: string | undefined): string {
+  return method !== undefined && METHODS.has(method) ? method : 'other';
+}

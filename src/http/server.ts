@@ -1,0 +1,112 @@
+import { createServer, STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { Config } from '../config.js';
+import { ApiError, BadRequestError, HeaderTooLargeError, MethodNotAllowedError, ServiceUnavailableError, UriTooLongError } from '../errors.js';
+import { errorEnvelope, sendRestError } from '../rest/http.js';
+import { Exchange } from './exchange.js';
+
+const DRAIN_AFTER_REFUSAL_BYTES = 4 * 1024 * 1024;
+const DRAIN_AFTER_REFUSAL_MS = 2000;
+
+/** Answers a request that Node's parser refused, in the envelope, and closes the connection. */
+function refuseUnparsable(error: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex, limits: Config['limits'], answered: boolean): void {
+  // As Node's own handler: only on a connection with no answer under way (it would be corrupted).
+  if (error.code === 'ECONNRESET' || !socket.writable || answered) {
+    socket.destroy();
+    return;
+  }
+  let apiError: ApiError;
+  if (error.code === 'HPE_HEADER_OVERFLOW') {
+    // The request line is the first line of the head: too long when no line ends within the bound.
+    const lineEnd = error.rawPacket?.indexOf(0x0a) ?? -1;
+    apiError = lineEnd === -1 || lineEnd > limits.maxUrlBytes + 16 ? new UriTooLongError() : new HeaderTooLargeError();
+  } else if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+    apiError = new ApiError('REQUEST_TIMEOUT', 408, 'The request was not received in time.');
+  } else {
+    apiError = new BadRequestError();
+  }
+  const body = JSON.stringify(errorEnvelope(apiError));
+  // What the client is still sending is read and dropped for a moment, so that the answer reaches
+  // it instead of a reset; then the connection goes, whatever is left.
+  let drained = 0;
+  socket.on('data', (chunk: Buffer) => {
+    drained += chunk.length;
+    if (drained > DRAIN_AFTER_REFUSAL_BYTES) socket.destroy();
+  });
+  setTimeout(() => socket.destroy(), DRAIN_AFTER_REFUSAL_MS).unref();
+  socket.resume();
+  socket.end(
+    `HTTP/1.1 ${apiError.status} ${STATUS_CODES[apiError.status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
+}
+
+/**
+ * METRICS_PORT: a server of its own answering `GET /metrics` (404 for anything else, 503 until
+ * the app is ready), so that the metrics are not exposed with the API. Not rate limited.
+ */
+export function createMetricsServer(metricsText: () => Promise<{ contentType: string; text: string }> | undefined): Server {
+  return createServer((request, response) => {
+    const exchange = new Exchange(request, response);
+    if (exchange.path !== '/metrics') return sendRestError(exchange, new ApiError('NOT_FOUND', 404, 'Only /metrics is served on this port.'));
+    if (request.method !== 'GET' && request.method !== 'HEAD') {
+      exchange.addHeader('Allow', 'GET, HEAD');
+      return sendRestError(exchange, new MethodNotAllowedError(request.method ?? ''));
+    }
+    const text = metricsText();
+    if (!text) return sendRestError(exchange, new ServiceUnavailableError('The service is starting; try again shortly.'));
+    text.then(
+      ({ contentType, text }) => exchange.send(200, contentType, text),
+      () => sendRestError(exchange, new ApiError('INTERNAL_ERROR', 500, 'The metrics could not be collected.')),
+    );
+  });
+}
+
+/** The HTTP server, with a way to close the connections that have no request under way. */
+export type HttpServer = Server & {
+  /**
+   * Closes every connection that is not being answered: idle keep-alive ones, and ones that
+   * opened but never completed a request head (a slow or stalled client). For shutdown.
+   */
+  closeWaitingConnections(): void;
+};
+
+/**
+ * The HTTP server around a request handler (the app, or a stand-in while it starts). The whole
+ * request head (request line and headers) is bounded by MAX_HEAD_BYTES and MAX_HEADER_COUNT;
+ * within it, the target by MAX_URL_BYTES (414), each header by MAX_HEADER_BYTES and a bearer
+ * token by MAX_TOKEN_BYTES.
+ */
+export function createHttpServer(limits: Config['limits'], handle: (request: IncomingMessage, response: ServerResponse) => void): HttpServer {
+  const connections = new Set<Duplex>();
+  /** Connections with an answer under way. */
+  const answering = new WeakSet<Duplex>();
+  /** Connections whose unparsable request was answered. */
+  const refused = new WeakSet<Duplex>();
+  const server = createServer({ maxHeaderSize: limits.maxHeadBytes }, (request, response) => {
+    const socket = request.socket;
+    answering.add(socket);
+    response.on('close', () => answering.delete(socket));
+    handle(request, response);
+  });
+  server.on('connection', (socket: Duplex) => {
+    connections.add(socket);
+    socket.on('close', () => connections.delete(socket));
+  });
+  // One more than allowed is kept, so that a request with too many can be told apart and refused.
+  server.maxHeadersCount = limits.maxHeaderCount + 1;
+  server.on('clientError', (error, socket) => {
+    // Node reports the parser's error again for every further chunk: answered once.
+    if (refused.has(socket)) return;
+    refused.add(socket);
+    refuseUnparsable(error, socket, limits, answering.has(socket));
+  });
+  server.headersTimeout = 20_000;
+  server.requestTimeout = 30_000;
+  server.keepAliveTimeout = 5_000;
+  return Object.assign(server, {
+    closeWaitingConnections() {
+      for (const socket of connections) if (!answering.has(socket)) socket.destroy();
+    },
+  });
+}

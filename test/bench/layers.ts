@@ -1,0 +1,58 @@
+import { readFileSync } from 'node:fs';
+
+/*
+ * The CPU of a server process split by layer, from a V8 CPU profile (node --cpu-prof): each
+ * sample goes to the layer of the innermost frame on its stack that belongs to one, so that time
+ * in a library or in V8's builtins counts for the code that called it.
+ */
+
+type ProfileNode = { id: number; callFrame: { functionName: string; url: string }; children?: number[] };
+type CpuProfile = { nodes: ProfileNode[]; samples: number[]; timeDeltas: number[] };
+
+/** Layers in the order they are printed; the first rule that matches a frame's URL decides. */
+const LAYERS: [string, RegExp][] = [
+  ['edge (src/http, rest framing, limits, metrics, log)', /\/src\/(http|rest)\/|\/src\/(rate-limit|metrics|logger|readiness)\.|\/(prom-client|pino|rate-limiter-flexible|proxy-addr|lru-cache)\//],
+  ['GraphQL doors (lean, Yoga)', /\/src\/graphql\/(lean|http|yoga|persisted)\.|\/(graphql-yoga|@whatwg-node|@graphql-yoga)\//],
+  ['pipeline (envelop, parse, validate, armor)', /\/src\/graphql\/(pipeline|observe)\.|\/@envelop\/(core|parser-cache|validation-cache)\/|\/@escape\.tech\/|\/graphql\/(language|validation)\//],
+  ['execution (executor, resolvers, jit)', /\/src\/graphql\/|\/graphql-jit\/|\/@envelop\/graphql-jit\/|\/@graphql-tools\/|\/graphql\/(execution|type|utilities|jsutils)\/|\/@pothos\//],
+  ['auth and context (jose, loaders, cache, services)', /\/src\/(auth|context|loaders|services|domain|db|errors)|\/(jose|dataloader)\//],
+  ['database driver (pg, prisma)', /\/(pg|pg-protocol|pg-pool|@prisma)\//],
+  ['HTTP (node:http, net, streams)', /^node:/],
+];
+const SPECIAL: Record<string, string> = { '(garbage collector)': 'garbage collection', '(program)': 'V8 and native (no JS frame)', '(idle)': 'idle' };
+
+export function layerSplit(file: string): { layer: string; ms: number; share: number }[] {
+  const profile = JSON.parse(readFileSync(file, 'utf8')) as CpuProfile;
+  const byId = new Map(profile.nodes.map((node) => [node.id, node]));
+  const parent = new Map<number, number>();
+  for (const node of profile.nodes) for (const child of node.children ?? []) parent.set(child, node.id);
+  const layerOf = new Map<number, string>();
+  const classify = (id: number): string => {
+    const known = layerOf.get(id);
+    if (known) return known;
+    const node = byId.get(id)!;
+    const special = SPECIAL[node.callFrame.functionName];
+    let layer = special ?? LAYERS.find(([, rule]) => rule.test(node.callFrame.url))?.[0];
+    if (!layer) {
+      const up = parent.get(id);
+      layer = up === undefined ? 'other' : classify(up);
+    }
+    layerOf.set(id, layer);
+    return layer;
+  };
+  const totals = new Map<string, number>();
+  profile.samples.forEach((id, i) => {
+    const layer = classify(id);
+    totals.set(layer, (totals.get(layer) ?? 0) + (profile.timeDeltas[i] ?? 0));
+  });
+  totals.delete('idle');
+  const busy = [...totals.values()].reduce((a, b) => a + b, 0);
+  return [...totals.entries()]
+    .map(([layer, us]) => ({ layer, ms: Math.round(us / 1000), share: us / busy }))
+    .sort((a, b) => b.ms - a.ms);
+}
+
+/** `tsx test/bench/layers.ts <file.cpuprofile>`: prints the split. */
+if (process.argv[1]?.endsWith('layers.ts') && process.argv[2]) {
+  for (const { layer, ms, share } of layerSplit(process.argv[2])) console.log(`${layer.padEnd(52)} ${String(ms).padStart(7)} ms  ${(share * 100).toFixed(1).padStart(5)} %`);
+}
