@@ -17,8 +17,9 @@ const LAYERS: [string, RegExp][] = [
   ['execution (executor, resolvers, jit)', /\/src\/graphql\/|\/graphql-jit\/|\/@envelop\/graphql-jit\/|\/@graphql-tools\/|\/graphql\/(execution|type|utilities|jsutils)\/|\/@pothos\//],
   ['auth and context (jose, loaders, cache, services)', /\/src\/(auth|context|loaders|services|domain|db|errors)|\/(jose|dataloader)\//],
   ['database driver (pg, prisma)', /\/(pg|pg-protocol|pg-pool|@prisma)\//],
-  ['HTTP (node:http, net, streams)', /^node:/],
 ];
+/** Node's own code counts for the layer that called it; only what nothing above claims is HTTP. */
+const HTTP = 'HTTP (node:http, net, streams, timers)';
 const SPECIAL: Record<string, string> = { '(garbage collector)': 'garbage collection', '(program)': 'V8 and native (no JS frame)', '(idle)': 'idle' };
 
 export function layerSplit(file: string): { layer: string; ms: number; share: number }[] {
@@ -27,19 +28,21 @@ export function layerSplit(file: string): { layer: string; ms: number; share: nu
   const parent = new Map<number, number>();
   for (const node of profile.nodes) for (const child of node.children ?? []) parent.set(child, node.id);
   const layerOf = new Map<number, string>();
-  const classify = (id: number): string => {
+  /** The layer of the nearest frame at or above this one that belongs to one. */
+  const claimed = (id: number): string => {
     const known = layerOf.get(id);
     if (known) return known;
-    const node = byId.get(id)!;
-    const special = SPECIAL[node.callFrame.functionName];
-    let layer = special ?? LAYERS.find(([, rule]) => rule.test(node.callFrame.url))?.[0];
+    const { functionName, url } = byId.get(id)!.callFrame;
+    let layer = Object.hasOwn(SPECIAL, functionName) ? SPECIAL[functionName] : LAYERS.find(([, rule]) => rule.test(url))?.[0];
     if (!layer) {
       const up = parent.get(id);
-      layer = up === undefined ? 'other' : classify(up);
+      layer = up === undefined ? (url.startsWith('node:') ? HTTP : 'other') : claimed(up);
+      if (layer === 'other' && url.startsWith('node:')) layer = HTTP;
     }
     layerOf.set(id, layer);
     return layer;
   };
+  const classify = claimed;
   const totals = new Map<string, number>();
   profile.samples.forEach((id, i) => {
     const layer = classify(id);
