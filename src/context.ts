@@ -49,7 +49,7 @@ export type RequestSource = { credentials: Credentials; requestId: string; recor
 
 /** The one context factory: REST and both GraphQL doors make their context here. */
 export function createRequestContext(deps: AppDependencies, { credentials, requestId, record }: RequestSource): RequestContext {
-  const loaders = createLoaders(deps.database.prisma, deps.database.sql, deps.cache);
+  const loaders = createLoaders(deps.database.prisma, deps.cache);
   // decisions §3 counts answers, not fields: a GraphQL operation that asks for the organization
   // under fifteen aliases is one retrieval.
   const counted = new Set<string>();

@@ -1,8 +1,7 @@
 import DataLoader from 'dataloader';
 import { MIN_SECRET_BYTES, secretKey, verificationKey, type SigningKey } from './auth/tokens.js';
-import { cacheTags, SNAPSHOT_COLUMN, takeSnapshot, type CacheTicket, type EntityCache, type Snapshot } from './db/entity-cache.js';
+import { cacheTags, type EntityCache, type SnapshotQuery } from './db/entity-cache.js';
 import { packAccount, READ_ACCOUNT_COLUMNS, unpackAccount, type AccountRow } from './db/accounts.js';
-import type { SqlDriver } from './db/database.js';
 import type { Organization, PrismaClient } from './generated/prisma/client.js';
 import type { MonthlyUsageTotals, PackagePurchase } from './domain/credit-analysis.js';
 
@@ -28,109 +27,34 @@ export type OrganizationBalances = { creditBalance: number; accountBalance: numb
 /** An organization as authentication and most answers see it: no balances, and whether it has credits left. */
 export type OrganizationSettings = Omit<Organization, 'creditBalance' | keyof typeof VOLATILE_ORGANIZATION_COLUMNS> & { funded: boolean };
 
-/** What a loader read: rows by key, and the snapshot they were read with when the query took one. */
-type Loaded<V> = { rows: Map<string, V>; seen?: Snapshot };
-
-type ThroughCacheOptions<V, Stored> = {
-  /** How a value is held in the cache, when a more compact form than the value itself pays. */
-  form?: { pack: (value: V) => Stored; unpack: (stored: Stored) => V };
-  /**
-   * Callers of other requests missing the same key while a read of it runs share that read (the
-   * rows every sign-in changes, which many callers miss at once). Only for loaders whose tags do
-   * not depend on the value.
-   */
-  share?: boolean;
-};
-
-/**
- * Answers `keys` from the cache, loads the misses in one query, and stores what was loaded with
- * the tags of the rows it came from (a `null` is stored too: "no such row" until one is announced).
- */
-async function throughCache<V, Stored = V>(
-  cache: EntityCache,
-  namespace: string,
-  keys: readonly string[],
-  load: (misses: string[]) => Promise<Loaded<V>>,
-  tags: (key: string, value: V | null) => readonly string[],
-  options: ThroughCacheOptions<V, Stored> = {},
-): Promise<(V | null)[]> {
-  const { form, share } = options;
-  const results: (V | null | undefined)[] = keys.map((key) => {
-    const stored = cache.get<Stored | null>(`${namespace}:${key}`)?.value;
-    return stored === undefined || stored === null || !form ? (stored as V | null | undefined) : form.unpack(stored);
-  });
-  const misses = keys.filter((_, i) => results[i] === undefined);
-  if (misses.length === 0) return results as (V | null)[];
-  const ticket = cache.ticket();
-  const joined = new Map<string, Promise<{ value: V | null } | undefined>>();
-  if (share) {
-    for (const key of misses) {
-      const running = cache.join<V | null>(`${namespace}:${key}`, tags(key, null));
-      if (running) joined.set(key, running);
-    }
-  }
-  const own = joined.size === 0 ? misses : misses.filter((key) => !joined.has(key));
-  const read = own.length > 0 ? load(own) : undefined;
-  if (read && share) {
-    for (const key of own) cache.track(`${namespace}:${key}`, ticket, read.then(({ rows, seen }) => ({ value: rows.get(key) ?? null, seen })));
-  }
-  const store = (key: string, value: V | null, readTicket: CacheTicket, seen: Snapshot | undefined) =>
-    cache.set(readTicket, `${namespace}:${key}`, value !== null && form ? form.pack(value) : value, tags(key, value), seen);
-  const values = new Map<string, V | null>();
-  if (read) {
-    const { rows, seen } = await read;
-    for (const key of own) {
-      const value = rows.get(key) ?? null;
-      store(key, value, ticket, seen);
-      values.set(key, value);
-    }
-  }
-  for (const [key, running] of joined) {
-    const shared = await running;
-    if (shared) {
-      values.set(key, shared.value);
-      continue;
-    }
-    // The shared read may have missed a change announced before this caller came: read again.
-    const retryTicket = cache.ticket();
-    const { rows, seen } = await load([key]);
-    const value = rows.get(key) ?? null;
-    store(key, value, retryTicket, seen);
-    values.set(key, value);
-  }
-  return keys.map((key, i) => (results[i] !== undefined ? results[i] : values.get(key)!));
-}
-
 /** Accounts without their secrets (decisions §7), which are never loaded. */
-const SELECT_ACCOUNTS = `SELECT ${READ_ACCOUNT_COLUMNS.map((column) => `"${column}"`).join(', ')} FROM "Account"`;
+const ACCOUNT_COLUMNS = READ_ACCOUNT_COLUMNS.map((column) => `"${column}"`).join(', ');
 
-export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: EntityCache) {
+export function createLoaders(prisma: PrismaClient, cache: EntityCache) {
   const accountForm = { pack: packAccount, unpack: unpackAccount };
   // Accounts are what a new user's first request misses: one plain SQL statement on the pool
   // (the driver types the columns as Prisma does), without the ORM's per-query cost.
   // With the read's snapshot: a parent's row changes with every sign-in in its organization.
-  const accountsWhere = async (column: 'id' | 'publicKey', values: string[]): Promise<Loaded<AccountRow>> => {
-    const { rows, seen } = takeSnapshot(await sql.query<AccountRow>(`${SELECT_ACCOUNTS} WHERE "${column}" = ANY($1::text[])`, [values]));
-    return { rows: new Map(rows.map((a) => [a[column], a])), seen };
+  const accountsWhere = async (query: SnapshotQuery, column: 'id' | 'publicKey', values: string[]): Promise<Map<string, AccountRow>> => {
+    const rows = await query<AccountRow>(ACCOUNT_COLUMNS, `FROM "Account" WHERE "${column}" = ANY($1::text[])`, [values]);
+    return new Map(rows.map((a) => [a[column], a]));
   };
 
   const accountById = new DataLoader<string, AccountRow | null>((ids) =>
-    throughCache(
-      cache,
+    cache.throughMany(
       'account',
       ids,
-      (misses) => accountsWhere('id', misses),
+      (misses, query) => accountsWhere(query, 'id', misses),
       // Any change to the row announces its id, whatever changed.
       (id) => [cacheTags.account(id)],
       { form: accountForm, share: true },
     ),
   );
   const accountByPublicKey = new DataLoader<string, AccountRow | null>(async (keys) => {
-    const accounts = await throughCache(
-      cache,
+    const accounts = await cache.throughMany(
       'accountByKey',
       keys,
-      (misses) => accountsWhere('publicKey', misses),
+      (misses, query) => accountsWhere(query, 'publicKey', misses),
       // The key's row changing, or a row taking the key.
       (key, account) => (account ? [cacheTags.account(account.id), cacheTags.publicKey(key)] : [cacheTags.publicKey(key)]),
       { form: accountForm },
@@ -140,15 +64,11 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
   });
   /** An account's public key: identity, kept while the account's counters change (a parent's do on every sign-in). */
   const publicKeyByAccountId = new DataLoader<string, string | null>((ids) =>
-    throughCache(
-      cache,
+    cache.throughMany(
       'publicKeyOf',
       ids,
-      async (misses) => ({
-        rows: new Map(
-          (await prisma.account.findMany({ where: { id: { in: misses } }, select: { id: true, publicKey: true } })).map((a) => [a.id, a.publicKey]),
-        ),
-      }),
+      async (misses) =>
+        new Map((await prisma.account.findMany({ where: { id: { in: misses } }, select: { id: true, publicKey: true } })).map((a) => [a.id, a.publicKey])),
       (id) => [cacheTags.identity(id)],
     ),
   );
@@ -157,13 +77,12 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
    * still has credits: what authentication and most answers need, kept while sign-ins spend credits.
    */
   const organizationSettingsByParentId = new DataLoader<string, OrganizationSettings | null>((ids) =>
-    throughCache(
-      cache,
+    cache.throughMany(
       'organizationSettings',
       ids,
       async (misses) => {
         const rows = await prisma.organization.findMany({ where: { parentId: { in: misses } }, omit: VOLATILE_ORGANIZATION_COLUMNS });
-        return { rows: new Map(rows.map(({ creditBalance, ...settings }) => [settings.parentId, { ...settings, funded: creditBalance > 0 }])) };
+        return new Map(rows.map(({ creditBalance, ...settings }) => [settings.parentId, { ...settings, funded: creditBalance > 0 }]));
       },
       (id) => [cacheTags.organizationSettings(id)],
     ),
@@ -173,23 +92,16 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
    * with the read's snapshot, shared by the callers that miss them at once.
    */
   const balancesByParentId = new DataLoader<string, OrganizationBalances | null>((ids) =>
-    throughCache(
-      cache,
+    cache.throughMany(
       'balances',
       ids,
-      async (misses) => {
-        const { rows, seen } = takeSnapshot(
-          await sql.query<OrganizationBalances & { parentId: string }>(
-            `SELECT "parentId", "creditBalance", "accountBalance"::float8 AS "accountBalance",
-                    "availableBalance"::float8 AS "availableBalance", ${SNAPSHOT_COLUMN}
-             FROM "Organization" WHERE "parentId" = ANY($1::text[])`,
-            [misses],
-          ),
+      async (misses, query) => {
+        const rows = await query<OrganizationBalances & { parentId: string }>(
+          `"parentId", "creditBalance", "accountBalance"::float8 AS "accountBalance", "availableBalance"::float8 AS "availableBalance"`,
+          `FROM "Organization" WHERE "parentId" = ANY($1::text[])`,
+          [misses],
         );
-        return {
-          rows: new Map(rows.map((row) => [row.parentId, { creditBalance: row.creditBalance, accountBalance: row.accountBalance, availableBalance: row.availableBalance }])),
-          seen,
-        };
+        return new Map(rows.map((row) => [row.parentId, { creditBalance: row.creditBalance, accountBalance: row.accountBalance, availableBalance: row.availableBalance }]));
       },
       (id) => [cacheTags.organization(id)],
       { share: true },
@@ -200,8 +112,7 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
    * null for an unknown key, a child's key, or a secret too short to be safe (decisions §2).
    */
   const signingKeyByPublicKey = new DataLoader<string, SigningKey | null>((keys) =>
-    throughCache<SigningKey | null>(
-      cache,
+    cache.throughMany<SigningKey | null>(
       'signingKey',
       keys,
       async (misses) => {
@@ -218,7 +129,7 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
             return [row.publicKey, { parentId: row.id, key: await verificationKey(secret), tokenTags }];
           }),
         );
-        return { rows: new Map(entries) };
+        return new Map(entries);
       },
       // Stable tags only: sign-ins (counters, balance) do not drop the key.
       (key, signingKey) => (signingKey ? [cacheTags.publicKey(key), ...signingKey.tokenTags] : [cacheTags.publicKey(key)]),
@@ -226,8 +137,7 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
   );
   const packagePurchasesByOrganization = new DataLoader<string, PackagePurchase[]>(async (ids) =>
     (
-      await throughCache(
-        cache,
+      await cache.throughMany(
         'purchases',
         ids,
         async (misses) => {
@@ -250,7 +160,7 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
                 })),
             ]),
           );
-          return { rows: lists };
+          return lists;
         },
         (id) => [cacheTags.purchases(id)],
       )
@@ -258,22 +168,18 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
   );
   /** Keyed by `${organizationId}|${first day of the month, ISO}`. */
   const monthlyUsage = new DataLoader<string, MonthlyUsageTotals | null>((keys) =>
-    throughCache(
-      cache,
+    cache.throughMany(
       'usage',
       keys,
-      async (misses) => {
+      async (misses, query) => {
         const organizations = misses.map((key) => key.split('|')[0]!);
         const months = misses.map((key) => key.split('|')[1]!.slice(0, 10));
-        const { rows, seen } = takeSnapshot(
-          await sql.query<MonthlyUsageTotals & { organizationId: string; month: string }>(
-            `SELECT u."organizationId", to_char(u.month, 'YYYY-MM-DD') AS month, u."childSignups", u."signIns",
-                    u."emailVerifications", u."providerAAuths", u."providerBAuths", u."providerCAuths", u."providerDAuths",
-                    ${SNAPSHOT_COLUMN}
-             FROM "MonthlyUsage" u JOIN unnest($1::text[], $2::date[]) AS k(id, month)
-               ON u."organizationId" = k.id AND u.month = k.month`,
-            [organizations, months],
-          ),
+        const rows = await query<MonthlyUsageTotals & { organizationId: string; month: string }>(
+          `u."organizationId", to_char(u.month, 'YYYY-MM-DD') AS month, u."childSignups", u."signIns",
+           u."emailVerifications", u."providerAAuths", u."providerBAuths", u."providerCAuths", u."providerDAuths"`,
+          `FROM "MonthlyUsage" u JOIN unnest($1::text[], $2::date[]) AS k(id, month)
+             ON u."organizationId" = k.id AND u.month = k.month`,
+          [organizations, months],
         );
         const totals = rows.map((row): [string, MonthlyUsageTotals] => [
           `${row.organizationId}|${row.month}T00:00:00.000Z`,
@@ -287,7 +193,7 @@ export function createLoaders(prisma: PrismaClient, sql: SqlDriver, cache: Entit
             providerDAuths: row.providerDAuths,
           },
         ]);
-        return { rows: new Map(totals), seen };
+        return new Map(totals);
       },
       (key) => [cacheTags.usage(key.split('|')[0]!)],
       { share: true },

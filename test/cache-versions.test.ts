@@ -1,10 +1,13 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ChangeFeed, ChangeListener } from '../src/db/change-feed.js';
-import { EntityCache, SNAPSHOT_COLUMN, cacheTags, childCountsKey, parseSnapshot, sees, takeSnapshot, type ChildCounts } from '../src/db/entity-cache.js';
+import { parseChange } from '../src/db/changes.js';
+import { EntityCache, cacheTags, parseSnapshot, sees } from '../src/db/entity-cache.js';
+import { childCountsKey, keepChildCounts, type ChildCounts } from '../src/services/child-counts.js';
 import { ACTIVE_WINDOW_MS } from '../src/domain/activity.js';
 import { SIGN_IN_SQL, createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { rest, useServer } from './helpers/app.js';
+import { createLoaders } from '../src/loaders.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
 
 /** A feed the test drives: always live, announcements sent by hand. */
@@ -17,7 +20,7 @@ class ManualFeed implements ChangeFeed {
     return () => this.listeners.delete(listener);
   }
   announce(change: Record<string, unknown>): void {
-    for (const listener of this.listeners) listener.change(JSON.stringify(change));
+    for (const listener of this.listeners) listener.change(parseChange(JSON.stringify(change)));
   }
   async close(): Promise<void> {}
 }
@@ -38,7 +41,9 @@ describe('the cache with announced transaction ids', () => {
   const tag = cacheTags.organization('USR_p');
   const setup = (now = Date.now()) => {
     const feed = new ManualFeed();
-    return { feed, cache: new EntityCache(feed, { maxEntries: 100, maxBytes: 1 << 20, ttlMs: 60_000, now: () => now }) };
+    const cache = new EntityCache(feed, { maxEntries: 100, maxBytes: 1 << 20, ttlMs: 60_000 });
+    keepChildCounts(feed, cache, () => now);
+    return { feed, cache };
   };
 
   it('stores a read that overlapped an announcement only if its snapshot saw the change', () => {
@@ -149,6 +154,26 @@ describe('the cache with announced transaction ids', () => {
   });
 });
 
+describe('announcements, parsed once into a typed change', () => {
+  it.each([
+    ['a row change', { t: 'account', id: 'USR_a', x: 7, k: 'APK_a_1', p: 'USR_p', s: false, l: 1, n: 2 }, { kind: 'row', entity: 'account', id: 'USR_a', version: 7, publicKey: 'APK_a_1', parentId: 'USR_p', stable: false, lastLogin: { before: 1, after: 2 } }],
+    ['never logged in before', { t: 'account', id: 'USR_a', x: 7, p: 'USR_p', s: false, n: 2 }, { kind: 'row', stable: false, lastLogin: { before: null, after: 2 } }],
+    ['no transaction: logins unknown', { t: 'account', id: 'USR_a', p: 'USR_p', s: false, n: 2 }, { kind: 'row', version: undefined, lastLogin: undefined }],
+    ['stable unless said otherwise', { t: 'organization', id: 'USR_p', x: 1 }, { kind: 'row', entity: 'organization', stable: true }],
+    ['a bulk change', { t: 'account', all: true, x: 3 }, { kind: 'all' }],
+    ['an unknown table', { t: 'invoice', id: 'x' }, { kind: 'all' }],
+    ['no key', { t: 'account', x: 3 }, { kind: 'all' }],
+    ['a key of the wrong type', { t: 'account', id: 5 }, { kind: 'all' }],
+  ])('%s', (_name, announcement, expected) => {
+    expect(parseChange(JSON.stringify(announcement))).toMatchObject(expected);
+  });
+
+  it('takes anything it cannot read as "everything may have changed"', () => {
+    expect(parseChange('{not json')).toEqual({ kind: 'all' });
+    expect(parseChange('[]')).toEqual({ kind: 'all' });
+  });
+});
+
 /**
  * The same against the database's triggers and snapshots, with the sign-in written by another
  * connection (on PGlite, the one connection there is).
@@ -175,8 +200,13 @@ describe('announced transactions and read snapshots agree', () => {
   });
 
   const spend = () => outside(`UPDATE "Organization" SET "creditBalance" = "creditBalance" - 1 WHERE "parentId" = $1`, [org.parent.id]);
-  const readBalance = async () =>
-    takeSnapshot(await database().sql.query<{ creditBalance: number }>(`SELECT "creditBalance", ${SNAPSHOT_COLUMN} FROM "Organization" WHERE "parentId" = $1`, [org.parent.id]));
+  const readBalance = async () => {
+    const rows = await database().sql.query<{ creditBalance: number; snapshot: string }>(
+      `SELECT "creditBalance", pg_current_snapshot()::text AS snapshot FROM "Organization" WHERE "parentId" = $1`,
+      [org.parent.id],
+    );
+    return { rows: rows.map(({ creditBalance }) => ({ creditBalance })), seen: parseSnapshot(rows[0]?.snapshot) };
+  };
   /** Until the cache has taken every announcement made so far. */
   const settled = async (cache: EntityCache) => {
     for (let seen = -1; seen !== cache.stats.invalidations; ) {
@@ -208,6 +238,31 @@ describe('announced transactions and read snapshots agree', () => {
     cache.set(ticket, key, rows[0], [cacheTags.organization(org.parent.id)], seen);
     await settled(cache);
     expect(cache.get(key)).toBeUndefined();
+  });
+
+  it("an account read that saw a sign-in announced while it ran is kept (the read carries its snapshot)", async () => {
+    const own = await createOrganization(database());
+    // A change committed before the read, whose announcement arrives while the read runs.
+    const rows = await database().sql.query<{ version: string }>(
+      `WITH changed AS (UPDATE "Account" SET "signInCount" = "signInCount" + 1 WHERE id = $1 RETURNING id) SELECT txid_current()::text AS version FROM changed`,
+      [own.parent.id],
+    );
+    const version = Number(rows[0]!.version);
+    const feed = new ManualFeed();
+    const sql = database().sql;
+    const announcing = { ...sql, kind: sql.kind, query: async (text: string, params?: unknown[]) => {
+      const result = await sql.query(text, params);
+      feed.announce({ t: 'account', id: own.parent.id, x: version, s: false });
+      return result;
+    } } as typeof sql;
+    const cache = new EntityCache(feed, { maxEntries: 100, maxBytes: 1 << 20, ttlMs: 60_000 }, announcing);
+    const loaded = await createLoaders(database().prisma, cache).accountById.load(own.parent.id);
+    expect(loaded?.id).toBe(own.parent.id);
+    expect(cache.get(`account:${own.parent.id}`)).toBeDefined();
+    // A change the read did not see drops it.
+    feed.announce({ t: 'account', id: own.parent.id, x: version + 1_000_000, s: false });
+    expect(cache.get(`account:${own.parent.id}`)).toBeUndefined();
+    cache.close();
   });
 
   it("a child's first sign-in raises its parent's active count at once, without counting again", async () => {

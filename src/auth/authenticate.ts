@@ -75,9 +75,8 @@ function tokenCacheKey(token: string): string {
   return `token:${createHash('sha256').update(token).digest('base64url')}`;
 }
 
-/** Full verification with jose; the result is remembered, tagged with the key it was checked with. */
-async function verifyToken(token: string, cacheKey: string, deps: AuthDependencies, now: Date): Promise<VerifiedToken> {
-  const ticket = deps.cache.ticket();
+/** Full verification with jose, and the tags of the key it was checked with. */
+async function verifyToken(token: string, deps: AuthDependencies, now: Date): Promise<{ verified: VerifiedToken; tags: readonly string[] }> {
   let kid: unknown;
   try {
     kid = decodeProtectedHeader(token).kid;
@@ -113,10 +112,7 @@ async function verifyToken(token: string, cacheKey: string, deps: AuthDependenci
     if (error instanceof joseErrors.JWTExpired) throw new UnauthorizedError('The access token has expired.');
     throw new UnauthorizedError('The access token is invalid.');
   }
-  // Dropped with the key it was checked with (a rotated secret, a parent whose key or status
-  // changed), not by sign-ins.
-  deps.cache.set(ticket, cacheKey, verified, key.tokenTags);
-  return verified;
+  return { verified, tags: key.tokenTags };
 }
 
 /**
@@ -131,12 +127,20 @@ export async function authenticateJwt(credentials: Credentials, deps: AuthDepend
   const token = bearerToken(credentials.authorization, deps.jwt.maxTokenBytes);
   if (!isCanonicalJws(token)) throw new UnauthorizedError('The access token is malformed.');
   const now = deps.now();
-  // A token already verified is not verified again while its organization's key is unchanged;
-  // its time claims are checked on every use.
-  const cacheKey = tokenCacheKey(token);
-  const remembered = deps.cache.get<VerifiedToken>(cacheKey)?.value;
-  const verified = remembered ?? (await verifyToken(token, cacheKey, deps, now));
-  if (remembered) checkTimes(remembered, now, deps.jwt.maxAgeSeconds);
+  // A token already verified is not verified again while its organization's key is unchanged:
+  // it is dropped with the key it was checked with (a rotated secret, a parent whose key or
+  // status changed), not by sign-ins. Its time claims are checked on every use.
+  let tags: readonly string[] = [];
+  const verified = await deps.cache.through(
+    tokenCacheKey(token),
+    () => tags,
+    async () => {
+      const checked = await verifyToken(token, deps, now);
+      tags = checked.tags;
+      return checked.verified;
+    },
+  );
+  checkTimes(verified, now, deps.jwt.maxAgeSeconds);
 
   const account = await deps.loaders.accountById.load(verified.subject);
   if (!account) throw new UserNotFoundError('The account of this token no longer exists.');

@@ -1,12 +1,13 @@
 import type { EventEmitter } from 'node:events';
 import pg from 'pg';
+import { parseChange, type Change } from './changes.js';
 
 /** The channel the database's triggers announce changes on (migration change_notifications). */
 export const CHANGE_CHANNEL = 'api_cache';
 
 export type ChangeListener = {
-  /** One announced change: the JSON text the trigger sent. */
-  change(payload: string): void;
+  /** One announced change, parsed once for every listener. */
+  change(change: Change): void;
   /** Notifications may have been missed (the listening connection went down or came back). */
   reset(): void;
 };
@@ -34,7 +35,9 @@ abstract class BaseFeed implements ChangeFeed {
   }
 
   protected emit(payload: string): void {
-    for (const listener of this.listeners) listener.change(payload);
+    if (this.listeners.size === 0) return;
+    const change = parseChange(payload);
+    for (const listener of this.listeners) listener.change(change);
   }
 
   protected reset(): void {

@@ -1,6 +1,7 @@
 import { LRUCache } from 'lru-cache';
-import { activeAt } from '../domain/activity.js';
 import type { ChangeFeed } from './change-feed.js';
+import type { Change, ChangedEntity } from './changes.js';
+import type { SqlDriver } from './database.js';
 
 /**
  * What a read's snapshot saw (PostgreSQL's `pg_current_snapshot()`): every transaction below
@@ -8,8 +9,8 @@ import type { ChangeFeed } from './change-feed.js';
  */
 export type Snapshot = { readonly xmin: number; readonly xmax: number; readonly xip: readonly number[] };
 
-/** The snapshot column a versioned read adds to its select list (see `takeSnapshot`). */
-export const SNAPSHOT_COLUMN = 'pg_current_snapshot()::text AS "readSnapshot"';
+/** The snapshot column a read for the cache adds to its select list (see `SnapshotQuery`). */
+const SNAPSHOT_COLUMN = 'pg_current_snapshot()::text AS "readSnapshot"';
 
 /** `xmin:xmax:xip,...` as PostgreSQL prints a snapshot; undefined for anything else. */
 export function parseSnapshot(text: unknown): Snapshot | undefined {
@@ -26,13 +27,26 @@ export function sees(snapshot: Snapshot, version: number): boolean {
 }
 
 /**
- * The rows of a read made with `SNAPSHOT_COLUMN`, without that column, and the snapshot they were
- * read with (undefined when no row came back: such a read is stored only if nothing intervened).
+ * A statement for the cache, `SELECT <columns> <rest>`: the cache adds the snapshot column to the
+ * select list and takes it off the rows, and keeps the snapshot with what is stored, so that a
+ * read that already saw a change announced meanwhile is kept (see `EntityCache`).
  */
-export function takeSnapshot<T>(rows: (T & { readSnapshot?: unknown })[]): { rows: T[]; seen: Snapshot | undefined } {
-  const seen = parseSnapshot(rows[0]?.readSnapshot);
-  for (const row of rows) delete row.readSnapshot;
-  return { rows, seen };
+export type SnapshotQuery = <T extends Record<string, unknown>>(columns: string, rest: string, params?: unknown[]) => Promise<T[]>;
+
+/** A read's query function and what its statements saw (one statement: its snapshot; more: none). */
+function snapshotQuery(sql: SqlDriver | undefined): { query: SnapshotQuery; seen: () => Snapshot | undefined } {
+  let statements = 0;
+  let seen: Snapshot | undefined;
+  const query: SnapshotQuery = async <T extends Record<string, unknown>>(columns: string, rest: string, params?: unknown[]) => {
+    if (!sql) throw new Error('this cache was made without a database to read');
+    statements += 1;
+    const rows = await sql.query<T & { readSnapshot?: unknown }>(`SELECT ${columns}, ${SNAPSHOT_COLUMN} ${rest}`, params);
+    seen = parseSnapshot(rows[0]?.readSnapshot);
+    for (const row of rows) delete row.readSnapshot;
+    return rows as T[];
+  };
+  // Several statements saw several snapshots: none of them stands for the whole read.
+  return { query, seen: () => (statements === 1 ? seen : undefined) };
 }
 
 type Entry = { value: unknown; tags: readonly string[]; seen?: Snapshot };
@@ -50,8 +64,20 @@ export type EntityCacheOptions = {
   maxBytes: number;
   /** A safety net only: entries are invalidated by the database's announcements long before. */
   ttlMs: number;
-  /** The clock the child counts are computed with (epoch ms); the real one unless given. */
-  now?: () => number;
+};
+
+/** How a value is held in the cache, when a more compact form than the value itself pays. */
+export type CacheForm<V, Stored> = { pack: (value: V) => Stored; unpack: (stored: Stored) => V };
+
+export type ReadThroughOptions<V, Stored> = {
+  form?: CacheForm<V, Stored>;
+  /**
+   * Callers of other requests missing the same key while a read of it runs share that read (the
+   * rows every sign-in changes, which many callers miss at once, and costly counts).
+   */
+  share?: boolean;
+  /** Whether a cached value may still be served (a count past its validity is read again). */
+  usable?: (value: V) => boolean;
 };
 
 /** The cache's own bytes per entry: its slot in the LRU's map and lists, and the entry object. */
@@ -134,6 +160,11 @@ const INVALIDATIONS_REMEMBERED = 10_000;
  * and an entry that saw it survives the announcement. Announcements arrive in commit order and a
  * snapshot sees every transaction committed before it, so seeing a tag's last announced change
  * means seeing all earlier ones.
+ *
+ * Callers read through `through` and `throughMany`, which take the ticket, add the snapshot to
+ * their statements, share reads in flight and store with the tags: none of that protocol is
+ * theirs to handle. `ticket`, `set`, `join` and `track` are its steps, public for the cache's own
+ * tests.
  */
 export class EntityCache {
   /** Undefined when the cache is turned off (no entries or no bytes allowed). */
@@ -156,17 +187,17 @@ export class EntityCache {
   private forgottenUpTo = 0;
   /** Reads older than the last clear are not stored. */
   private clearedAt = 0;
-  /** Reads and computations in flight (`track`, `shared`), for callers arriving meanwhile (`join`, `shared`). */
+  /** Reads in flight (`track`), for callers arriving meanwhile (`join`). */
   private readonly reads = new Map<string, RunningRead>();
   private readonly unsubscribe: () => void;
-  private readonly now: () => number;
   readonly stats = { hits: 0, misses: 0, invalidations: 0, evictions: 0, sharedReads: 0 };
 
   constructor(
     private readonly feed: ChangeFeed,
     options: EntityCacheOptions = CACHE_DEFAULTS,
+    /** Where reads through the cache go (see `SnapshotQuery`). */
+    private readonly sql?: SqlDriver,
   ) {
-    this.now = options.now ?? Date.now;
     if (options.maxEntries > 0 && options.maxBytes > 0) {
       this.entries = new LRUCache<string, Entry>({
         max: options.maxEntries,
@@ -182,7 +213,7 @@ export class EntityCache {
       });
     }
     this.unsubscribe = feed.subscribe({
-      change: (payload) => this.onChange(payload),
+      change: (change) => this.onChange(change),
       reset: () => this.clear(),
     });
   }
@@ -240,17 +271,84 @@ export class EntityCache {
   }
 
   /**
-   * One computation per key at a time in this process: callers arriving while `compute` runs
-   * share its result, unless a change was announced since it started. A costly miss (counting a
-   * million children) thus runs once, not once per waiting request, and cannot exhaust the pool.
+   * The read-through every caller uses: `keys` answered from the cache where it holds them, the
+   * misses loaded in one `load`, and what was loaded stored with the tags of the rows it came from
+   * (a `null` too: "no such row" until one is announced), unless a change the read did not see was
+   * announced meanwhile. Statements made through `load`'s query carry their snapshot. With `share`,
+   * callers missing a key while another request's read of it runs share that read.
    */
-  shared<V>(key: string, tags: readonly string[], compute: () => Promise<V>): Promise<V> {
-    const running = this.reads.get(key);
-    // A computation that started before a change to what it reads may have read the old rows.
-    if (running && this.unchangedSince(running, tags)) return running.result.then((read) => read.value as V);
-    const result = compute().then((value) => ({ value }));
-    this.track(key, this.ticket(), result);
-    return result.then((read) => read.value);
+  async throughMany<V, Stored = V>(
+    namespace: string,
+    keys: readonly string[],
+    load: (misses: string[], query: SnapshotQuery) => Promise<Map<string, V>>,
+    tags: (key: string, value: V | null) => readonly string[],
+    options: ReadThroughOptions<V, Stored> = {},
+  ): Promise<(V | null)[]> {
+    const { form, share, usable } = options;
+    const keyOf = (key: string) => (namespace === '' ? key : `${namespace}:${key}`);
+    const results: (V | null | undefined)[] = keys.map((key) => {
+      const stored = this.get<Stored | null>(keyOf(key))?.value;
+      if (stored === undefined || stored === null) return stored as null | undefined;
+      const value = form ? form.unpack(stored) : (stored as unknown as V);
+      return usable && !usable(value) ? undefined : value;
+    });
+    const misses = keys.filter((_, i) => results[i] === undefined);
+    if (misses.length === 0) return results as (V | null)[];
+    const read = async (keysRead: string[]) => {
+      const { query, seen } = snapshotQuery(this.sql);
+      const rows = await load(keysRead, query);
+      return { rows, seen: seen() };
+    };
+    const store = (key: string, value: V | null, ticket: CacheTicket, seen: Snapshot | undefined) =>
+      this.set(ticket, keyOf(key), value !== null && form ? form.pack(value) : value, tags(key, value), seen);
+    const ticket = this.ticket();
+    const joined = new Map<string, Promise<{ value: V | null } | undefined>>();
+    if (share) {
+      for (const key of misses) {
+        const running = this.join<V | null>(keyOf(key), tags(key, null));
+        if (running) joined.set(key, running);
+      }
+    }
+    const own = joined.size === 0 ? misses : misses.filter((key) => !joined.has(key));
+    const reading = own.length > 0 ? read(own) : undefined;
+    if (reading && share) {
+      for (const key of own) this.track(keyOf(key), ticket, reading.then(({ rows, seen }) => ({ value: rows.get(key) ?? null, seen })));
+    }
+    const values = new Map<string, V | null>();
+    if (reading) {
+      const { rows, seen } = await reading;
+      for (const key of own) {
+        const value = rows.get(key) ?? null;
+        store(key, value, ticket, seen);
+        values.set(key, value);
+      }
+    }
+    for (const [key, running] of joined) {
+      const shared = await running;
+      if (shared) {
+        values.set(key, shared.value);
+        continue;
+      }
+      // The shared read may have missed a change announced before this caller came: read again.
+      const retryTicket = this.ticket();
+      const { rows, seen } = await read([key]);
+      const value = rows.get(key) ?? null;
+      store(key, value, retryTicket, seen);
+      values.set(key, value);
+    }
+    return keys.map((key, i) => (results[i] !== undefined ? results[i] : values.get(key)!));
+  }
+
+  /** `throughMany` for one value under its full key; `tags` may depend on what was read. */
+  async through<V>(
+    key: string,
+    tags: readonly string[] | ((value: V) => readonly string[]),
+    read: (query: SnapshotQuery) => Promise<V>,
+    options: ReadThroughOptions<V, V> = {},
+  ): Promise<V> {
+    const tagsOf = typeof tags === 'function' ? (_key: string, value: V | null) => (value === null ? [] : tags(value)) : () => tags;
+    const [value] = await this.throughMany<V>('', [key], async (_misses, query) => new Map([[key, await read(query)]]), tagsOf, options);
+    return value as V;
   }
 
   /**
@@ -296,9 +394,19 @@ export class EntityCache {
 
   /**
    * Drops every entry carrying `tag`, except those read with a snapshot that saw the change
-   * (transaction `version`, when the announcement names it).
+   * (transaction `version`, when the announcement names it). `keep`: the entry of one key carrying
+   * the tag may instead be brought up to date by its owner (`amend` gives its new value, or
+   * undefined to drop it), when the change is known and the entry has not seen it already.
    */
-  invalidate(tag: string, version?: number): void {
+  invalidate(tag: string, version?: number, keep?: { key: string; amend?: (value: any) => unknown }): void {
+    const kept = keep?.amend && this.feed.live ? this.entries?.peek(keep.key) : undefined;
+    this.invalidateTag(tag, version);
+    if (!kept || !keep?.amend || (version !== undefined && kept.seen !== undefined && sees(kept.seen, version))) return;
+    const value = keep.amend(kept.value);
+    if (value !== undefined) this.store(keep.key, { ...kept, value });
+  }
+
+  private invalidateTag(tag: string, version: number | undefined): void {
     this.epoch += 1;
     this.invalidatedAt.set(tag, { epoch: this.epoch, version });
     this.stats.invalidations += 1;
@@ -340,72 +448,22 @@ export class EntityCache {
   }
 
   /**
-   * The triggers' JSON: {"t": entity, "id": key, "x": transaction, "k"?: public key, "p"?:
-   * parent, "s"?: whether what authentication relies on changed, "l"/"n"?: last login before and
-   * after} or {"t": entity, "all": true}. A change of activity columns only ("s": false: counters,
-   * last login, balances) drops the rows, not the identities, signing keys and verified tokens
-   * built on them; and a child who was active and still is leaves its parent's counts as they were.
+   * One announced change. A change of activity columns only (not `stable`: counters, last login,
+   * balances) drops the rows, not the identities, signing keys and verified tokens built on them.
+   * A child's parent's counts are kept by their owner (`services/child-counts.ts`).
    */
-  private onChange(payload: string): void {
-    let change: { t?: unknown; id?: unknown; x?: unknown; k?: unknown; p?: unknown; s?: unknown; l?: unknown; n?: unknown; all?: unknown };
-    try {
-      change = JSON.parse(payload) as typeof change;
-    } catch {
+  private onChange(change: Change): void {
+    if (change.kind === 'all') {
       this.clear();
       return;
     }
-    const tagOf = typeof change.t === 'string' ? announcedTags[change.t] : undefined;
-    if (change.all === true || tagOf === undefined || typeof change.id !== 'string') {
-      this.clear();
-      return;
-    }
-    const version = typeof change.x === 'number' && Number.isSafeInteger(change.x) ? change.x : undefined;
-    this.invalidate(tagOf(change.id), version);
-    const stable = change.s !== false;
-    if (stable && change.t === 'account') this.invalidate(cacheTags.identity(change.id), version);
-    if (stable && change.t === 'organization') this.invalidate(cacheTags.organizationSettings(change.id), version);
-    if (stable && typeof change.k === 'string') this.invalidate(cacheTags.publicKey(change.k), version);
-    if (typeof change.p === 'string') this.childChanged(change.p, stable, change.l, change.n, version);
-  }
-
-  /**
-   * A child of `parentId` changed. Its parent's counts change only if the child was added,
-   * removed, renamed or moved (a stable change), or became active or inactive. A child logging
-   * in for the first time in the window (what most sign-ins are) adds one to the parent's
-   * unfiltered active count, which is amended in place rather than counted again; the filtered
-   * counts are dropped.
-   */
-  private childChanged(parentId: string, stable: boolean, lastLoginBefore: unknown, lastLoginAfter: unknown, version: number | undefined): void {
-    // Announcements that name their transaction carry the logins too (absent: never logged in).
-    const known = (login: unknown): login is number | null => version !== undefined && (login === null || typeof login === 'number');
-    const before = lastLoginBefore === undefined ? null : lastLoginBefore;
-    const after = lastLoginAfter === undefined ? null : lastLoginAfter;
-    const now = this.now();
-    const wasActive = known(before) && activeAt(before, now);
-    const isActive = known(after) && activeAt(after, now);
-    if (!stable && known(before) && known(after) && wasActive === isActive) return;
-    const key = childCountsKey(parentId);
-    const counts = this.entries?.peek(key);
-    this.invalidate(cacheTags.children(parentId), version);
-    if (stable || wasActive || !isActive || !counts || !this.feed.live) return;
-    if (version !== undefined && counts.seen && sees(counts.seen, version)) return;
-    const value = counts.value as ChildCounts;
-    // Only while fresh: every child it counted logged in after `validUntil` minus the window, so
-    // this one, inactive until now, was not among them.
-    if (now < value.computedAt || now >= value.validUntil) return;
-    this.store(key, { ...counts, value: { ...value, active: value.active + 1 } });
+    const { entity, id, version, stable, publicKey } = change;
+    this.invalidate(announcedTags[entity](id), version);
+    if (stable && entity === 'account') this.invalidate(cacheTags.identity(id), version);
+    if (stable && entity === 'organization') this.invalidate(cacheTags.organizationSettings(id), version);
+    if (stable && publicKey !== undefined) this.invalidate(cacheTags.publicKey(publicKey), version);
   }
 }
-
-/**
- * A parent's child counts as cached (see `services/list-child-accounts.ts`): `total` null when
- * taken from the organization's child count; valid from `computedAt` until `validUntil`, when the
- * oldest login it counted as active leaves the window.
- */
-export type ChildCounts = { total: number | null; active: number; computedAt: number; validUntil: number };
-
-/** The key of a parent's unfiltered child counts (no search, no dates). */
-export const childCountsKey = (parentId: string) => `stats:${parentId}|||`;
 
 /** The tags an entry carries: the rows whose change must drop it. */
 export const cacheTags = {
@@ -425,8 +483,8 @@ export const cacheTags = {
   children: (parentId: string) => `children:${parentId}`,
 };
 
-/** The triggers' entity names ("t" in an announcement), each with the tag of its key. */
-const announcedTags: Record<string, ((key: string) => string) | undefined> = {
+/** The announced entities, each with the tag of its key. */
+const announcedTags: Record<ChangedEntity, (key: string) => string> = {
   account: cacheTags.account,
   organization: cacheTags.organization,
   purchases: cacheTags.purchases,

@@ -31,6 +31,7 @@ import { DOCS_PATHS, OPENAPI_PATH, serveDocs } from '../rest/docs.js';
 import { answerRest, sendRestError, type RestOperation } from '../rest/http.js';
 import { organizationDetails } from '../rest/organization-details.js';
 import { userProfile } from '../rest/user-profile.js';
+import { keepChildCounts } from '../services/child-counts.js';
 import { RetrievalCounter } from '../services/retrieval-counter.js';
 import { readBody } from './body.js';
 import { createCorsPolicy } from './cors.js';
@@ -126,14 +127,15 @@ export function createApp(options: AppOptions): App {
   const deps: AppDependencies = {
     config,
     database,
-    // The clock the child counts are computed with decides which sign-ins leave them as they were.
-    cache: new EntityCache(feed, { ...config.cache, now: () => now().getTime() }),
+    cache: new EntityCache(feed, config.cache, database.sql),
     retrievals: new RetrievalCounter(database.prisma, (error) => {
       metrics.retrievalWriteFailed();
       logger.warn('retrieval counter write failed; kept for the next attempt', { error });
     }),
     now,
   };
+  // The clock the child counts are computed with decides which sign-ins leave them as they were.
+  const stopChildCounts = keepChildCounts(feed, deps.cache, () => now().getTime());
   const pipeline = createGraphQLPipeline(deps, logger);
   const yoga = createYogaDoor(pipeline, config, { graphiqlHeaders: options.graphiqlHeaders });
   const lean = options.graphqlDoor === 'full' ? undefined : createLeanDoor(pipeline, { graphiql: config.graphiql, persistedOnly: config.persistedOperationsOnly });
@@ -250,6 +252,7 @@ export function createApp(options: AppOptions): App {
     metricsText: async () => ({ contentType: metrics.registry.contentType, text: await metrics.registry.metrics() }),
     close: async () => {
       await deps.retrievals.close();
+      stopChildCounts();
       deps.cache.close();
       await feed.close();
     },

@@ -3,7 +3,8 @@ import type { Viewer } from '../auth/authenticate.js';
 import { parseDateRange } from '../domain/dates.js';
 import { decodePageToken, encodePageToken, type PageScope, type Position } from '../domain/pagination.js';
 import { InvalidLimitError, InvalidSearchError } from '../errors.js';
-import { cacheTags, childCountsKey, SNAPSHOT_COLUMN, takeSnapshot, type ChildCounts } from '../db/entity-cache.js';
+import { cacheTags, type SnapshotQuery } from '../db/entity-cache.js';
+import { childCountsKey, type ChildCounts } from './child-counts.js';
 import { ACTIVE_WINDOW_MS } from '../domain/activity.js';
 import type { ServiceContext } from './context.js';
 
@@ -92,7 +93,7 @@ function escapeLike(text: string): string {
 type Stats = { total: number; active: number };
 /**
  * Cached counts: valid while no child of the parent changes and no counted login leaves the
- * window (a child becoming active adds one to the unfiltered count in place, see `EntityCache`).
+ * window (a child becoming active adds one to the unfiltered count in place, see `child-counts.ts`).
  * `total` is null when unfiltered (the organization's child count is used instead).
  */
 type CachedStats = ChildCounts;
@@ -174,45 +175,32 @@ async function countChildren(
 ): Promise<Stats> {
   const parentId = viewer.account.id;
   const now = context.now().getTime();
-  const { cacheKey } = filters;
-  const hit = context.cache.get<CachedStats>(cacheKey)?.value;
-  const fresh = hit && now >= hit.computedAt && now < hit.validUntil ? hit : undefined;
-  const counted = fresh ?? (await context.cache.shared(cacheKey, [cacheTags.children(parentId)], () => queryCounts(parentId, filters, now, context)));
+  // With the snapshot: a count that already saw a sign-in announced meanwhile is still stored.
+  const counted = await context.cache.through(filters.cacheKey, [cacheTags.children(parentId)], (query) => queryCounts(filters, now, query), {
+    share: true,
+    usable: (hit) => now >= hit.computedAt && now < hit.validUntil,
+  });
   // Unfiltered, the total is read from the organization each time, not kept with the count.
   return { total: counted.total ?? viewer.organization.childCount, active: counted.active };
 }
 
 /** One query for the counts of `countChildren`, kept with the moment the active ones expire. */
-async function queryCounts(
-  parentId: string,
-  filters: ReturnType<typeof filterSql>,
-  now: number,
-  context: ServiceContext,
-): Promise<CachedStats> {
-  const ticket = context.cache.ticket();
+async function queryCounts(filters: ReturnType<typeof filterSql>, now: number, query: SnapshotQuery): Promise<CachedStats> {
   const params = [...filters.params];
   const cutoff = `$${params.push(new Date(now - ACTIVE_WINDOW_MS))}`;
   // Unfiltered, the total is the organization's kept child count: only the active ones are counted.
   const total = filters.filtered ? 'count(*)::int' : 'NULL::int';
   const where = filters.filtered ? filters.where : `${filters.where} AND "lastLogin" >= ${cutoff}`;
-  // With the snapshot: a count that already saw a sign-in announced meanwhile is still stored.
-  const {
-    rows: [row],
-    seen,
-  } = takeSnapshot(
-    await context.sql.query<{ total: number | null; active: number; oldest: Date | null }>(
-      `SELECT ${total} AS total, count(*) FILTER (WHERE "lastLogin" >= ${cutoff})::int AS active,
-              min("lastLogin") FILTER (WHERE "lastLogin" >= ${cutoff}) AS oldest, ${SNAPSHOT_COLUMN}
-       FROM ${filters.table} WHERE ${where}`,
-      params,
-    ),
+  const [row] = await query<{ total: number | null; active: number; oldest: Date | null }>(
+    `${total} AS total, count(*) FILTER (WHERE "lastLogin" >= ${cutoff})::int AS active,
+     min("lastLogin") FILTER (WHERE "lastLogin" >= ${cutoff}) AS oldest`,
+    `FROM ${filters.table} WHERE ${where}`,
+    params,
   );
-  const entry: CachedStats = {
+  return {
     total: row?.total ?? null,
     active: row?.active ?? 0,
     computedAt: now,
     validUntil: row?.oldest ? row.oldest.getTime() + ACTIVE_WINDOW_MS : Number.POSITIVE_INFINITY,
   };
-  context.cache.set(ticket, filters.cacheKey, entry, [cacheTags.children(parentId)], seen);
-  return entry;
 }

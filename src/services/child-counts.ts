@@ -1,0 +1,46 @@
+import type { ChangeFeed } from '../db/change-feed.js';
+import type { RowChange } from '../db/changes.js';
+import { cacheTags, type EntityCache } from '../db/entity-cache.js';
+import { activeAt } from '../domain/activity.js';
+
+/**
+ * A parent's child counts as cached (see `list-child-accounts.ts`): `total` null when taken from
+ * the organization's child count; valid from `computedAt` until `validUntil`, when the oldest login
+ * it counted as active leaves the window.
+ */
+export type ChildCounts = { total: number | null; active: number; computedAt: number; validUntil: number };
+
+/** The key of a parent's unfiltered child counts (no search, no dates). */
+export const childCountsKey = (parentId: string) => `stats:${parentId}|||`;
+
+/**
+ * Keeps the cached child counts current as children change. A parent's counts change only if a
+ * child was added, removed, renamed or moved (a stable change), or became active or inactive. A
+ * child logging in for the first time in the window (what most sign-ins are) adds one to the
+ * parent's unfiltered active count, which is amended in place rather than counted again; the
+ * filtered counts are dropped. Returns the unsubscribe function.
+ */
+export function keepChildCounts(feed: ChangeFeed, cache: EntityCache, now: () => number): () => void {
+  const childChanged = ({ parentId, stable, lastLogin, version }: RowChange & { parentId: string }) => {
+    const at = now();
+    const wasActive = lastLogin !== undefined && activeAt(lastLogin.before, at);
+    const isActive = lastLogin !== undefined && activeAt(lastLogin.after, at);
+    // Activity only, and the child is as active as it was: nothing counted changes.
+    if (!stable && lastLogin !== undefined && wasActive === isActive) return;
+    const becameActive = !stable && !wasActive && isActive;
+    cache.invalidate(cacheTags.children(parentId), version, {
+      key: childCountsKey(parentId),
+      // Only while fresh: every child it counted logged in after `validUntil` minus the window,
+      // so this one, inactive until now, was not among them.
+      amend: becameActive
+        ? (counts: ChildCounts) => (at < counts.computedAt || at >= counts.validUntil ? undefined : { ...counts, active: counts.active + 1 })
+        : undefined,
+    });
+  };
+  return feed.subscribe({
+    change: (change) => {
+      if (change.kind === 'row' && change.parentId !== undefined) childChanged({ ...change, parentId: change.parentId });
+    },
+    reset: () => {},
+  });
+}
