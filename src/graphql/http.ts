@@ -1,4 +1,5 @@
 import { GraphQLError, type ExecutionResult } from 'graphql';
+import { LRUCache } from 'lru-cache';
 import type { ApiError } from '../errors.js';
 import type { Exchange } from '../http/exchange.js';
 
@@ -19,13 +20,26 @@ function matches(asked: string, offered: string): boolean {
 }
 
 /**
- * The JSON media type a single result is answered in, or undefined when the Accept list names
+ * The JSON media type a single result is answered in, or null when the Accept list names
  * neither (an event stream, a multipart answer: the full server's to answer). As Yoga reads the
  * list: quality values play no part, a charset other than UTF-8 drops an entry, and the first
  * entry that matches wins, `application/json` over `application/graphql-response+json` for a
  * wildcard.
  */
-export function regularMediaType(accept: string | undefined): RegularMediaType | undefined {
+export function regularMediaType(accept: string | undefined): RegularMediaType | null {
+  if (accept === undefined) return negotiate(undefined);
+  let chosen = negotiated.get(accept);
+  if (chosen === undefined) {
+    chosen = negotiate(accept) ?? 'none';
+    negotiated.set(accept, chosen);
+  }
+  return chosen === 'none' ? null : chosen;
+}
+
+/** Accept lists already negotiated: clients send a handful of them, again and again. Bounded in bytes. */
+const negotiated = new LRUCache<string, RegularMediaType | 'none'>({ max: 64, maxSize: 64 * 1024, maxEntrySize: 1024, sizeCalculation: (_value, key) => key.length + 16 });
+
+function negotiate(accept: string | undefined): RegularMediaType | null {
   const entries = (accept || '*/*').replace(/\s/g, '').toLowerCase().split(',');
   for (const entry of entries) {
     const [asked, ...parameters] = entry.split(';');
@@ -36,7 +50,7 @@ export function regularMediaType(accept: string | undefined): RegularMediaType |
     for (const offered of REGULAR) if (matches(offered, asked)) chosen = offered;
     if (chosen) return chosen;
   }
-  return undefined;
+  return null;
 }
 
 type HttpHint = { status?: number; spec?: boolean; headers?: Record<string, string> };
@@ -95,17 +109,21 @@ function sentError(error: GraphQLError): unknown {
   return json;
 }
 
-/** The body as sent: errors and the result's extensions without the server's hints. */
+/**
+ * The body as sent: errors and the result's extensions without the server's hints, written by
+ * the result's own serialiser when it has one (a compiled query's), as Yoga writes it.
+ */
 export function serialiseResult(result: ExecutionResult): string {
+  const stringify = (result as { stringify?: (value: unknown) => string }).stringify ?? JSON.stringify;
   const extensions = result.extensions as Record<string, unknown> | undefined;
-  if (!result.errors?.length && !extensions?.['http']) return JSON.stringify(result);
+  if (!result.errors?.length && !extensions?.['http']) return stringify(result);
   const sent: Record<string, unknown> = { ...result };
   if (result.errors) sent['errors'] = result.errors.map(sentError);
   if (extensions) {
     const { http: _http, ...rest } = extensions;
     sent['extensions'] = Object.keys(rest).length ? rest : undefined;
   }
-  return JSON.stringify(sent);
+  return stringify(sent);
 }
 
 /** Answers a single result in the negotiated media type; GraphQL answers are never stored. */

@@ -63,7 +63,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: { graphiql: b
     const method = exchange.request.method;
     const accept = exchange.header('accept');
     const mediaType = regularMediaType(accept);
-    if (mediaType === undefined) return undefined;
+    if (mediaType === null) return undefined;
     let params: GraphQLParams | undefined;
     if (method === 'GET') {
       // A browser asking for a page gets GraphiQL.

@@ -1,22 +1,43 @@
 import type { IncomingMessage } from 'node:http';
 import { ClientClosedError, PayloadTooLargeError } from '../errors.js';
 
-/** The request body, whole, refused 413 past `maxBytes` (declared or sent) before it is all read. */
-export async function readBody(request: IncomingMessage, maxBytes: number): Promise<Buffer> {
+/**
+ * The request body, whole, refused 413 past `maxBytes` (declared or sent) before it is all read.
+ * Read with the stream's events rather than its async iterator, which costs an allocation per
+ * chunk and per request.
+ */
+export function readBody(request: IncomingMessage, maxBytes: number): Promise<Buffer> {
   const declared = Number(request.headers['content-length']);
-  if (Number.isFinite(declared) && declared > maxBytes) throw new PayloadTooLargeError();
-  const chunks: Buffer[] = [];
-  let size = 0;
-  try {
-    for await (const chunk of request as AsyncIterable<Buffer>) {
+  if (Number.isFinite(declared) && declared > maxBytes) return Promise.reject(new PayloadTooLargeError());
+  return new Promise<Buffer>((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const done = (error?: Error) => {
+      request.off('data', onData);
+      request.off('end', onEnd);
+      request.off('error', onError);
+      request.off('close', onClose);
+      if (error) reject(error);
+      else resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+    };
+    const onData = (chunk: Buffer) => {
       size += chunk.length;
-      if (size > maxBytes) throw new PayloadTooLargeError();
+      if (size > maxBytes) {
+        // The rest is not read: the answer closes the connection.
+        request.pause();
+        return done(new PayloadTooLargeError());
+      }
       chunks.push(chunk);
-    }
-  } catch (error) {
+    };
+    const onEnd = () => done();
     // A client that hangs up mid-body is not a server error: there is nobody to answer.
-    if (!(error instanceof PayloadTooLargeError) && (request.destroyed || request.socket.destroyed)) throw new ClientClosedError();
-    throw error;
-  }
-  return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+    const onError = () => done(new ClientClosedError());
+    const onClose = () => {
+      if (!request.complete) done(new ClientClosedError());
+    };
+    request.on('data', onData);
+    request.on('end', onEnd);
+    request.on('error', onError);
+    request.on('close', onClose);
+  });
 }
