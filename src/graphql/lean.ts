@@ -35,6 +35,7 @@ function isJsonBody(contentType: string | undefined): boolean {
   return ['application/json', 'application/graphql+json'].some((type) => first === type || first.startsWith(`${type};`));
 }
 
+/** JSON text's value; undefined when it does not parse (JSON has no undefined of its own). */
 function parseJson(text: string): unknown {
   try {
     return JSON.parse(text);
@@ -47,11 +48,15 @@ function parseJson(text: string): unknown {
 function fromQueryString(query: string): GraphQLParams | undefined {
   const search = new URLSearchParams(query);
   const member = (name: string) => search.get(name) || undefined;
-  const variables = member('variables');
-  const extensions = member('extensions');
   const candidate: Record<string, unknown> = { operationName: member('operationName'), query: member('query') };
-  if (variables !== undefined) candidate['variables'] = parseJson(variables) ?? Symbol.for('invalid');
-  if (extensions !== undefined) candidate['extensions'] = parseJson(extensions) ?? Symbol.for('invalid');
+  for (const name of ['variables', 'extensions']) {
+    const text = member(name);
+    if (text === undefined) continue;
+    const value = parseJson(text);
+    // Unparsable: Yoga's refusal, word for word.
+    if (value === undefined) return undefined;
+    candidate[name] = value;
+  }
   return wellFormed(candidate);
 }
 
