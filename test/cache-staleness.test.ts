@@ -119,6 +119,37 @@ describe('changes made directly in the database reach the API', () => {
     );
   });
 
+  it("the list's first page is cached and shows every change to a child: a sign-in of an active child, a new child, a rename", async () => {
+    const own = await createOrganization(database());
+    const child = await createChild(database(), own.parent, { lastLogin: new Date(Date.now() - 86_400_000) });
+    const token = await tokenFor(own.parent, own);
+    const list = () => rest(server(), '/auth/child-accounts?limit=10', { token });
+    const first = await list();
+    const seenBefore = first.body.data.data.accounts[0].lastSeen as string;
+    const queries = database().queries.count;
+    expect((await list()).body.data.data.accounts[0].lastSeen).toBe(seenBefore);
+    // Answered from memory: the page (and the counts) made no query.
+    expect(database().queries.count).toBe(queries);
+    // An active child signing in again changes no count, but its lastSeen moves.
+    await reflected(
+      () => outside(SIGN_IN_SQL, [child.id]),
+      list,
+      (r) => r.body.data?.data?.accounts?.[0]?.lastSeen !== seenBefore,
+    );
+    await reflected(
+      async () => {
+        await createChild(database(), own.parent, { username: 'newest-child', createdAt: new Date(Date.now() + 1000) });
+      },
+      list,
+      (r) => r.body.data?.data?.accounts?.[0]?.username === 'newest-child',
+    );
+    await reflected(
+      () => outside(`UPDATE "Account" SET username = 'renamed-child' WHERE id = $1`, [child.id]),
+      list,
+      (r) => r.body.data?.data?.accounts?.some((a: { username: string }) => a.username === 'renamed-child'),
+    );
+  });
+
   it('concurrent requests missing the same counts share one count query', async () => {
     const own = await createOrganization(database());
     for (let i = 0; i < 5; i++) await createChild(database(), own.parent);

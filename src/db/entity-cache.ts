@@ -479,8 +479,10 @@ export const cacheTags = {
   organizationSettings: (parentId: string) => `organizationSettings:${parentId}`,
   purchases: (organizationId: string) => `purchases:${organizationId}`,
   usage: (organizationId: string) => `usage:${organizationId}`,
-  /** Any change to any child of this parent. */
+  /** A change to a child of this parent that alters its counts (see `services/child-counts.ts`). */
   children: (parentId: string) => `children:${parentId}`,
+  /** Any change to any child of this parent, activity included: what a page of the list shows. */
+  childRows: (parentId: string) => `childRows:${parentId}`,
 };
 
 /** The announced entities, each with the tag of its key. */

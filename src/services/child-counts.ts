@@ -14,7 +14,8 @@ export type ChildCounts = { total: number | null; active: number; computedAt: nu
 export const childCountsKey = (parentId: string) => `stats:${parentId}|||`;
 
 /**
- * Keeps the cached child counts current as children change. A parent's counts change only if a
+ * Keeps the child list's cached first pages and counts current as children change: any change
+ * drops the pages. A parent's counts change only if a
  * child was added, removed, renamed or moved (a stable change), or became active or inactive. A
  * child logging in for the first time in the window (what most sign-ins are) adds one to the
  * parent's unfiltered active count, which is amended in place rather than counted again; the
@@ -22,6 +23,8 @@ export const childCountsKey = (parentId: string) => `stats:${parentId}|||`;
  */
 export function keepChildCounts(feed: ChangeFeed, cache: EntityCache, now: () => number): () => void {
   const childChanged = ({ parentId, stable, lastLogin, version }: RowChange & { parentId: string }) => {
+    // Every change shows on the list's cached first pages (a sign-in moves `lastSeen`).
+    cache.invalidate(cacheTags.childRows(parentId), version);
     const at = now();
     const wasActive = lastLogin !== undefined && activeAt(lastLogin.before, at);
     const isActive = lastLogin !== undefined && activeAt(lastLogin.after, at);

@@ -143,14 +143,18 @@ export async function listChildAccounts(
             (extract(epoch FROM a."lastLogin") * 1000)::float8 AS "lastLoginMs",
             (extract(epoch FROM a."createdAt") * 1000)::float8 AS "createdAtMs"`;
   const page = `WHERE ${filters.where}${keyset} ORDER BY "createdAt" DESC, id DESC LIMIT $${params.push(limit + 1)}`;
-  const rows = await context.sql.query<ChildRow>(
-    filters.searched
-      ? // The page's ids from the narrow copy, then those rows (names as stored) from Account.
-        `SELECT ${columns} FROM (SELECT id, "createdAt" FROM ${filters.table} ${page}) m
-         JOIN "Account" a ON a.id = m.id ORDER BY m."createdAt" DESC, m.id DESC`
-      : `SELECT ${columns} FROM ${filters.table} a ${page}`,
-    params,
-  );
+  const statement = filters.searched
+    ? // The page's ids from the narrow copy, then those rows (names as stored) from Account.
+      { columns, rest: `FROM (SELECT id, "createdAt" FROM ${filters.table} ${page}) m JOIN "Account" a ON a.id = m.id ORDER BY m."createdAt" DESC, m.id DESC` }
+    : { columns, rest: `FROM ${filters.table} a ${page}` };
+  // The unfiltered first page is what dashboards poll: cached until a child of the parent changes
+  // (one entry per parent and limit, so no caller can fill the cache with pages of its choosing).
+  const rows =
+    filters.filtered || after
+      ? await context.sql.query<ChildRow>(`SELECT ${statement.columns} ${statement.rest}`, params)
+      : await context.cache.through(`firstPage:${parentId}|${limit}`, [cacheTags.childRows(parentId)], (query) => query<ChildRow>(statement.columns, statement.rest, params), {
+          share: true,
+        });
   const hasMore = rows.length > limit;
   const accounts = rows.slice(0, limit).map((row) => new ListedChild(row, filters.scope, key));
   let stats: Promise<Stats> | undefined;
