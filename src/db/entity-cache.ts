@@ -12,13 +12,31 @@ export type Snapshot = { readonly xmin: number; readonly xmax: number; readonly 
 /** The snapshot column a read for the cache adds to its select list (see `SnapshotQuery`). */
 const SNAPSHOT_COLUMN = 'pg_current_snapshot()::text AS "readSnapshot"';
 
+const NO_TRANSACTIONS: readonly number[] = Object.freeze([]);
+
 /** `xmin:xmax:xip,...` as PostgreSQL prints a snapshot; undefined for anything else. */
 export function parseSnapshot(text: unknown): Snapshot | undefined {
   if (typeof text !== 'string') return undefined;
   const match = /^(\d+):(\d+):([\d,]*)$/.exec(text);
   if (!match) return undefined;
-  const xip = match[3] === '' ? [] : match[3]!.split(',').map(Number);
+  const xip = match[3] === '' ? NO_TRANSACTIONS : match[3]!.split(',').map(Number);
   return { xmin: Number(match[1]), xmax: Number(match[2]), xip };
+}
+
+/**
+ * Snapshots of recent reads by their text: reads made while no transaction committed see the same
+ * snapshot, and the entries they fill share one object instead of holding one each.
+ */
+const recentSnapshots = new LRUCache<string, Snapshot>({ max: 64 });
+
+function sharedSnapshot(text: unknown): Snapshot | undefined {
+  if (typeof text !== 'string' || text.length > 256) return parseSnapshot(text);
+  let snapshot = recentSnapshots.get(text);
+  if (snapshot === undefined) {
+    snapshot = parseSnapshot(text);
+    if (snapshot) recentSnapshots.set(text, snapshot);
+  }
+  return snapshot;
 }
 
 /** Whether the change of transaction `version` was visible to a read with this snapshot. */
@@ -41,9 +59,10 @@ function snapshotQuery(sql: SqlDriver | undefined): { query: SnapshotQuery; seen
     if (!sql) throw new Error('this cache was made without a database to read');
     statements += 1;
     const rows = await sql.query<T & { readSnapshot?: unknown }>(`SELECT ${columns}, ${SNAPSHOT_COLUMN} ${rest}`, params);
-    seen = parseSnapshot(rows[0]?.readSnapshot);
-    for (const row of rows) delete row.readSnapshot;
-    return rows as T[];
+    seen = sharedSnapshot(rows[0]?.readSnapshot);
+    // Copies without the column rather than `delete`, which would leave each row a slow, larger
+    // dictionary-mode object (and some are kept in the cache as they are).
+    return rows.map(({ readSnapshot: _snapshot, ...row }) => row as unknown as T);
   };
   // Several statements saw several snapshots: none of them stands for the whole read.
   return { query, seen: () => (statements === 1 ? seen : undefined) };
