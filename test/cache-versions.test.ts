@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ChangeFeed, ChangeListener } from '../src/db/change-feed.js';
 import { parseChange } from '../src/db/changes.js';
 import { EntityCache, cacheTags, parseSnapshot, sees } from '../src/db/entity-cache.js';
-import { childCountsKey, keepChildCounts, type ChildCounts } from '../src/services/child-counts.js';
+import { childCountsKey, keepChildListCurrent, type ChildCounts } from '../src/services/child-counts.js';
 import { ACTIVE_WINDOW_MS } from '../src/domain/activity.js';
 import { SIGN_IN_SQL, createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { rest, useServer } from './helpers/app.js';
@@ -42,7 +42,7 @@ describe('the cache with announced transaction ids', () => {
   const setup = (now = Date.now()) => {
     const feed = new ManualFeed();
     const cache = new EntityCache(feed, { maxEntries: 100, maxBytes: 1 << 20, ttlMs: 60_000 });
-    keepChildCounts(feed, cache, () => now);
+    keepChildListCurrent(feed, cache, () => now);
     return { feed, cache };
   };
 

@@ -9,7 +9,6 @@ import {
   BadRequestError,
   ClientClosedError,
   HeaderTooLargeError,
-  MethodNotAllowedError,
   NotFoundError,
   PayloadTooLargeError,
   RateLimitedError,
@@ -28,10 +27,10 @@ import { Readiness } from '../readiness.js';
 import { childAccounts } from '../rest/child-accounts.js';
 import { creditAnalysis } from '../rest/credit-analysis.js';
 import { DOCS_PATHS, OPENAPI_PATH, serveDocs } from '../rest/docs.js';
-import { answerRest, sendRestError, type RestOperation } from '../rest/http.js';
+import { answerRest, READ_ONLY, refusedMethod, sendRestError, type RestOperation } from '../rest/http.js';
 import { organizationDetails } from '../rest/organization-details.js';
 import { userProfile } from '../rest/user-profile.js';
-import { keepChildCounts } from '../services/child-counts.js';
+import { keepChildListCurrent } from '../services/child-counts.js';
 import { RetrievalCounter } from '../services/retrieval-counter.js';
 import { readBody } from './body.js';
 import { createCorsPolicy } from './cors.js';
@@ -64,7 +63,6 @@ type Route = {
   handle(exchange: Exchange): Promise<void> | void;
 };
 
-const READ_ONLY = 'GET, HEAD';
 /** How long a readiness check waits for the database. */
 const READINESS_TIMEOUT_MS = 1000;
 /** Host values already found valid, so that the check runs once per value, not once per request. */
@@ -135,7 +133,7 @@ export function createApp(options: AppOptions): App {
     now,
   };
   // The clock the child counts are computed with decides which sign-ins leave them as they were.
-  const stopChildCounts = keepChildCounts(feed, deps.cache, () => now().getTime());
+  const stopChildList = keepChildListCurrent(feed, deps.cache, () => now().getTime());
   const pipeline = createGraphQLPipeline(deps, logger);
   const yoga = createYogaDoor(pipeline, config, { graphiqlHeaders: options.graphiqlHeaders });
   const lean = options.graphqlDoor === 'full' ? undefined : createLeanDoor(pipeline, { graphiql: config.graphiql, persistedOnly: config.persistedOperationsOnly });
@@ -239,10 +237,7 @@ export function createApp(options: AppOptions): App {
       exchange.addHeaders(cors.preflight(exchange.header('origin'), route.methods));
       return exchange.send(204, undefined, '');
     }
-    if (route.protocol === 'rest' && request.method !== 'GET' && request.method !== 'HEAD') {
-      exchange.addHeader('Allow', route.methods);
-      return sendRestError(exchange, new MethodNotAllowedError(request.method ?? ''));
-    }
+    if (route.protocol === 'rest' && refusedMethod(exchange)) return;
     await route.handle(exchange);
   }
 
@@ -252,7 +247,7 @@ export function createApp(options: AppOptions): App {
     metricsText: async () => ({ contentType: metrics.registry.contentType, text: await metrics.registry.metrics() }),
     close: async () => {
       await deps.retrievals.close();
-      stopChildCounts();
+      stopChildList();
       deps.cache.close();
       await feed.close();
     },

@@ -1,8 +1,8 @@
 import { createServer, STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Config } from '../config.js';
-import { ApiError, BadRequestError, HeaderTooLargeError, MethodNotAllowedError, ServiceUnavailableError, UriTooLongError } from '../errors.js';
-import { errorEnvelope, sendRestError } from '../rest/http.js';
+import { ApiError, BadRequestError, HeaderTooLargeError, ServiceUnavailableError, UriTooLongError } from '../errors.js';
+import { errorEnvelope, refusedMethod, sendRestError } from '../rest/http.js';
 import { Exchange } from './exchange.js';
 
 const DRAIN_AFTER_REFUSAL_BYTES = 4 * 1024 * 1024;
@@ -49,10 +49,7 @@ export function createMetricsServer(metricsText: () => Promise<{ contentType: st
   return createServer((request, response) => {
     const exchange = new Exchange(request, response);
     if (exchange.path !== '/metrics') return sendRestError(exchange, new ApiError('NOT_FOUND', 404, 'Only /metrics is served on this port.'));
-    if (request.method !== 'GET' && request.method !== 'HEAD') {
-      exchange.addHeader('Allow', 'GET, HEAD');
-      return sendRestError(exchange, new MethodNotAllowedError(request.method ?? ''));
-    }
+    if (refusedMethod(exchange)) return;
     const text = metricsText();
     if (!text) return sendRestError(exchange, new ServiceUnavailableError('The service is starting; try again shortly.'));
     text.then(

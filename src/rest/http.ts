@@ -1,5 +1,5 @@
 import type { RequestContext } from '../context.js';
-import { ApiError, toApiError } from '../errors.js';
+import { ApiError, MethodNotAllowedError, toApiError } from '../errors.js';
 import type { Exchange } from '../http/exchange.js';
 import type { Logger } from '../logger.js';
 
@@ -13,6 +13,21 @@ export function sendRestError(exchange: Exchange, error: ApiError, options: { no
   exchange.record.code = error.code;
   if (error.status === 401) exchange.addHeader('WWW-Authenticate', 'Bearer');
   exchange.sendJson(error.status, errorEnvelope(error), options);
+}
+
+/** What the read-only paths take (decisions §6). */
+export const READ_ONLY = 'GET, HEAD';
+
+/**
+ * Everything but GET and HEAD is answered 405 `METHOD_NOT_ALLOWED` with `Allow: GET, HEAD`
+ * (decisions §6), here; returns whether it was.
+ */
+export function refusedMethod(exchange: Exchange): boolean {
+  const method = exchange.request.method ?? 'GET';
+  if (method === 'GET' || method === 'HEAD') return false;
+  exchange.addHeader('Allow', READ_ONLY);
+  sendRestError(exchange, new MethodNotAllowedError(method));
+  return true;
 }
 
 /** One documented path: its answer's body from the request context and the query parameters. */

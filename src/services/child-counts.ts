@@ -21,7 +21,7 @@ export const childCountsKey = (parentId: string) => `stats:${parentId}|||`;
  * parent's unfiltered active count, which is amended in place rather than counted again; the
  * filtered counts are dropped. Returns the unsubscribe function.
  */
-export function keepChildCounts(feed: ChangeFeed, cache: EntityCache, now: () => number): () => void {
+export function keepChildListCurrent(feed: ChangeFeed, cache: EntityCache, now: () => number): () => void {
   const childChanged = ({ parentId, stable, lastLogin, version }: RowChange & { parentId: string }) => {
     // Every change shows on the list's cached first pages (a sign-in moves `lastSeen`).
     cache.invalidate(cacheTags.childRows(parentId), version);
