@@ -21,6 +21,15 @@ describe(`probes: /healthz, /readyz, /health (${testMode})`, () => {
     expect(health.body).toMatchObject({ status: 'ok', database: testMode === 'postgres' ? 'postgres' : 'pglite' });
   });
 
+  it.each(['POST', 'PUT', 'DELETE'])('%s on a probe: 405 METHOD_NOT_ALLOWED with Allow: GET, HEAD, in the JSON envelope', async (method) => {
+    for (const path of ['/healthz', '/readyz', '/health']) {
+      const answer = await rest(server(), path, { method });
+      expect(answer.status).toBe(405);
+      expect(answer.headers.get('allow')).toBe('GET, HEAD');
+      expect(answer.body).toMatchObject({ success: false, error: { code: 'METHOD_NOT_ALLOWED' } });
+    }
+  });
+
   it('probes are not rate limited, and one check a second serves every probe', async () => {
     await rest(server(), '/readyz');
     const before = database().queries.count;
