@@ -1,4 +1,5 @@
 import { createRequire } from 'node:module';
+import { Writable } from 'node:stream';
 import { pino, type DestinationStream, type Logger as PinoLogger } from 'pino';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
@@ -8,7 +9,66 @@ export type Logger = {
   info(message: string, fields?: Record<string, unknown>): void;
   warn(message: string, fields?: Record<string, unknown>): void;
   error(message: string, fields?: Record<string, unknown>): void;
+  /** Lines that could not be written since the start (the destination failed). */
+  dropped(): number;
 };
+
+type LogStream = Pick<NodeJS.WriteStream, 'write' | 'on'>;
+
+/**
+ * Where the lines go: a stream (stderr) that may fail at any time and for good, as a pipe does
+ * when its reader goes away (a log shipper restarting, `| head`). A failed write never reaches
+ * the code that logged: the stream's error is taken here, the line is counted as dropped, and so
+ * is every line after it (a failed pipe does not come back). The failure itself is said once, on
+ * the fallback stream (stdout), if that is still there. Nothing here throws, so the handlers of
+ * uncaught exceptions, which log, cannot feed on themselves.
+ */
+export class LogSink {
+  private lost = 0;
+  private broken = false;
+
+  constructor(
+    private readonly stream: LogStream = process.stderr,
+    private readonly fallback: LogStream | undefined = process.stdout,
+  ) {
+    stream.on('error', (error: Error) => this.fail(error));
+  }
+
+  get dropped(): number {
+    return this.lost;
+  }
+
+  write(line: string): void {
+    if (this.broken) {
+      this.lost += 1;
+      return;
+    }
+    try {
+      this.stream.write(line, (error) => {
+        if (error) {
+          this.lost += 1;
+          this.fail(error);
+        }
+      });
+    } catch (error) {
+      this.lost += 1;
+      this.fail(error as Error);
+    }
+  }
+
+  private fail(error: Error & { code?: string }): void {
+    if (this.broken) return;
+    this.broken = true;
+    const fallback = this.fallback;
+    if (!fallback) return;
+    try {
+      fallback.on('error', () => undefined);
+      fallback.write(`${JSON.stringify({ time: new Date().toISOString(), level: 'error', message: 'the log destination failed; further lines are dropped (counted in api_log_lines_dropped_total)', code: error.code ?? error.name })}\n`);
+    } catch {
+      // Nothing is left to say it on.
+    }
+  }
+}
 
 const CENSOR = '[redacted]';
 
@@ -45,10 +105,16 @@ const SECRET_PLACES = ['', 'error', 'error.meta', 'error.cause', 'error.cause.me
 export const REDACTED_PATHS = SECRET_PLACES.flatMap((at) => SECRET_FIELDS.map((field) => `${at}["${field}"]`));
 
 /** `pino-pretty` is a development dependency: present in a checkout, absent from a production install. */
-function prettyStream(): DestinationStream | undefined {
+function prettyStream(sink: LogSink): DestinationStream | undefined {
   try {
     const pretty = createRequire(import.meta.url)('pino-pretty') as (options: Record<string, unknown>) => DestinationStream;
-    return pretty({ destination: 2, sync: true, messageKey: 'message', translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' });
+    const destination = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        sink.write(chunk.toString());
+        done();
+      },
+    });
+    return pretty({ destination, sync: true, messageKey: 'message', translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' });
   } catch {
     return undefined;
   }
@@ -60,12 +126,13 @@ function prettyStream(): DestinationStream | undefined {
  * their name, message, stack and own properties, after redaction of the names above. When stderr
  * is a terminal outside production, lines are pretty-printed instead (`LOG_FORMAT=json` keeps JSON).
  */
-export function createLogger(level: LogLevel, options: { format?: 'json' | 'pretty' | 'auto' } = {}): Logger {
+export function createLogger(level: LogLevel, options: { format?: 'json' | 'pretty' | 'auto'; sink?: LogSink } = {}): Logger {
   const format = options.format ?? 'auto';
   const wantsPretty = format === 'pretty' || (format === 'auto' && process.stderr.isTTY === true && process.env.NODE_ENV !== 'production');
-  // Through process.stderr, looked up on every write: synchronous for files and pipes, so nothing
-  // is lost at exit and nothing queues without bound.
-  const destination = (wantsPretty ? prettyStream() : undefined) ?? { write: (line: string) => process.stderr.write(line) };
+  // Through process.stderr: synchronous for files and pipes, so nothing is lost at exit and nothing
+  // queues without bound; a destination that fails costs lines, never the process.
+  const sink = options.sink ?? new LogSink();
+  const destination = (wantsPretty ? prettyStream(sink) : undefined) ?? sink;
   const log: PinoLogger = pino(
     {
       level,
@@ -82,5 +149,6 @@ export function createLogger(level: LogLevel, options: { format?: 'json' | 'pret
     info: (message, fields) => log.info(fields ?? {}, message),
     warn: (message, fields) => log.warn(fields ?? {}, message),
     error: (message, fields) => log.error(fields ?? {}, message),
+    dropped: () => sink.dropped,
   };
 }

@@ -33,9 +33,11 @@ function failStart(error: unknown): never {
 // background write that retries by itself (the retrieval counter, the change listener).
 process.on('unhandledRejection', (reason) => logger.error('unhandled rejection', { error: reason }));
 // An exception nobody caught leaves the process in an unknown state: drain, flush, exit 1.
+// Logging cannot throw (a failed destination drops lines, see logger.ts), so this cannot feed on
+// itself; further exceptions while stopping are logged once each, and the stop goes on.
 process.on('uncaughtException', (error) => {
   if (!app) failStart(error);
-  logger.error('uncaught exception; shutting down', { error });
+  logger.error(stopping ? 'uncaught exception while shutting down' : 'uncaught exception; shutting down', { error });
   void shutdown('uncaught exception', 1);
 });
 

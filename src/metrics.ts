@@ -11,6 +11,8 @@ export type MetricSources = {
   pool?: pg.Pool;
   /** Retrieval-counter increments recorded but not yet written. */
   unsavedRetrievals: () => number;
+  /** Log lines lost because the log destination failed. */
+  droppedLogLines: () => number;
 };
 
 /** One answered request, as its log line and metrics see it. */
@@ -77,6 +79,7 @@ export function createMetrics(sources: MetricSources): Metrics {
   gauge('api_cache_entries', 'Entries held by the entity cache.', () => cache().size);
   gauge('api_cache_bytes', 'Estimated bytes held by the entity cache.', () => cache().bytes);
   gauge('api_cache_live', '1 while the change feed is live and the cache in use, 0 while it is bypassed.', () => (sources.feed().live ? 1 : 0));
+  mirrored('api_log_lines_dropped_total', 'Log lines lost because the log destination (stderr) failed.', sources.droppedLogLines);
   gauge('api_retrieval_counter_pending', 'Organization-details retrievals counted but not yet written to the database.', sources.unsavedRetrievals);
   const { pool } = sources;
   if (pool) {

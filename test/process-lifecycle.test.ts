@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { connect, createServer as createTcpServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -221,5 +221,36 @@ describe(`process lifecycle (${testMode})`, () => {
     const after = run('src/cli/migrate.ts', env);
     expect((await after.exited).code, after.output()).toBe(0);
     expect(after.output()).toMatch(/up to date/);
+  });
+  it('stderr closed by its reader: lines are dropped, the process stays idle, SIGTERM still ends it in time', async () => {
+    const server = run('src/main.ts', baseEnv({ DATA_DIR: folder(), LOG_LEVEL: 'info', SHUTDOWN_DELAY_MS: '0', SHUTDOWN_TIMEOUT_MS: '5000' }));
+    try {
+      const base = await listening(server);
+      // The reader goes away (a log shipper restarting, `| head -1`): the next line written fails.
+      server.child.stderr!.destroy();
+      for (let i = 0; i < 20; i++) expect((await fetch(`${base}/healthz`)).status).toBe(200);
+      // A write that failed and was logged, and failed again, spun a core; now nothing runs.
+      const cpu = () => {
+        const fields = readFileSync(`/proc/${server.child.pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+        return Number(fields[11]) + Number(fields[12]);
+      };
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const before = cpu();
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      // Clock ticks (1/100 s): under a fifth of a core over that second, where the spin took most of one.
+      expect(cpu() - before).toBeLessThan(20);
+      // Still serving, and the loss is counted.
+      const metrics = await (await fetch(`${base}/metrics`)).text();
+      expect(Number(/^api_log_lines_dropped_total (\d+)$/m.exec(metrics)?.[1])).toBeGreaterThanOrEqual(20);
+      // The failure was said once, on what was left (stdout).
+      expect(server.output().match(/the log destination failed/g)).toHaveLength(1);
+      const signalled = Date.now();
+      server.child.kill('SIGTERM');
+      const exit = await server.exited;
+      expect(exit.code).toBe(0);
+      expect(exit.at - signalled).toBeLessThan(5000);
+    } finally {
+      server.child.kill('SIGKILL');
+    }
   });
 });

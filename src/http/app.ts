@@ -113,6 +113,7 @@ export function createApp(options: AppOptions): App {
     feed: () => feed,
     pool: database.pgPool,
     unsavedRetrievals: () => deps.retrievals.unsaved,
+    droppedLogLines: () => logger.dropped(),
   });
   const feed = database.changeFeed({
     onStateChange: (live, error) => {
