@@ -1,15 +1,25 @@
-import { existsSync, openSync, readFileSync, rmSync, writeFileSync, closeSync } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import { closeSync, existsSync, fsyncSync, linkSync, openSync, readFileSync, realpathSync, renameSync, rmSync, writeSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
 import { hostname } from 'node:os';
 import path from 'node:path';
 
 /*
  * The embedded database's folder belongs to one process at a time: PGlite is a database engine
- * inside the process, and two processes writing one folder lose data. The owner writes
- * `.owner` in the folder (pid, host, what it is); another process refuses to open the folder
- * while that owner lives. An owner that died without removing the file (a crash, kill -9) is
- * detected by its pid and replaced. The owner also names the private folder of the socket its
- * embedded database answers on, so that a read-only command (`npm run token`) can use the running
- * server's database instead of being refused.
+ * inside the process, and two processes writing one folder lose data.
+ *
+ * Who holds it is decided by the kernel, not by a file: on Linux the owner binds a Unix socket in
+ * the abstract namespace named after the folder's real path. Binding is atomic (of processes
+ * racing, exactly one binds) and the name is freed when the owner dies, however it dies, so there
+ * is no stale owner to detect and replace. Elsewhere (a development machine), the owner file is
+ * the lock: created whole by linking a finished temporary file into place, and a dead owner's
+ * file replaced by renaming it away first, so that of several replacing it one wins.
+ *
+ * The owner file, `.owner` in the folder (pid, host, what it is, since when), says who holds the
+ * folder, for the refusal's message; it also names the private folder of the socket the embedded
+ * database answers on, so that a read-only command (`npm run token`) can use the running server's
+ * database instead of being refused. It is always replaced whole (written aside, renamed in).
+ * An owner file from another host is never judged: the folder is refused while it is there.
  */
 
 export class DataDirInUseError extends Error {
@@ -30,6 +40,9 @@ export type DataDirLock = {
   /** Names the folder of the socket the database answers on, for commands run beside this process. */
   advertise(socketDir: string): void;
 };
+
+/** How long an owner that holds the folder but has not written its record yet is waited for. */
+const RECORD_GRACE_MS = 1000;
 
 /** Whether the process that wrote `owner` still runs (and is a Node process, not a reused pid). */
 function alive(owner: Owner): boolean {
@@ -65,34 +78,119 @@ function readOwner(file: string): Owner | undefined {
   }
 }
 
-/** Takes the folder for this process, or throws DataDirInUseError. */
-export function lockDataDir(dataDir: string, what: string): DataDirLock {
-  const file = path.join(dataDir, '.owner');
-  const mine: Owner = { pid: process.pid, host: hostname(), what, since: new Date().toISOString() };
-  for (let attempt = 0; attempt < 2; attempt++) {
+/** The record in a file of its own beside `file`, complete and on disk: to be linked or renamed into place. */
+function writeAside(file: string, owner: Owner): string {
+  const aside = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`;
+  const fd = openSync(aside, 'wx');
+  try {
+    writeSync(fd, JSON.stringify(owner));
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  return aside;
+}
+
+/** The whole record replaces whatever is at `file`, atomically. */
+function replaceRecord(file: string, owner: Owner): void {
+  renameSync(writeAside(file, owner), file);
+}
+
+/** The owner's record, waiting a moment for one that holds the folder but has not written it yet. */
+async function ownerOf(file: string): Promise<Owner> {
+  const until = Date.now() + RECORD_GRACE_MS;
+  for (;;) {
+    const owner = readOwner(file);
+    if ((owner && alive(owner)) || Date.now() > until) return owner ?? { pid: 0, host: hostname(), what: 'another process', since: '' };
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
+
+/** Linux: the folder's name in the abstract socket namespace, bound for as long as it is held. */
+async function holdByKernel(dataDir: string): Promise<Server | undefined> {
+  const name = `\0credits-read-api/data-dir/${createHash('sha256').update(realpathSync(dataDir)).digest('hex')}`;
+  const holder = createServer();
+  return new Promise((resolve, reject) => {
+    holder.once('error', (error: NodeJS.ErrnoException) => (error.code === 'EADDRINUSE' ? resolve(undefined) : reject(error)));
+    holder.listen(name, () => {
+      // Held, not served: it keeps nothing alive and answers nobody.
+      holder.unref();
+      holder.on('connection', (socket) => socket.destroy());
+      resolve(holder);
+    });
+  });
+}
+
+/** Elsewhere: the owner file itself, linked into place whole; a dead owner's renamed away first. */
+function holdByFile(file: string, mine: Owner): boolean {
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const aside = writeAside(file, mine);
     try {
-      const fd = openSync(file, 'wx');
-      writeFileSync(fd, JSON.stringify(mine));
-      closeSync(fd);
-      let released = false;
-      const release = () => {
-        if (released) return;
-        released = true;
-        process.off('exit', release);
-        if (readOwner(file)?.pid === process.pid) rmSync(file, { force: true });
-      };
-      process.on('exit', release);
-      const advertise = (socketDir: string) => {
-        if (!released) writeFileSync(file, JSON.stringify({ ...mine, socketDir }));
-      };
-      return { release, advertise };
+      linkSync(aside, file);
+      return true;
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-      const owner = readOwner(file);
-      if (owner && alive(owner)) throw new DataDirInUseError(dataDir, owner);
-      // A stale owner (dead, or an unreadable file left by a crash mid-write): replaced.
-      rmSync(file, { force: true });
+    } finally {
+      rmSync(aside, { force: true });
     }
+    const owner = readOwner(file);
+    // A record being written is whole the moment it appears; an unreadable one is from a crash
+    // of an older version mid-write, or a folder being copied: not judged, refused.
+    if (!owner || alive(owner)) return false;
+    // Of several replacing a dead owner, the one whose rename takes it away goes on to link its own.
+    const away = `${file}.dead.${process.pid}.${randomBytes(4).toString('hex')}`;
+    try {
+      renameSync(file, away);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+      continue;
+    }
+    const taken = readOwner(away);
+    if (taken && taken.pid !== owner.pid) {
+      // A live owner's record was taken by mistake (it replaced the dead one first): put it back.
+      try {
+        linkSync(away, file);
+      } finally {
+        rmSync(away, { force: true });
+      }
+      return false;
+    }
+    rmSync(away, { force: true });
   }
-  throw new Error(`could not take ${file}: another process is taking it at the same time`);
+  return false;
+}
+
+/**
+ * Takes the folder for this process, or throws DataDirInUseError. `by` chooses the mechanism (the
+ * kernel's on Linux, the file's elsewhere); tests choose it to prove both.
+ */
+export async function lockDataDir(dataDir: string, what: string, by: 'kernel' | 'file' = process.platform === 'linux' ? 'kernel' : 'file'): Promise<DataDirLock> {
+  const file = path.join(dataDir, '.owner');
+  const mine: Owner = { pid: process.pid, host: hostname(), what, since: new Date().toISOString() };
+  let holder: Server | undefined;
+  if (by === 'kernel') {
+    holder = await holdByKernel(dataDir);
+    if (!holder) throw new DataDirInUseError(dataDir, await ownerOf(file));
+    const previous = readOwner(file);
+    if (previous && previous.host !== hostname()) {
+      holder.close();
+      throw new DataDirInUseError(dataDir, previous);
+    }
+    replaceRecord(file, mine);
+  } else if (!holdByFile(file, mine)) {
+    throw new DataDirInUseError(dataDir, await ownerOf(file));
+  }
+  let released = false;
+  const release = () => {
+    if (released) return;
+    released = true;
+    process.off('exit', release);
+    if (readOwner(file)?.pid === process.pid) rmSync(file, { force: true });
+    holder?.close();
+  };
+  process.on('exit', release);
+  const advertise = (socketDir: string) => {
+    if (!released) replaceRecord(file, { ...mine, socketDir });
+  };
+  return { release, advertise };
 }

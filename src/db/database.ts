@@ -118,7 +118,7 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
   mkdirSync(options.dataDir, { recursive: true });
   let lock: DataDirLock;
   try {
-    lock = lockDataDir(options.dataDir, options.owner ?? 'another process');
+    lock = await lockDataDir(options.dataDir, options.owner ?? 'another process');
   } catch (error) {
     const owner = error instanceof DataDirInUseError && error.owner.host === hostname() ? error.owner : undefined;
     if (!options.alongside || !owner?.socketDir) throw error;
