@@ -1,5 +1,7 @@
 import { createServer as createTcpServer, connect, type Socket } from 'node:net';
-import { describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { describe, expect, it, vi } from 'vitest';
+import { PostgresChangeFeed } from '../src/db/change-feed.js';
 import { openDatabase } from '../src/db/database.js';
 import { migrate, readMigrations, type LocalMigration } from '../src/db/migrator.js';
 import { rest, startServer } from './helpers/app.js';
@@ -88,6 +90,46 @@ describe.skipIf(testMode !== 'postgres')(`database stalls (${testMode})`, () => 
       proxy.resume();
       await server.close();
       await db.close();
+      await proxy.close();
+    }
+  });
+
+  it('the change listener\'s checks while the database is frozen: one in flight, never queued; the connection replaced past its bound', async () => {
+    const url = new URL(database().url!);
+    const proxy = await startStallingProxy({ host: url.hostname, port: Number(url.port) });
+    // The checks each connection is sent.
+    const sent = new Map<pg.Client, number>();
+    const original = pg.Client.prototype.query;
+    const query = vi.spyOn(pg.Client.prototype, 'query').mockImplementation(function (this: pg.Client, ...args: unknown[]) {
+      if (args[0] === 'SELECT 1') sent.set(this, (sent.get(this) ?? 0) + 1);
+      return (original as (...a: unknown[]) => never).apply(this, args);
+    });
+    const states: boolean[] = [];
+    const feed = new PostgresChangeFeed({
+      connection: { host: url.hostname, port: proxy.port, user: decodeURIComponent(url.username), password: decodeURIComponent(url.password), database: url.pathname.slice(1) },
+      heartbeatMs: 50,
+      heartbeatTimeoutMs: 1000,
+      connectTimeoutMs: 500,
+      onStateChange: (live) => states.push(live),
+    });
+    try {
+      await feed.started();
+      expect(feed.live).toBe(true);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const before = new Map(sent);
+      proxy.stall();
+      await new Promise((resolve) => setTimeout(resolve, 2500));
+      // 50 checks would have been sent at one every 50 ms; one is, and it is never answered.
+      for (const [client, count] of sent) expect(count - (before.get(client) ?? 0), 'checks sent on one connection while frozen').toBeLessThanOrEqual(1);
+      expect(feed.live).toBe(false);
+      expect(states).toEqual([true, false]);
+      proxy.resume();
+      for (let i = 0; i < 60 && !feed.live; i++) await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(feed.live).toBe(true);
+    } finally {
+      query.mockRestore();
+      proxy.resume();
+      await feed.close();
       await proxy.close();
     }
   });

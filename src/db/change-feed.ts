@@ -104,6 +104,8 @@ export type PostgresFeedOptions = {
   heartbeatMs?: number;
   /** Not live when no check has succeeded for this long (a connection that died silently). */
   staleAfterMs?: number;
+  /** A check unanswered for this long ends the connection, and a new one is opened. */
+  heartbeatTimeoutMs?: number;
   connectTimeoutMs?: number;
   onStateChange?: (live: boolean, error?: unknown) => void;
 };
@@ -120,6 +122,9 @@ export class PostgresChangeFeed extends BaseFeed {
   private closed = false;
   private readonly heartbeatMs: number;
   private readonly staleAfterMs: number;
+  private readonly heartbeatTimeoutMs: number;
+  /** The connection whose check is in flight: one at a time, never one queued behind another. */
+  private checking: pg.Client | undefined;
   private heartbeat: NodeJS.Timeout | undefined;
   private reconnect: NodeJS.Timeout | undefined;
   private connecting: Promise<void> | undefined;
@@ -131,6 +136,7 @@ export class PostgresChangeFeed extends BaseFeed {
     super();
     this.heartbeatMs = options.heartbeatMs ?? 1000;
     this.staleAfterMs = options.staleAfterMs ?? 3000;
+    this.heartbeatTimeoutMs = options.heartbeatTimeoutMs ?? 5000;
     this.connecting = this.connect();
   }
 
@@ -181,13 +187,24 @@ export class PostgresChangeFeed extends BaseFeed {
     }
   }
 
+  /**
+   * One check at a time: while the last is unanswered (a frozen server, a path that drops
+   * packets) no other is sent behind it; past its bound the connection is given up and replaced.
+   */
   private async check(client: pg.Client): Promise<void> {
+    if (this.checking === client) return;
+    this.checking = client;
     const sentAt = Date.now();
+    const bound = setTimeout(() => this.lost(client, new Error(`the change listener's check was not answered within ${this.heartbeatTimeoutMs} ms`)), this.heartbeatTimeoutMs);
+    bound.unref();
     try {
       await client.query('SELECT 1');
       if (client === this.client) this.confirmedAt = sentAt;
     } catch (error) {
       this.lost(client, error);
+    } finally {
+      clearTimeout(bound);
+      if (this.checking === client) this.checking = undefined;
     }
   }
 
