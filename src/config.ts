@@ -21,11 +21,31 @@ const optionalString = z
   .optional()
   .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim()));
 
+/** The longest delay Node's timers take (2^31 - 1 ms); a longer one fires after 1 ms. */
+const MAX_TIMER_MS = 2_147_483_647;
+const MAX_TIMER_SECONDS = Math.floor(MAX_TIMER_MS / 1000);
+
+/**
+ * A whole number written in decimal digits, nothing else (no sign, fraction, exponent or hex:
+ * `1e3`, `0x10` and `10.0` are refused, not read as numbers), within its bounds. Empty is unset
+ * (a template's `NAME=`).
+ */
+const integer = (min: number, max: number) =>
+  z.preprocess(
+    (v) => (typeof v === 'string' ? (v.trim() === '' ? undefined : v.trim()) : v),
+    z
+      .string()
+      .regex(/^\d{1,16}$/, 'must be a whole number in decimal digits')
+      .transform(Number)
+      .pipe(z.number().min(min, `must be at least ${min}`).max(max, `must be at most ${max}`))
+      .optional(),
+  );
+const withDefault = (schema: ReturnType<typeof integer>, fallback: number) => schema.transform((v) => v ?? fallback);
+
 const environment = z.object({
   NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
-  PORT: z.coerce.number().int().min(0).max(65535).default(4000),
-  // Empty is unset (a template's `METRICS_PORT=`), not port 0.
-  METRICS_PORT: z.preprocess((v) => (typeof v === 'string' && v.trim() === '' ? undefined : v), z.coerce.number().int().min(0).max(65535).optional()),
+  PORT: withDefault(integer(0, 65535), 4000),
+  METRICS_PORT: integer(0, 65535),
   HOST: z.string().min(1).default('0.0.0.0'),
   DATABASE_URL: optionalString.pipe(
     z
@@ -35,29 +55,29 @@ const environment = z.object({
   ),
   DATA_DIR: z.string().min(1).default('./data'),
   MIGRATE_ON_START: bool(true),
-  MIGRATION_LOCK_TIMEOUT_MS: z.coerce.number().int().min(1000).default(600_000),
+  MIGRATION_LOCK_TIMEOUT_MS: withDefault(integer(1000, MAX_TIMER_MS), 600_000),
   /** Unset: on with NODE_ENV=development only. */
   SEED_DEMO_ON_START: optionalBool,
-  DATABASE_POOL_SIZE: z.coerce.number().int().min(1).max(500).default(10),
-  DATABASE_CONNECT_TIMEOUT_MS: z.coerce.number().int().min(100).default(1500),
-  DATABASE_STATEMENT_TIMEOUT_MS: z.coerce.number().int().min(100).default(5000),
+  DATABASE_POOL_SIZE: withDefault(integer(1, 500), 10),
+  DATABASE_CONNECT_TIMEOUT_MS: withDefault(integer(100, MAX_TIMER_MS), 1500),
+  DATABASE_STATEMENT_TIMEOUT_MS: withDefault(integer(100, MAX_TIMER_MS), 5000),
   JWT_ISSUER: optionalString,
   JWT_AUDIENCE: optionalString,
   PAGINATION_SECRET: optionalString.pipe(z.string().min(32, 'must be at least 32 characters').optional()),
   CORS_ORIGINS: z.string().default('*'),
   INTROSPECTION: z.enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off']).optional(),
-  JWT_MAX_AGE_SECONDS: z.coerce.number().int().min(1).optional(),
-  JWT_MAX_LIFETIME_SECONDS: z.coerce.number().int().min(60).default(86_400),
-  MAX_TOKEN_BYTES: z.coerce.number().int().min(512).max(65_536).default(4096),
-  MAX_BODY_BYTES: z.coerce.number().int().min(1024).default(100_000),
-  MAX_HEADER_BYTES: z.coerce.number().int().min(256).default(8192),
-  MAX_URL_BYTES: z.coerce.number().int().min(256).max(1_048_576).default(8192),
-  MAX_HEAD_BYTES: z.coerce.number().int().min(4096).max(1_048_576).default(32_768),
-  MAX_HEADER_COUNT: z.coerce.number().int().min(10).max(1000).default(100),
-  MAX_QUERY_PARAMETERS: z.coerce.number().int().min(10).max(10_000).default(100),
-  RATE_LIMIT_PER_ADDRESS: z.coerce.number().int().min(0).default(600),
-  RATE_LIMIT_PER_CREDENTIAL: z.coerce.number().int().min(0).default(300),
-  RATE_LIMIT_WINDOW_SECONDS: z.coerce.number().int().min(1).default(60),
+  JWT_MAX_AGE_SECONDS: integer(1, 315_360_000),
+  JWT_MAX_LIFETIME_SECONDS: withDefault(integer(60, 315_360_000), 86_400),
+  MAX_TOKEN_BYTES: withDefault(integer(512, 65_536), 4096),
+  MAX_BODY_BYTES: withDefault(integer(1024, 104_857_600), 100_000),
+  MAX_HEADER_BYTES: withDefault(integer(256, 1_048_576), 8192),
+  MAX_URL_BYTES: withDefault(integer(256, 1_048_576), 8192),
+  MAX_HEAD_BYTES: withDefault(integer(4096, 1_048_576), 32_768),
+  MAX_HEADER_COUNT: withDefault(integer(10, 1000), 100),
+  MAX_QUERY_PARAMETERS: withDefault(integer(10, 10_000), 100),
+  RATE_LIMIT_PER_ADDRESS: withDefault(integer(0, 1_000_000_000), 600),
+  RATE_LIMIT_PER_CREDENTIAL: withDefault(integer(0, 1_000_000_000), 300),
+  RATE_LIMIT_WINDOW_SECONDS: withDefault(integer(1, MAX_TIMER_SECONDS), 60),
   RATE_LIMIT_STORE: z.enum(['memory', 'postgres']).default('memory'),
   TRUST_PROXY: z
     .string()
@@ -65,7 +85,11 @@ const environment = z.object({
     .transform((value, context) => {
       const text = value?.trim() ?? '';
       if (['', 'false', '0', 'no', 'off'].includes(text)) return undefined;
-      if (/^\d+$/.test(text)) return Number(text);
+      if (/^\d+$/.test(text)) {
+        if (Number(text) <= 100) return Number(text);
+        context.addIssue({ code: 'custom', message: 'a hop count must be at most 100' });
+        return z.NEVER;
+      }
       if (['true', 'yes', 'on'].includes(text)) {
         context.addIssue({ code: 'custom', message: 'name the proxies to trust: a hop count (1) or their addresses or subnets (loopback, 10.0.0.0/8)' });
         return z.NEVER;
@@ -79,11 +103,11 @@ const environment = z.object({
       }
       return entries;
     }),
-  SHUTDOWN_TIMEOUT_MS: z.coerce.number().int().min(100).default(10_000),
-  SHUTDOWN_DELAY_MS: z.coerce.number().int().min(0).default(3000),
-  CACHE_MAX_ENTRIES: z.coerce.number().int().min(0).default(CACHE_DEFAULTS.maxEntries),
-  CACHE_MAX_BYTES: z.coerce.number().int().min(0).default(CACHE_DEFAULTS.maxBytes),
-  CACHE_TTL_SECONDS: z.coerce.number().int().min(1).default(CACHE_DEFAULTS.ttlMs / 1000),
+  SHUTDOWN_TIMEOUT_MS: withDefault(integer(100, MAX_TIMER_MS), 10_000),
+  SHUTDOWN_DELAY_MS: withDefault(integer(0, MAX_TIMER_MS), 3000),
+  CACHE_MAX_ENTRIES: withDefault(integer(0, 100_000_000), CACHE_DEFAULTS.maxEntries),
+  CACHE_MAX_BYTES: withDefault(integer(0, 1_099_511_627_776), CACHE_DEFAULTS.maxBytes),
+  CACHE_TTL_SECONDS: withDefault(integer(1, MAX_TIMER_SECONDS), CACHE_DEFAULTS.ttlMs / 1000),
   GRAPHIQL: z.enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off']).optional(),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
   LOG_FORMAT: z.enum(['auto', 'json', 'pretty']).default('auto'),

@@ -2,7 +2,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { describeConfig, loadConfig, loadDotEnv } from '../src/config.js';
+import { ConfigError, describeConfig, loadConfig, loadDotEnv } from '../src/config.js';
 
 describe('configuration', () => {
   const dotEnv = (text: string) => {
@@ -36,5 +36,73 @@ describe('configuration', () => {
     expect(shown).not.toContain('p'.repeat(40));
     expect(describeConfig(config)).toMatchObject({ port: 8080, databaseUrl: 'postgres://app:********@db.internal:5432/api', paginationSecret: '********' });
     expect(describeConfig(loadConfig({})).paginationSecret).toBeUndefined();
+  });
+  /** The problems a setting's value is refused with, or [] when it is taken. */
+  const refusal = (env: NodeJS.ProcessEnv): string[] => {
+    try {
+      loadConfig(env);
+      return [];
+    } catch (error) {
+      if (error instanceof ConfigError) return error.problems;
+      throw error;
+    }
+  };
+
+  // Every numeric setting, with one value past each of its bounds.
+  const BOUNDS: [string, number, number][] = [
+    ['PORT', 0, 65535],
+    ['METRICS_PORT', 0, 65535],
+    ['MIGRATION_LOCK_TIMEOUT_MS', 1000, 2_147_483_647],
+    ['DATABASE_POOL_SIZE', 1, 500],
+    ['DATABASE_CONNECT_TIMEOUT_MS', 100, 2_147_483_647],
+    ['DATABASE_STATEMENT_TIMEOUT_MS', 100, 2_147_483_647],
+    ['JWT_MAX_AGE_SECONDS', 1, 315_360_000],
+    ['JWT_MAX_LIFETIME_SECONDS', 60, 315_360_000],
+    ['MAX_TOKEN_BYTES', 512, 65_536],
+    ['MAX_BODY_BYTES', 1024, 104_857_600],
+    ['MAX_HEADER_BYTES', 256, 1_048_576],
+    ['MAX_URL_BYTES', 256, 1_048_576],
+    ['MAX_HEAD_BYTES', 4096, 1_048_576],
+    ['MAX_HEADER_COUNT', 10, 1000],
+    ['MAX_QUERY_PARAMETERS', 10, 10_000],
+    ['RATE_LIMIT_PER_ADDRESS', 0, 1_000_000_000],
+    ['RATE_LIMIT_PER_CREDENTIAL', 0, 1_000_000_000],
+    ['RATE_LIMIT_WINDOW_SECONDS', 1, 2_147_483],
+    ['SHUTDOWN_TIMEOUT_MS', 100, 2_147_483_647],
+    ['SHUTDOWN_DELAY_MS', 0, 2_147_483_647],
+    ['CACHE_MAX_ENTRIES', 0, 100_000_000],
+    ['CACHE_MAX_BYTES', 0, 1_099_511_627_776],
+    ['CACHE_TTL_SECONDS', 1, 2_147_483],
+  ];
+
+  it.each(BOUNDS)('%s: taken at its bounds (%d, %d), refused past them with one line naming it', (name, min, max) => {
+    // The drain delay is part of the shutdown's time: each is tried with the other out of its way.
+    const beside: NodeJS.ProcessEnv = name === 'SHUTDOWN_TIMEOUT_MS' ? { SHUTDOWN_DELAY_MS: '0' } : {};
+    expect(refusal({ ...beside, [name]: String(min) })).toEqual([]);
+    if (name === 'SHUTDOWN_DELAY_MS') {
+      expect(refusal({ [name]: String(max - 1), SHUTDOWN_TIMEOUT_MS: String(max) })).toEqual([]);
+    } else {
+      expect(refusal({ [name]: String(max) })).toEqual([]);
+    }
+    expect(refusal({ ...beside, [name]: String(max + 1) })).toEqual([`${name}: must be at most ${max}`]);
+    if (min > 0) expect(refusal({ ...beside, [name]: String(min - 1) })).toEqual([`${name}: must be at least ${min}`]);
+  });
+
+  it.each(BOUNDS.map(([name]) => name))('%s: only decimal digits are a number (no hex, exponent, fraction or sign)', (name) => {
+    for (const written of ['0x10', '1e3', '10.0', '-5', '+5', '5 apples', 'Infinity']) {
+      expect(refusal({ [name]: written }), `${name}=${written}`).toEqual([`${name}: must be a whole number in decimal digits`]);
+    }
+    // Empty is unset, as a template's `NAME=` means.
+    expect(refusal({ [name]: '' })).toEqual([]);
+  });
+
+  it('a rate-limit window past what timers take would have emptied every counter at once: refused at start', () => {
+    expect(refusal({ RATE_LIMIT_WINDOW_SECONDS: '2147484' })).toEqual(['RATE_LIMIT_WINDOW_SECONDS: must be at most 2147483']);
+    expect(loadConfig({ RATE_LIMIT_WINDOW_SECONDS: ' 120 ' }).rateLimit.windowSeconds).toBe(120);
+  });
+
+  it('TRUST_PROXY: a hop count is bounded too', () => {
+    expect(refusal({ TRUST_PROXY: '2' })).toEqual([]);
+    expect(refusal({ TRUST_PROXY: '101' })).toEqual(['TRUST_PROXY: a hop count must be at most 100']);
   });
 });
