@@ -13,6 +13,8 @@ export type MetricSources = {
   unsavedRetrievals: () => number;
   /** Log lines lost because the log destination failed. */
   droppedLogLines: () => number;
+  /** GraphQL executions by engine, and documents that did not compile. */
+  executions: () => { compiled: number; reference: number; compileFailures: number };
 };
 
 /** One answered request, as its log line and metrics see it. */
@@ -79,6 +81,19 @@ export function createMetrics(sources: MetricSources): Metrics {
   gauge('api_cache_entries', 'Entries held by the entity cache.', () => cache().size);
   gauge('api_cache_bytes', 'Estimated bytes held by the entity cache.', () => cache().bytes);
   gauge('api_cache_live', '1 while the change feed is live and the cache in use, 0 while it is bypassed.', () => (sources.feed().live ? 1 : 0));
+  new Counter({
+    name: 'api_graphql_executions_total',
+    help: 'GraphQL executions by engine: compiled (graphql-jit) or reference (graphql-js).',
+    labelNames: ['engine'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      const counts = sources.executions();
+      this.inc({ engine: 'compiled' }, counts.compiled);
+      this.inc({ engine: 'reference' }, counts.reference);
+    },
+  });
+  mirrored('api_graphql_compile_failures_total', 'Query documents that did not compile and run on the reference executor.', () => sources.executions().compileFailures);
   mirrored('api_log_lines_dropped_total', 'Log lines lost because the log destination (stderr) failed.', sources.droppedLogLines);
   gauge('api_retrieval_counter_pending', 'Organization-details retrievals counted but not yet written to the database.', sources.unsavedRetrievals);
   const { pool } = sources;

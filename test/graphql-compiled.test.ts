@@ -3,9 +3,10 @@ import { seed } from '../src/dev/demo-data.js';
 import { useServer, type TestServer } from './helpers/app.js';
 import { createChild, createOrganization, tokenFor } from './helpers/builders.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
+import { STORED_OPERATIONS } from '../src/graphql/operations.js';
 
 const now = new Date('2026-06-11T06:00:00.000Z');
-/** More than the executions after which a document is compiled (graphql/yoga.ts). */
+/** More than the executions after which a document is compiled (20, graphql/pipeline.ts). */
 const REPEATS = 25;
 
 const PROFILE = `userID username email publicKey accountType parentAccount accountStatus emailVerified createdAt updatedAt
@@ -79,6 +80,21 @@ describe(`GraphQL answers are the same before and after a document is compiled (
       for (const answer of answers) expect(answer).toEqual(answers[0]);
       expect(answers[0]!.body.errors[0].extensions.code).toBe('GRAPHQL_VALIDATION_FAILED');
     }
+  });
+
+  it('compilation engages: every stored operation runs compiled once repeated, none fails to compile', async () => {
+    const [parentToken] = await seededTokens();
+    const metric = async (pattern: RegExp) => Number(pattern.exec((await server().app.metricsText()).text)?.[1] ?? NaN);
+    const compiled = /^api_graphql_executions_total\{engine="compiled"\} (\d+)$/m;
+    for (const operation of STORED_OPERATIONS) {
+      const variables = Object.fromEntries((operation.document.match(/\$\w+/g) ?? []).map((name) => [name.slice(1), undefined]));
+      const before = await metric(compiled);
+      const answers = await repeated(server(), operation.document, { token: parentToken, variables });
+      // Past the threshold every execution of the operation ran compiled, with the same answer.
+      expect(await metric(compiled), operation.name).toBe(before + REPEATS - 20);
+      for (const answer of answers.slice(1)) expect(answer, operation.name).toEqual(answers[0]);
+    }
+    expect(await metric(/^api_graphql_compile_failures_total (\d+)$/m)).toBe(0);
   });
 
   it('errors keep their codes and paths: a child asking for the credit analysis, a token gone stale mid-way', async () => {

@@ -5,9 +5,10 @@ import { testMode, useTestDatabase } from './helpers/database.js';
 import { operationId, STORED_OPERATIONS } from '../src/graphql/operations.js';
 
 /*
- * The two GraphQL doors answer alike. The same requests go to a server whose API clients' requests
- * take the lean door and to one that sends every GraphQL request through Yoga: status, headers and
- * body bytes must be equal, and so must the metrics and the request log line they leave.
+ * Two servers that must answer alike, sent the same requests: status, headers and body bytes must
+ * be equal, and so must the metrics and the request log line they leave. Twice over: the lean door
+ * against Yoga (every GraphQL request through Yoga), and compiled execution (graphql-jit, from the
+ * first execution of a document) against the reference executor (graphql-js, never compiled).
  */
 
 /** No Accept (curl, fetch), the lists of graphql-request, urql and Apollo Client, and more. */
@@ -52,12 +53,18 @@ async function graphqlSeries(server: TestServer): Promise<string[]> {
     .sort();
 }
 
-describe(`GraphQL: the lean door and Yoga answer alike (${testMode})`, () => {
+// Production: introspection off, suggestions off; the limits are on everywhere.
+const env = { NODE_ENV: 'production', LOG_LEVEL: 'info', LOG_FORMAT: 'json', CORS_ORIGINS: 'https://app.example' };
+type ServerOptions = Parameters<typeof useServer>[1];
+
+parity('the lean door and Yoga', { env }, { env, graphqlDoor: 'full' }, { doors: true });
+parity('compiled execution and the reference executor', { env, compileAfter: 0 }, { env, compileAfter: Infinity }, { doors: false });
+
+function parity(title: string, first: ServerOptions, second: ServerOptions, { doors }: { doors: boolean }) {
+describe(`GraphQL: ${title} answer alike (${testMode})`, () => {
   const database = useTestDatabase();
-  // Production: introspection off, suggestions off; the limits are on everywhere.
-  const env = { NODE_ENV: 'production', LOG_LEVEL: 'info', LOG_FORMAT: 'json', CORS_ORIGINS: 'https://app.example' };
-  const lean = useServer(database, { env });
-  const full = useServer(database, { env, graphqlDoor: 'full' });
+  const lean = useServer(database, first);
+  const full = useServer(database, second);
   const log = useCapturedLog();
   let sequence = 0;
 
@@ -103,7 +110,7 @@ describe(`GraphQL: the lean door and Yoga answer alike (${testMode})`, () => {
     expect(await graphqlSeries(lean())).toEqual(await graphqlSeries(full()));
   });
 
-  it('takes API requests through the lean door and leaves the rest to Yoga', async () => {
+  it.runIf(doors)('takes API requests through the lean door and leaves the rest to Yoga', async () => {
     const viaYoga = vi.spyOn(lean().app.graphql, 'serve');
     const viaFull = vi.spyOn(full().app.graphql, 'serve');
     await both({ body: JSON.stringify({ query: '{ __typename }' }) }, 'POST');
@@ -239,3 +246,4 @@ describe(`GraphQL: the lean door and Yoga answer alike (${testMode})`, () => {
   });
 
 });
+}

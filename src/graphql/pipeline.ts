@@ -8,9 +8,7 @@ import {
   type DocumentNode,
   type ExecutionArgs,
 } from 'graphql';
-import { getVariableValues } from 'graphql/execution/values.js';
 import { envelop, useEngine, useExtendContext, useMaskedErrors, useSchema, type GetEnvelopedFn, type Plugin } from '@envelop/core';
-import { useGraphQlJit } from '@envelop/graphql-jit';
 import { useParserCache } from '@envelop/parser-cache';
 import { useValidationCache } from '@envelop/validation-cache';
 import { normalizedExecutor } from '@graphql-tools/executor';
@@ -20,6 +18,7 @@ import { createRequestContext, type AppDependencies, type RequestContext } from 
 import { ApiError, innermostError, toApiError } from '../errors.js';
 import type { Exchange } from '../http/exchange.js';
 import type { Logger } from '../logger.js';
+import { useCompiledExecution, type ExecutionCounts } from './compiled.js';
 import { useObserve } from './observe.js';
 import { schema } from './schema.js';
 
@@ -47,27 +46,6 @@ const COMPILE_AFTER_EXECUTIONS = 20;
  */
 const DOCUMENTS_KEPT = 256;
 const DOCUMENT_TTL_MS = 3_600_000;
-
-/**
- * Whether this execution runs compiled: a query (graphql-jit reports other operation types, and
- * variables of the wrong type, in shapes of its own: those stay with the reference executor, whose
- * answers the contract fixes) whose document has been executed often enough. Executions are
- * counted per parsed document: the parser cache hands back the same object for the same text.
- */
-function compileWhenRepeated(): (args: ExecutionArgs) => boolean {
-  const executions = new WeakMap<DocumentNode, number>();
-  return ({ document, operationName, schema, variableValues }) => {
-    const count = (executions.get(document) ?? 0) + 1;
-    if (count <= COMPILE_AFTER_EXECUTIONS) {
-      executions.set(document, count);
-      return false;
-    }
-    const operation = getOperationAST(document, operationName);
-    if (operation?.operation !== 'query') return false;
-    const variables = operation.variableDefinitions ?? [];
-    return variables.length === 0 || getVariableValues(schema, variables, variableValues ?? {}).errors === undefined;
-  };
-}
 
 type HttpHint = { status?: number; spec?: boolean; headers?: Record<string, string> };
 
@@ -152,7 +130,7 @@ export function createErrorMask(): (error: unknown) => GraphQLError {
   return (error) => {
     if (typeof error === 'object' && error !== null && masked.has(error)) return error as GraphQLError;
     const original = innermostError(error);
-    const located = error as Partial<Pick<GraphQLError, 'nodes' | 'path' | 'extensions'>>;
+    const located = error as Partial<Pick<GraphQLError, 'nodes' | 'locations' | 'path' | 'extensions'>>;
     if (!(original instanceof ApiError) && located.path === undefined && graphQLShaped(error) && graphQLShaped(original)) {
       // Only the code (and the status hint, which is never sent) reach the client: parsers attach
       // the thrown error's name and message, which are not for clients. Such an error is answered
@@ -175,7 +153,10 @@ export function createErrorMask(): (error: unknown) => GraphQLError {
     }
     // Resolver errors that are not the API's own were logged, with the request id, by useObserve.
     const apiError = original instanceof ApiError ? original : toApiError(original);
-    return mark(new GraphQLError(apiError.message, { nodes: located.nodes, path: located.path, extensions: { code: apiError.code } }));
+    const answer = new GraphQLError(apiError.message, { nodes: located.nodes, path: located.path, extensions: { code: apiError.code } });
+    // A compiled execution's errors carry their locations without the nodes they came from.
+    if (answer.locations === undefined && located.locations?.length) (answer as { locations?: GraphQLError['locations'] }).locations = located.locations;
+    return mark(answer);
   };
 }
 
@@ -183,6 +164,8 @@ export type GraphQLPipeline = {
   getEnveloped: GetEnvelopedFn<GraphQLContext>;
   /** The error mask, for what fails outside execution (a door's own refusals, a thrown parse error). */
   maskError: (error: unknown) => GraphQLError;
+  /** Executions by engine since the start. */
+  executions: ExecutionCounts;
 };
 
 /**
@@ -192,8 +175,9 @@ export type GraphQLPipeline = {
 const validateOnce: typeof validate = (schema, document, rules, options, typeInfo) =>
   validate(schema, document, rules && [...new Set(rules)], options, typeInfo);
 
-export function createGraphQLPipeline(deps: AppDependencies, logger: Logger): GraphQLPipeline {
+export function createGraphQLPipeline(deps: AppDependencies, logger: Logger, options: { compileAfter?: number } = {}): GraphQLPipeline {
   const maskError = createErrorMask();
+  const executions: ExecutionCounts = { compiled: 0, reference: 0, compileFailures: 0 };
   const plugins: Plugin<any>[] = [
     useEngine({ parse, validate: validateOnce, specifiedRules, execute: normalizedExecutor, subscribe: normalizedExecutor }),
     useSchema(schema),
@@ -213,10 +197,10 @@ export function createGraphQLPipeline(deps: AppDependencies, logger: Logger): Gr
     }),
     useValidationCache({ cache: new LRUCache<string, readonly GraphQLError[]>({ max: DOCUMENTS_KEPT, ttl: DOCUMENT_TTL_MS }) }),
     useHttpSemantics(),
-    useGraphQlJit({}, { enableIf: compileWhenRepeated(), onError: () => {} }),
+    useCompiledExecution({ compileAfter: options.compileAfter ?? COMPILE_AFTER_EXECUTIONS, logger, counts: executions }),
     useObserve(logger),
     useExtendContext(({ exchange }: GraphQLInitialContext) => createRequestContext(deps, exchange)),
     useMaskedErrors({ maskError: (error) => maskError(error) }),
   ];
-  return { getEnveloped: envelop({ plugins }) as unknown as GetEnvelopedFn<GraphQLContext>, maskError };
+  return { getEnveloped: envelop({ plugins }) as unknown as GetEnvelopedFn<GraphQLContext>, maskError, executions };
 }

@@ -99,6 +99,8 @@ export type AppOptions = {
   graphiqlHeaders?: string;
   /** `full`: every GraphQL request through Yoga (the parity test compares the two doors). */
   graphqlDoor?: 'lean' | 'full';
+  /** Executions of a document before it runs compiled (tests: 0 always, Infinity never). */
+  compileAfter?: number;
 };
 
 /**
@@ -114,6 +116,7 @@ export function createApp(options: AppOptions): App {
     pool: database.pgPool,
     unsavedRetrievals: () => deps.retrievals.unsaved,
     droppedLogLines: () => logger.dropped(),
+    executions: () => pipeline.executions,
   });
   const feed = database.changeFeed({
     onStateChange: (live, error) => {
@@ -135,7 +138,7 @@ export function createApp(options: AppOptions): App {
   };
   // The clock the child counts are computed with decides which sign-ins leave them as they were.
   const stopChildList = keepChildListCurrent(feed, deps.cache, () => now().getTime());
-  const pipeline = createGraphQLPipeline(deps, logger);
+  const pipeline = createGraphQLPipeline(deps, logger, { compileAfter: options.compileAfter });
   const yoga = createYogaDoor(pipeline, config, { graphiqlHeaders: options.graphiqlHeaders });
   const lean = options.graphqlDoor === 'full' ? undefined : createLeanDoor(pipeline, { graphiql: config.graphiql, persistedOnly: config.persistedOperationsOnly });
   const limiter = new RateLimiter(config.rateLimit, database.pgPool);

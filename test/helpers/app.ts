@@ -20,7 +20,7 @@ export type TestServer = {
 
 export async function startServer(
   database: Database,
-  options: { env?: Record<string, string>; now?: () => Date; graphiqlHeaders?: string; graphqlDoor?: AppOptions['graphqlDoor'] } = {},
+  options: { env?: Record<string, string>; now?: () => Date; graphiqlHeaders?: string; graphqlDoor?: AppOptions['graphqlDoor']; compileAfter?: number } = {},
 ): Promise<TestServer> {
   const config: Config = loadConfig({
     NODE_ENV: 'test',
@@ -30,7 +30,7 @@ export async function startServer(
     RATE_LIMIT_PER_CREDENTIAL: '0',
     ...options.env,
   });
-  const app = createApp({ config, database, logger: createLogger(config.logLevel, { format: config.logFormat }), now: options.now, graphiqlHeaders: options.graphiqlHeaders, graphqlDoor: options.graphqlDoor });
+  const app = createApp({ config, database, logger: createLogger(config.logLevel, { format: config.logFormat }), now: options.now, graphiqlHeaders: options.graphiqlHeaders, graphqlDoor: options.graphqlDoor, compileAfter: options.compileAfter });
   const server: Server = createHttpServer(config.limits, (request, response) => app.handle(request, response));
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
