@@ -220,6 +220,27 @@ describe(`hostile input (${testMode})`, () => {
       expect(logs.lines().filter((line) => line.level === 'error')).toEqual([]);
     });
 
+    it.each([
+      ['two Host headers', 'GET /auth/user-profile HTTP/1.1\r\nHost: localhost\r\nHost: other.example\r\nConnection: close', 'The request has more than one Host header.'],
+      ['two Host headers, the same value', 'GET /graphql?query=%7B__typename%7D HTTP/1.1\r\nHost: localhost\r\nhost: localhost\r\nConnection: close', 'The request has more than one Host header.'],
+      ['no Host header (HTTP/1.1)', 'GET /auth/user-profile HTTP/1.1\r\nConnection: close', 'The request has no Host header.'],
+    ])('%s: 400 BAD_REQUEST in the JSON envelope (GraphQL\'s on /graphql)', async (_name, head, message) => {
+      const answer = await rawRequest(server().url, head);
+      expect(answer.status).toBe(400);
+      expect(answer.header('content-type')).toMatch(/^application\/json/);
+      if (head.startsWith('GET /graphql')) {
+        expect(answer.json).toEqual({ errors: [{ message, extensions: { code: 'BAD_REQUEST' } }] });
+      } else {
+        expectEnvelope(answer, 400, 'BAD_REQUEST');
+        expect(answer.json.error.message).toBe(message);
+      }
+    });
+
+    it('HTTP/1.0 needs no Host header', async () => {
+      const answer = await rawRequest(server().url, 'GET /healthz HTTP/1.0');
+      expect(answer.status).toBe(200);
+    });
+
     it('counts against the rate limit', async () => {
       const limited = await startServer(database(), { env: { RATE_LIMIT_PER_ADDRESS: '3' } });
       try {

@@ -81,6 +81,22 @@ function oversizedHeader(request: IncomingMessage, maxBytes: number): string | u
   return undefined;
 }
 
+/**
+ * What is wrong with the request's Host headers, if anything (RFC 9112 §3.2): HTTP/1.1 requires
+ * exactly one; more than one is refused, since a proxy in front may have read the other.
+ */
+function hostCountProblem(request: IncomingMessage): string | undefined {
+  let count = 0;
+  const raw = request.rawHeaders;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!;
+    if (name.length === 4 && name.toLowerCase() === 'host') count += 1;
+  }
+  if (count > 1) return 'The request has more than one Host header.';
+  if (count === 0 && (request.httpVersionMajor > 1 || request.httpVersionMinor >= 1)) return 'The request has no Host header.';
+  return undefined;
+}
+
 /** A Host header as RFC 9110 has it: a host name, an IPv4 address or a bracketed IPv6 one, and an optional port. */
 function isValidHost(host: string): boolean {
   if (host.length === 0 || host.length > 255 || /[\s/?#@\\%]/.test(host)) return false;
@@ -231,6 +247,8 @@ export function createApp(options: AppOptions): App {
     if (request.rawHeaders.length / 2 > limits.maxHeaderCount) return refuse(exchange, route, new HeaderTooLargeError('The request has too many header fields.'));
     const tooLong = oversizedHeader(request, limits.maxHeaderBytes);
     if (tooLong) return refuse(exchange, route, HeaderTooLargeError.forHeader(tooLong));
+    const hostProblem = hostCountProblem(request);
+    if (hostProblem) return refuse(exchange, route, new BadRequestError(hostProblem));
     const host = request.headers.host;
     if (host !== undefined && !knownHosts.has(host)) {
       if (!isValidHost(host)) return refuse(exchange, route, new BadRequestError('The Host header is malformed.'));

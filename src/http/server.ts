@@ -80,7 +80,8 @@ export function createHttpServer(limits: Config['limits'], handle: (request: Inc
   const answering = new WeakSet<Duplex>();
   /** Connections whose unparsable request was answered. */
   const refused = new WeakSet<Duplex>();
-  const server = createServer({ maxHeaderSize: limits.maxHeadBytes }, (request, response) => {
+  // The Host rules are the edge's (http/app.ts), answered in the API's envelope, not Node's bare 400.
+  const server = createServer({ maxHeaderSize: limits.maxHeadBytes, requireHostHeader: false }, (request, response) => {
     const socket = request.socket;
     answering.add(socket);
     response.on('close', () => answering.delete(socket));
