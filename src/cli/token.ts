@@ -1,8 +1,5 @@
 import { parseArgs } from 'node:util';
 import { mintAccessToken, parseTtl } from '../auth/tokens.js';
-import { loadConfigOrExit } from '../config.js';
-import { describeOrganizations, findTokenSubject, listOrganizations } from '../db/accounts.js';
-import { openConfiguredDatabaseOrExit } from '../db/setup.js';
 import type { PrismaClient } from '../generated/prisma/client.js';
 
 const LIST_LIMIT = 100;
@@ -52,6 +49,11 @@ async function list(prisma: PrismaClient): Promise<void> {
   console.log('\nnpm run token -- <email or userID> mints a token for one of them.');
 }
 
+// Loaded once the arguments are known to be usable: the database client and the embedded engine
+// take most of a command's start, which `--help` and a usage error do not need.
+const { loadConfigOrExit } = await import('../config.js');
+const { describeOrganizations, findTokenSubject, listOrganizations } = await import('../db/accounts.js');
+const { openConfiguredDatabaseOrExit } = await import('../db/setup.js');
 const config = loadConfigOrExit();
 if (ttlSeconds > config.jwtMaxLifetimeSeconds) {
   console.error(`token: the lifetime is longer than JWT_MAX_LIFETIME_SECONDS (${config.jwtMaxLifetimeSeconds} s): the API would refuse the token`);
