@@ -13,6 +13,8 @@ export type MetricSources = {
   unsavedRetrievals: () => number;
   /** Log lines lost because the log destination failed. */
   droppedLogLines: () => number;
+  /** Requests begun (head received) and not yet answered. */
+  requestsInFlight: () => number;
   /** GraphQL executions by engine, and documents that did not compile. */
   executions: () => { compiled: number; reference: number; compileFailures: number };
 };
@@ -76,6 +78,7 @@ export function createMetrics(sources: MetricSources): Metrics {
   mirrored('api_cache_hits_total', 'Entity cache lookups answered from the cache.', () => cache().stats.hits);
   mirrored('api_cache_misses_total', 'Entity cache lookups that went to the database.', () => cache().stats.misses);
   mirrored('api_cache_evictions_total', 'Entries evicted to stay within the cache bounds.', () => cache().stats.evictions);
+  mirrored('api_cache_announcements_total', 'Database change announcements received by the cache.', () => cache().stats.announcements);
   mirrored('api_cache_invalidations_total', 'Tags invalidated by the database change announcements.', () => cache().stats.invalidations);
   mirrored('api_cache_shared_reads_total', 'Cache misses that joined a read of the same row already in flight.', () => cache().stats.sharedReads);
   gauge('api_cache_entries', 'Entries held by the entity cache.', () => cache().size);
@@ -94,6 +97,7 @@ export function createMetrics(sources: MetricSources): Metrics {
     },
   });
   mirrored('api_graphql_compile_failures_total', 'Query documents that did not compile and run on the reference executor.', () => sources.executions().compileFailures);
+  gauge('api_http_requests_in_flight', 'Requests whose head was received and whose answer is not finished (this scrape included).', sources.requestsInFlight);
   mirrored('api_log_lines_dropped_total', 'Log lines lost because the log destination (stderr) failed.', sources.droppedLogLines);
   gauge('api_retrieval_counter_pending', 'Organization-details retrievals counted but not yet written to the database.', sources.unsavedRetrievals);
   const { pool } = sources;

@@ -114,9 +114,10 @@ describe(`process lifecycle (${testMode})`, () => {
       expect((await fetch(`${base}/readyz`)).status).toBe(200);
       const signalled = Date.now();
       server.child.kill('SIGTERM');
-      await new Promise((resolve) => setTimeout(resolve, 200));
-      // New connections are still accepted and served during the delay; readiness says to go away.
-      const ready = await fetch(`${base}/readyz`);
+      // New connections are still accepted and served during the delay; readiness says to go away
+      // as soon as the signal is handled.
+      let ready = await fetch(`${base}/readyz`);
+      while (ready.status === 200 && Date.now() - signalled < 1500) ready = await fetch(`${base}/readyz`);
       expect(ready.status).toBe(503);
       expect(await ready.json()).toEqual({ status: 'unavailable', reason: 'draining' });
       expect((await fetch(`${base}/healthz`)).status).toBe(200);
@@ -137,7 +138,7 @@ describe(`process lifecycle (${testMode})`, () => {
   it('past the shutdown deadline the retrieval counter is still flushed: no answered retrieval is lost', async () => {
     const own: TestDatabase | undefined = testMode === 'postgres' ? await createTestDatabase() : undefined;
     const dataDir = folder();
-    const env = baseEnv(own ? { DATABASE_URL: own.url, SHUTDOWN_TIMEOUT_MS: '4000', SHUTDOWN_DELAY_MS: '0', SEED_DEMO_ON_START: 'true' } : { DATA_DIR: dataDir, SHUTDOWN_TIMEOUT_MS: '4000', SHUTDOWN_DELAY_MS: '0', SEED_DEMO_ON_START: 'true' });
+    const env = baseEnv(own ? { DATABASE_URL: own.url, SHUTDOWN_TIMEOUT_MS: '6000', SHUTDOWN_DELAY_MS: '0', SEED_DEMO_ON_START: 'true' } : { DATA_DIR: dataDir, SHUTDOWN_TIMEOUT_MS: '6000', SHUTDOWN_DELAY_MS: '0', SEED_DEMO_ON_START: 'true' });
     const server = run('src/main.ts', env);
     try {
       const base = await listening(server);
@@ -164,11 +165,15 @@ describe(`process lifecycle (${testMode})`, () => {
       await fetch(`${base}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-public-key': key }, body });
       const stuck = await open();
       const late = await Promise.all(Array.from({ length: 10 }, open));
-      // Accepted and read by the server before the signal (a connection still in the kernel's
-      // backlog when the listener closes is refused, as with any server).
-      await new Promise((resolve) => setTimeout(resolve, 500));
+      // Accepted and begun by the server before the signal (a connection still in the kernel's
+      // backlog when the listener closes is reset, as with any server): eleven requests in flight,
+      // and the scrape that counts them.
+      const inFlight = async () => Number(/^api_http_requests_in_flight (\d+)$/m.exec(await (await fetch(`${base}/metrics`)).text())?.[1]);
+      await expect.poll(inFlight, { timeout: 10_000, interval: 20 }).toBeGreaterThanOrEqual(12);
       server.child.kill('SIGTERM');
-      await new Promise((resolve) => setTimeout(resolve, 3500));
+      // The rest of the bodies while the shutdown waits on them (the listener closed, the stuck
+      // request holding the process), far from the 6 s deadline however loaded the machine.
+      await new Promise((resolve) => setTimeout(resolve, 1500));
       for (const { socket } of late) socket.write(body.slice(5));
       const answers = await Promise.all(late.map((l) => l.answer));
       const exit = await server.exited;

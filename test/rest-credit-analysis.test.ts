@@ -63,7 +63,11 @@ describe(`GET ${PATH} (${testMode})`, () => {
     // With its parent the organization and its signing secret are gone: the token is no longer valid.
     const token = await tokenFor(org.parent, org, { now });
     expect((await rest(server(), PATH, { token })).status).toBe(200);
+    const { stats } = server().app.deps.cache;
+    const before = stats.announcements;
     await database().prisma.account.delete({ where: { id: org.parent.id } });
-    await expect.poll(async () => (await rest(server(), PATH, { token })).status, { timeout: 100, interval: 5 }).toBe(401);
+    // Once the deletion is announced (the event the cache acts on), the token stops working.
+    await expect.poll(() => stats.announcements, { timeout: 10_000, interval: 2 }).toBeGreaterThan(before);
+    await expect.poll(async () => (await rest(server(), PATH, { token })).status, { timeout: 3000, interval: 0 }).toBe(401);
   });
 });

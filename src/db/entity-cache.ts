@@ -209,7 +209,7 @@ export class EntityCache {
   /** Reads in flight (`track`), for callers arriving meanwhile (`join`). */
   private readonly reads = new Map<string, RunningRead>();
   private readonly unsubscribe: () => void;
-  readonly stats = { hits: 0, misses: 0, invalidations: 0, evictions: 0, sharedReads: 0 };
+  readonly stats = { hits: 0, misses: 0, invalidations: 0, evictions: 0, sharedReads: 0, announcements: 0 };
 
   constructor(
     private readonly feed: ChangeFeed,
@@ -472,6 +472,7 @@ export class EntityCache {
    * A child's parent's counts are kept by their owner (`services/child-counts.ts`).
    */
   private onChange(change: Change): void {
+    this.stats.announcements += 1;
     if (change.kind === 'all') {
       this.clear();
       return;

@@ -133,6 +133,7 @@ export function createApp(options: AppOptions): App {
     unsavedRetrievals: () => deps.retrievals.unsaved,
     droppedLogLines: () => logger.dropped(),
     executions: () => pipeline.executions,
+    requestsInFlight: () => inFlight,
   });
   const feed = database.changeFeed({
     onStateChange: (live, error) => {
@@ -163,6 +164,7 @@ export function createApp(options: AppOptions): App {
   const knownHosts = new LRUCache<string, true>({ max: KNOWN_HOSTS });
   const { limits } = config;
   let draining = false;
+  let inFlight = 0;
 
   const rest = (path: string, operation: RestOperation): Route => ({
     path,
@@ -281,6 +283,8 @@ export function createApp(options: AppOptions): App {
       const started = performance.now();
       const exchange = new Exchange(request, response);
       const route = byPath.get(exchange.path);
+      inFlight += 1;
+      response.once('close', () => (inFlight -= 1));
       exchange.addHeaders(cors.answer(exchange.header('origin')));
       if (draining) response.setHeader('Connection', 'close');
       response.on('finish', () => {
