@@ -94,6 +94,33 @@ describe.skipIf(testMode !== 'postgres')(`database stalls (${testMode})`, () => 
     }
   });
 
+  it('the change listener unanswered past staleAfterMs is not live (the cache is bypassed) before its connection is given up', async () => {
+    const url = new URL(database().url!);
+    const proxy = await startStallingProxy({ host: url.hostname, port: Number(url.port) });
+    const states: boolean[] = [];
+    const feed = new PostgresChangeFeed({
+      connection: { host: url.hostname, port: proxy.port, user: decodeURIComponent(url.username), password: decodeURIComponent(url.password), database: url.pathname.slice(1) },
+      heartbeatMs: 50,
+      staleAfterMs: 300,
+      heartbeatTimeoutMs: 30_000,
+      onStateChange: (live) => states.push(live),
+    });
+    try {
+      await feed.started();
+      expect(feed.live).toBe(true);
+      proxy.stall();
+      // A socket that looks open proves nothing: without an answered check, not live.
+      await expect.poll(() => feed.live, { timeout: 5000, interval: 20 }).toBe(false);
+      expect(states).toEqual([true]);
+      proxy.resume();
+      await expect.poll(() => feed.live, { timeout: 5000, interval: 20 }).toBe(true);
+    } finally {
+      proxy.resume();
+      await feed.close();
+      await proxy.close();
+    }
+  });
+
   it('the change listener\'s checks while the database is frozen: one in flight, never queued; the connection replaced past its bound', async () => {
     const url = new URL(database().url!);
     const proxy = await startStallingProxy({ host: url.hostname, port: Number(url.port) });

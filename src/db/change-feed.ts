@@ -54,6 +54,8 @@ abstract class BaseFeed implements ChangeFeed {
  * running (one the pool gave up on) may take an announcement with it: listeners are reset then.
  */
 export class SessionChangeFeed extends BaseFeed {
+  /** Feeds listening on each session: LISTEN is the session's, so the last one to close ends it. */
+  private static readonly onSession = new WeakMap<EventEmitter, number>();
   private listening = false;
   private closed = false;
   private readonly ready: Promise<void>;
@@ -72,6 +74,7 @@ export class SessionChangeFeed extends BaseFeed {
     super();
     session.on('notification', this.onNotification);
     session.on('lost', this.onLost);
+    SessionChangeFeed.onSession.set(session, (SessionChangeFeed.onSession.get(session) ?? 0) + 1);
     this.ready = pool.query(`LISTEN ${CHANGE_CHANNEL}`).then(() => {
       if (this.closed) return;
       this.listening = true;
@@ -93,7 +96,10 @@ export class SessionChangeFeed extends BaseFeed {
     this.listening = false;
     this.session.off('notification', this.onNotification);
     this.session.off('lost', this.onLost);
-    await this.pool.query(`UNLISTEN ${CHANGE_CHANNEL}`).catch(() => {});
+    const others = (SessionChangeFeed.onSession.get(this.session) ?? 1) - 1;
+    SessionChangeFeed.onSession.set(this.session, others);
+    // Another feed on the same session (a second app on one embedded database) still listens.
+    if (others === 0) await this.pool.query(`UNLISTEN ${CHANGE_CHANNEL}`).catch(() => {});
   }
 }
 

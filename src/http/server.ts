@@ -74,14 +74,19 @@ export type HttpServer = Server & {
  * within it, the target by MAX_URL_BYTES (414), each header by MAX_HEADER_BYTES and a bearer
  * token by MAX_TOKEN_BYTES.
  */
-export function createHttpServer(limits: Config['limits'], handle: (request: IncomingMessage, response: ServerResponse) => void): HttpServer {
+export function createHttpServer(
+  limits: Config['limits'],
+  handle: (request: IncomingMessage, response: ServerResponse) => void,
+  /** How long a request head may take (408 past it), and how often that is checked; tests shorten them. */
+  timeouts: { headersMs?: number; checkEveryMs?: number } = {},
+): HttpServer {
   const connections = new Set<Duplex>();
   /** Connections with an answer under way. */
   const answering = new WeakSet<Duplex>();
   /** Connections whose unparsable request was answered. */
   const refused = new WeakSet<Duplex>();
   // The Host rules are the edge's (http/app.ts), answered in the API's envelope, not Node's bare 400.
-  const server = createServer({ maxHeaderSize: limits.maxHeadBytes, requireHostHeader: false }, (request, response) => {
+  const server = createServer({ maxHeaderSize: limits.maxHeadBytes, requireHostHeader: false, connectionsCheckingInterval: timeouts.checkEveryMs ?? 30_000 }, (request, response) => {
     const socket = request.socket;
     answering.add(socket);
     response.on('close', () => answering.delete(socket));
@@ -99,7 +104,7 @@ export function createHttpServer(limits: Config['limits'], handle: (request: Inc
     refused.add(socket);
     refuseUnparsable(error, socket, limits, answering.has(socket));
   });
-  server.headersTimeout = 20_000;
+  server.headersTimeout = timeouts.headersMs ?? 20_000;
   server.requestTimeout = 30_000;
   server.keepAliveTimeout = 5_000;
   return Object.assign(server, {

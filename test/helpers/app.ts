@@ -20,7 +20,7 @@ export type TestServer = {
 
 export async function startServer(
   database: Database,
-  options: { env?: Record<string, string>; now?: () => Date; graphiqlHeaders?: string; graphqlDoor?: AppOptions['graphqlDoor']; compileAfter?: number } = {},
+  options: { env?: Record<string, string>; now?: () => Date; graphiqlHeaders?: string; graphqlDoor?: AppOptions['graphqlDoor']; compileAfter?: number; httpTimeouts?: Parameters<typeof createHttpServer>[2] } = {},
 ): Promise<TestServer> {
   const config: Config = loadConfig({
     NODE_ENV: 'test',
@@ -31,7 +31,7 @@ export async function startServer(
     ...options.env,
   });
   const app = createApp({ config, database, logger: createLogger(config.logLevel, { format: config.logFormat }), now: options.now, graphiqlHeaders: options.graphiqlHeaders, graphqlDoor: options.graphqlDoor, compileAfter: options.compileAfter });
-  const server: Server = createHttpServer(config.limits, (request, response) => app.handle(request, response));
+  const server: Server = createHttpServer(config.limits, (request, response) => app.handle(request, response), options.httpTimeouts);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return {
