@@ -94,17 +94,21 @@ describe.skipIf(testMode !== 'postgres')(`database stalls (${testMode})`, () => 
     }
   });
 
-  it('the change listener unanswered past staleAfterMs is not live (the cache is bypassed) before its connection is given up', async () => {
+  /** A change feed whose connection goes through a proxy that can stall, with its state changes. */
+  async function feedThroughProxy(options: Omit<ConstructorParameters<typeof PostgresChangeFeed>[0], 'connection' | 'onStateChange'>) {
     const url = new URL(database().url!);
     const proxy = await startStallingProxy({ host: url.hostname, port: Number(url.port) });
     const states: boolean[] = [];
     const feed = new PostgresChangeFeed({
       connection: { host: url.hostname, port: proxy.port, user: decodeURIComponent(url.username), password: decodeURIComponent(url.password), database: url.pathname.slice(1) },
-      heartbeatMs: 50,
-      staleAfterMs: 300,
-      heartbeatTimeoutMs: 30_000,
       onStateChange: (live) => states.push(live),
+      ...options,
     });
+    return { proxy, feed, states };
+  }
+
+  it('the change listener unanswered past staleAfterMs is not live (the cache is bypassed) before its connection is given up', async () => {
+    const { proxy, feed, states } = await feedThroughProxy({ heartbeatMs: 50, staleAfterMs: 300, heartbeatTimeoutMs: 30_000 });
     try {
       await feed.started();
       expect(feed.live).toBe(true);
@@ -122,8 +126,6 @@ describe.skipIf(testMode !== 'postgres')(`database stalls (${testMode})`, () => 
   });
 
   it('the change listener\'s checks while the database is frozen: one in flight, never queued; the connection replaced past its bound', async () => {
-    const url = new URL(database().url!);
-    const proxy = await startStallingProxy({ host: url.hostname, port: Number(url.port) });
     // The checks each connection is sent.
     const sent = new Map<pg.Client, number>();
     const original = pg.Client.prototype.query;
@@ -131,14 +133,7 @@ describe.skipIf(testMode !== 'postgres')(`database stalls (${testMode})`, () => 
       if (args[0] === 'SELECT 1') sent.set(this, (sent.get(this) ?? 0) + 1);
       return (original as (...a: unknown[]) => never).apply(this, args);
     });
-    const states: boolean[] = [];
-    const feed = new PostgresChangeFeed({
-      connection: { host: url.hostname, port: proxy.port, user: decodeURIComponent(url.username), password: decodeURIComponent(url.password), database: url.pathname.slice(1) },
-      heartbeatMs: 50,
-      heartbeatTimeoutMs: 1000,
-      connectTimeoutMs: 500,
-      onStateChange: (live) => states.push(live),
-    });
+    const { proxy, feed, states } = await feedThroughProxy({ heartbeatMs: 50, heartbeatTimeoutMs: 1000, connectTimeoutMs: 500 });
     try {
       await feed.started();
       expect(feed.live).toBe(true);
