@@ -11,6 +11,7 @@ and the stored operations' ids to src/graphql/persisted-operations.json.`);
 const target = fileURLToPath(new URL('../../schema.graphql', import.meta.url));
 writeFileSync(target, printedSchema());
 console.log(`wrote ${target}`);
-const manifest = fileURLToPath(new URL('../graphql/persisted-operations.json', import.meta.url));
+// The source's copy, from the sources or the build alike (dist/cli and src/cli are at the same depth).
+const manifest = fileURLToPath(new URL('../../src/graphql/persisted-operations.json', import.meta.url));
 writeFileSync(manifest, `${JSON.stringify(persistedOperationsManifest(), null, 2)}\n`);
 console.log(`wrote ${manifest}`);
