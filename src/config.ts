@@ -78,7 +78,8 @@ const environment = z.object({
   RATE_LIMIT_PER_ADDRESS: withDefault(integer(0, 1_000_000_000), 600),
   RATE_LIMIT_PER_CREDENTIAL: withDefault(integer(0, 1_000_000_000), 300),
   RATE_LIMIT_WINDOW_SECONDS: withDefault(integer(1, MAX_TIMER_SECONDS), 60),
-  RATE_LIMIT_STORE: z.enum(['memory', 'postgres']).default('memory'),
+  RATE_LIMIT_STORE: z.enum(['memory', 'postgres', 'redis']).default('memory'),
+  REDIS_URL: optionalString.pipe(z.string().regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL').optional()),
   TRUST_PROXY: z
     .string()
     .optional()
@@ -158,7 +159,9 @@ export type Config = {
     perAddress: number;
     perCredential: number;
     windowSeconds: number;
-    store: 'memory' | 'postgres';
+    store: 'memory' | 'postgres' | 'redis';
+    /** RATE_LIMIT_STORE=redis: the Redis-protocol server (Redis or Valkey). */
+    redisUrl: string | undefined;
     /** Proxies whose X-Forwarded-For is believed: none, a hop count, or addresses and subnets. */
     trustProxy: undefined | number | string[];
   };
@@ -185,6 +188,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const parsed = environment.safeParse(env);
   if (parsed.success && parsed.data.RATE_LIMIT_STORE === 'postgres' && !parsed.data.DATABASE_URL) {
     throw new ConfigError(['RATE_LIMIT_STORE: postgres needs DATABASE_URL (the embedded database serves one process)']);
+  }
+  if (parsed.success && parsed.data.RATE_LIMIT_STORE === 'redis' && !parsed.data.REDIS_URL) {
+    throw new ConfigError(['RATE_LIMIT_STORE: redis needs REDIS_URL (redis://host:6379)']);
   }
   if (parsed.success && parsed.data.METRICS_PORT !== undefined && parsed.data.METRICS_PORT !== 0 && parsed.data.METRICS_PORT === parsed.data.PORT) {
     throw new ConfigError(['METRICS_PORT: must differ from PORT (unset it to serve /metrics on the API port)']);
@@ -241,6 +247,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       perCredential: e.RATE_LIMIT_PER_CREDENTIAL,
       windowSeconds: e.RATE_LIMIT_WINDOW_SECONDS,
       store: e.RATE_LIMIT_STORE,
+      redisUrl: e.REDIS_URL,
       trustProxy: e.TRUST_PROXY,
     },
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
@@ -269,17 +276,23 @@ export function loadDotEnv(env: NodeJS.ProcessEnv = process.env, file = '.env'):
 /** What `npm run config` prints: the effective settings, secrets masked. */
 export function describeConfig(config: Config): Record<string, unknown> {
   const mask = (value: string | undefined) => (value === undefined ? undefined : '********');
-  let databaseUrl = config.databaseUrl;
-  if (databaseUrl !== undefined) {
+  /** A URL with its password masked (all of it, if it does not parse). */
+  const maskUrl = (text: string | undefined) => {
+    if (text === undefined) return undefined;
     try {
-      const url = new URL(databaseUrl);
+      const url = new URL(text);
       if (url.password) url.password = '********';
-      databaseUrl = url.toString();
+      return url.toString();
     } catch {
-      databaseUrl = '********';
+      return '********';
     }
-  }
-  return { ...config, databaseUrl, paginationSecret: mask(config.paginationSecret) };
+  };
+  return {
+    ...config,
+    databaseUrl: maskUrl(config.databaseUrl),
+    paginationSecret: mask(config.paginationSecret),
+    rateLimit: { ...config.rateLimit, redisUrl: maskUrl(config.rateLimit.redisUrl) },
+  };
 }
 
 /** For commands: print the problems and exit non-zero instead of a stack trace. */

@@ -13,6 +13,8 @@ export type MetricSources = {
   unsavedRetrievals: () => number;
   /** Log lines lost because the log destination failed. */
   droppedLogLines: () => number;
+  /** RATE_LIMIT_STORE=redis: whether the store is connected. */
+  rateLimitStoreUp?: () => boolean;
   /** Requests begun (head received) and not yet answered. */
   requestsInFlight: () => number;
   /** GraphQL executions by engine, and documents that did not compile. */
@@ -97,6 +99,8 @@ export function createMetrics(sources: MetricSources): Metrics {
     },
   });
   mirrored('api_graphql_compile_failures_total', 'Query documents that did not compile and run on the reference executor.', () => sources.executions().compileFailures);
+  const storeUp = sources.rateLimitStoreUp;
+  if (storeUp) gauge('api_rate_limit_store_up', 'RATE_LIMIT_STORE=redis: 1 while the shared store is connected, 0 while each instance limits in memory.', () => (storeUp() ? 1 : 0));
   gauge('api_http_requests_in_flight', 'Requests whose head was received and whose answer is not finished (this scrape included).', sources.requestsInFlight);
   mirrored('api_log_lines_dropped_total', 'Log lines lost because the log destination (stderr) failed.', sources.droppedLogLines);
   gauge('api_retrieval_counter_pending', 'Organization-details retrievals counted but not yet written to the database.', sources.unsavedRetrievals);

@@ -1,6 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import proxyAddr from 'proxy-addr';
-import { RateLimiterMemory, RateLimiterPostgres, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import { Redis } from 'ioredis';
+import { RateLimiterMemory, RateLimiterPostgres, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import { credentialKey } from './auth/credentials.js';
 import type { Config } from './config.js';
 
@@ -14,21 +15,40 @@ export type RateLimitVerdict =
  * cannot use up that account's allowance). Decided before any database work. The client address
  * is the peer's, or with TRUST_PROXY the one the trusted proxies report (proxy-addr, as Express
  * derives it: X-Forwarded-For is read from the right, past the trusted hops only). In memory by default; with
- * RATE_LIMIT_STORE=postgres the counters live in the shared database, so the limits hold across
- * instances behind a load balancer.
+ * RATE_LIMIT_STORE=redis (a Redis-protocol server: Redis or Valkey) or postgres (the shared
+ * database, one write on it per request) the counters are shared, so the limits hold across
+ * instances behind a load balancer. A shared store that cannot be reached, or does not answer
+ * within its bound (250 ms for Redis), never fails or holds a request: each instance limits in memory
+ * meanwhile (the insurance limiter), and the shared counters are used again once it answers.
  */
 export class RateLimiter {
   private readonly byAddress: RateLimiterAbstract | undefined;
   private readonly byCredential: RateLimiterAbstract | undefined;
   private readonly trust: ((address: string, hop: number) => boolean) | undefined;
 
+  /** RATE_LIMIT_STORE=redis: the connection to the store, shared by both limits. */
+  private readonly redis: Redis | undefined;
+
   constructor(
     private readonly config: Config['rateLimit'],
     postgresPool?: unknown,
+    onStoreState?: (up: boolean, error?: Error) => void,
   ) {
+    if (config.store === 'redis' && config.redisUrl && (config.perAddress > 0 || config.perCredential > 0)) {
+      this.redis = connectRedis(config.redisUrl, onStoreState);
+    }
     const make = (points: number, prefix: string) => {
       if (points === 0) return undefined;
       const options = { points, duration: config.windowSeconds, keyPrefix: prefix };
+      if (this.redis) {
+        return new RateLimiterRedis({
+          ...options,
+          storeClient: this.redis,
+          // Not connected: the insurance limiter answers at once instead of a command that waits.
+          rejectIfRedisNotReady: true,
+          insuranceLimiter: new RateLimiterMemory(options),
+        });
+      }
       if (config.store === 'postgres' && postgresPool) {
         return new RateLimiterPostgres({
           ...options,
@@ -48,6 +68,16 @@ export class RateLimiter {
     const trusted = config.trustProxy;
     this.trust =
       trusted === undefined ? undefined : typeof trusted === 'number' ? (_address, hop) => hop < trusted : proxyAddr.compile(trusted);
+  }
+
+  /** Whether the shared Redis store is connected (undefined: not in use). */
+  get storeUp(): boolean | undefined {
+    return this.redis ? this.redis.status === 'ready' : undefined;
+  }
+
+  /** Closes the connection to the shared store, if any. */
+  close(): void {
+    this.redis?.disconnect();
   }
 
   /** Whether any limit is on: with none, requests are not even looked at. */
@@ -96,4 +126,35 @@ export class RateLimiter {
       'RateLimit-Policy': `${state.limit};w=${this.config.windowSeconds}`,
     };
   }
+}
+
+/** Bounds on the store's connection: a command that waits longer fails, and the insurance limiter answers. */
+const REDIS_COMMAND_TIMEOUT_MS = 250;
+const REDIS_CONNECT_TIMEOUT_MS = 1000;
+
+/**
+ * The connection to a Redis-protocol store (ioredis): no offline queue (a command sent while
+ * disconnected fails at once instead of waiting for a reconnection), each command bounded in
+ * time, reconnection forever with a backoff capped at 2 s. State changes are reported once each,
+ * not once per failed attempt.
+ */
+function connectRedis(url: string, onStoreState?: (up: boolean, error?: Error) => void): Redis {
+  const client = new Redis(url, {
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    commandTimeout: REDIS_COMMAND_TIMEOUT_MS,
+    connectTimeout: REDIS_CONNECT_TIMEOUT_MS,
+    retryStrategy: (attempt) => Math.min(100 * attempt, 2000),
+    connectionName: 'credits-read-api-rate-limit',
+  });
+  let up: boolean | undefined;
+  const report = (next: boolean, error?: Error) => {
+    if (up === next) return;
+    up = next;
+    onStoreState?.(next, error);
+  };
+  client.on('ready', () => report(true));
+  client.on('error', (error: Error) => report(false, error));
+  client.on('close', () => report(false));
+  return client;
 }

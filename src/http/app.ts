@@ -134,6 +134,7 @@ export function createApp(options: AppOptions): App {
     droppedLogLines: () => logger.dropped(),
     executions: () => pipeline.executions,
     requestsInFlight: () => inFlight,
+    ...(config.rateLimit.store === 'redis' ? { rateLimitStoreUp: () => limiter.storeUp === true } : {}),
   });
   const feed = database.changeFeed({
     onStateChange: (live, error) => {
@@ -158,7 +159,10 @@ export function createApp(options: AppOptions): App {
   const pipeline = createGraphQLPipeline(deps, logger, { compileAfter: options.compileAfter });
   const yoga = createYogaDoor(pipeline, config, { graphiqlHeaders: options.graphiqlHeaders });
   const lean = options.graphqlDoor === 'full' ? undefined : createLeanDoor(pipeline, { graphiql: config.graphiql, persistedOnly: config.persistedOperationsOnly });
-  const limiter = new RateLimiter(config.rateLimit, database.pgPool);
+  const limiter = new RateLimiter(config.rateLimit, database.pgPool, (up, error) => {
+    if (up) logger.info('rate-limit store connected; limits are shared');
+    else logger.warn('rate-limit store unreachable; this instance limits in memory until it is back', { error });
+  });
   const readiness = new Readiness(database, READINESS_TIMEOUT_MS);
   const cors = createCorsPolicy(config.corsOrigins);
   const knownHosts = new LRUCache<string, true>({ max: KNOWN_HOSTS });
@@ -270,6 +274,7 @@ export function createApp(options: AppOptions): App {
     graphql: yoga,
     metricsText: async () => ({ contentType: metrics.registry.contentType, text: await metrics.registry.metrics() }),
     close: async () => {
+      limiter.close();
       await deps.retrievals.close();
       stopChildList();
       deps.cache.close();

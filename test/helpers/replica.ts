@@ -1,0 +1,75 @@
+import { spawnSync } from 'node:child_process';
+import { chmodSync, chownSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import pg from 'pg';
+import { freePort } from './postgres-cluster.js';
+
+/*
+ * A streaming replica of a throwaway cluster, as production runs one: `pg_basebackup -R` from the
+ * primary, started on a loopback port of its own (hot standby). As root the files belong to the
+ * `postgres` system user, as the primary's do.
+ */
+
+export type Replica = {
+  url: string;
+  /** Replay paused: the replica keeps receiving WAL but shows nothing new (a long lag). */
+  pauseReplay(): Promise<void>;
+  resumeReplay(): Promise<void>;
+  /** Stops the replica's server (the folder is kept until `remove`). */
+  stop(): void;
+  start(): void;
+  remove(): void;
+};
+
+export async function startReplica(binDir: string, primaryUrl: string): Promise<Replica> {
+  const asRoot = process.getuid?.() === 0;
+  const dir = mkdtempSync(path.join(tmpdir(), 'pg-replica-'));
+  const dataDir = path.join(dir, 'data');
+  if (asRoot) {
+    const uid = Number(spawnSync('id', ['-u', 'postgres'], { encoding: 'utf8' }).stdout.trim());
+    const gid = Number(spawnSync('id', ['-g', 'postgres'], { encoding: 'utf8' }).stdout.trim());
+    chownSync(dir, uid, gid);
+    chmodSync(dir, 0o700);
+  }
+  const as = (command: string, args: string[]) => {
+    const [cmd, argv] = asRoot ? ['runuser', ['-u', 'postgres', '--', command, ...args]] : [command, args];
+    const result = spawnSync(cmd, argv, { encoding: 'utf8' });
+    if (result.status !== 0) throw new Error(`${command} failed:\n${result.stdout}${result.stderr}`);
+  };
+  const primary = new URL(primaryUrl);
+  as(path.join(binDir, 'pg_basebackup'), ['-h', primary.hostname, '-p', primary.port, '-U', 'postgres', '-D', dataDir, '-R', '-X', 'stream', '--no-sync']);
+  const port = await freePort();
+  const start = () =>
+    as(path.join(binDir, 'pg_ctl'), [
+      '-D', dataDir, '-l', path.join(dir, 'server.log'), '-w', '-t', '60',
+      '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c hot_standby=on -c fsync=off`,
+      'start',
+    ]);
+  start();
+  const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
+  const admin = async (sql: string) => {
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      await client.query(sql);
+    } finally {
+      await client.end();
+    }
+  };
+  return {
+    url,
+    pauseReplay: () => admin('SELECT pg_wal_replay_pause()'),
+    resumeReplay: () => admin('SELECT pg_wal_replay_resume()'),
+    start,
+    stop: () => as(path.join(binDir, 'pg_ctl'), ['-D', dataDir, '-m', 'fast', '-w', 'stop']),
+    remove: () => {
+      try {
+        as(path.join(binDir, 'pg_ctl'), ['-D', dataDir, '-m', 'immediate', '-w', 'stop']);
+      } catch {
+        // Already stopped.
+      }
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
