@@ -53,6 +53,14 @@ const environment = z.object({
       .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')
       .optional(),
   ),
+  /** Streaming replicas for reads that tolerate bounded staleness: one URL, or several separated by commas. */
+  DATABASE_REPLICA_URL: optionalString.pipe(
+    z
+      .string()
+      .refine((text) => text.split(',').every((url) => /^postgres(ql)?:\/\//.test(url.trim())), 'must be postgres:// or postgresql:// URLs, separated by commas')
+      .optional(),
+  ),
+  REPLICA_MAX_LAG_MS: withDefault(integer(0, 3_600_000), 1000),
   DATA_DIR: z.string().min(1).default('./data'),
   MIGRATE_ON_START: bool(true),
   MIGRATION_LOCK_TIMEOUT_MS: withDefault(integer(1000, MAX_TIMER_MS), 600_000),
@@ -129,6 +137,10 @@ export type Config = {
   migrationLockTimeoutMs: number;
   seedDemoOnStart: boolean;
   database: { poolSize: number; connectTimeoutMs: number; statementTimeoutMs: number };
+  /** DATABASE_REPLICA_URL, split; empty when unset. */
+  replicaUrls: string[];
+  /** Replicas whose data is older than this are skipped for the primary. */
+  replicaMaxLagMs: number;
   jwt: { issuer: string | undefined; audience: string | undefined };
   /** Key for page tokens; unset: derived per organization from its signing secret. */
   paginationSecret: string | undefined;
@@ -189,6 +201,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (parsed.success && parsed.data.RATE_LIMIT_STORE === 'postgres' && !parsed.data.DATABASE_URL) {
     throw new ConfigError(['RATE_LIMIT_STORE: postgres needs DATABASE_URL (the embedded database serves one process)']);
   }
+  if (parsed.success && parsed.data.DATABASE_REPLICA_URL && !parsed.data.DATABASE_URL) {
+    throw new ConfigError(['DATABASE_REPLICA_URL: replicas need DATABASE_URL, their primary (the embedded database has none)']);
+  }
   if (parsed.success && parsed.data.RATE_LIMIT_STORE === 'redis' && !parsed.data.REDIS_URL) {
     throw new ConfigError(['RATE_LIMIT_STORE: redis needs REDIS_URL (redis://host:6379)']);
   }
@@ -219,6 +234,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       connectTimeoutMs: e.DATABASE_CONNECT_TIMEOUT_MS,
       statementTimeoutMs: e.DATABASE_STATEMENT_TIMEOUT_MS,
     },
+    replicaUrls: e.DATABASE_REPLICA_URL ? e.DATABASE_REPLICA_URL.split(',').map((url) => url.trim()).filter(Boolean) : [],
+    replicaMaxLagMs: e.REPLICA_MAX_LAG_MS,
     jwt: { issuer: e.JWT_ISSUER, audience: e.JWT_AUDIENCE },
     paginationSecret: e.PAGINATION_SECRET,
     graphiql: e.GRAPHIQL === undefined ? e.NODE_ENV !== 'production' : ['true', '1', 'yes', 'on'].includes(e.GRAPHIQL),
@@ -290,6 +307,7 @@ export function describeConfig(config: Config): Record<string, unknown> {
   return {
     ...config,
     databaseUrl: maskUrl(config.databaseUrl),
+    replicaUrls: config.replicaUrls.map((url) => maskUrl(url)),
     paginationSecret: mask(config.paginationSecret),
     rateLimit: { ...config.rateLimit, redisUrl: maskUrl(config.rateLimit.redisUrl) },
   };

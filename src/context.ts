@@ -8,6 +8,7 @@ import {
 import type { Config } from './config.js';
 import type { Database } from './db/database.js';
 import type { EntityCache } from './db/entity-cache.js';
+import type { ReadQuery } from './db/replicas.js';
 import { createLoaders } from './loaders.js';
 import type { ServiceContext } from './services/context.js';
 import type { RetrievalCounter } from './services/retrieval-counter.js';
@@ -18,6 +19,8 @@ export type AppDependencies = {
   database: Database;
   /** Accounts, organizations, signing keys, purchases and usage, invalidated by the database. */
   cache: EntityCache;
+  /** Reads that tolerate REPLICA_MAX_LAG_MS of staleness: a replica when one is usable, else the primary. */
+  staleReads: ReadQuery;
   retrievals: RetrievalCounter;
   now: () => Date;
 };
@@ -56,6 +59,7 @@ export function createRequestContext(deps: AppDependencies, { credentials, reque
   const services: ServiceContext = {
     prisma: deps.database.prisma,
     sql: deps.database.sql,
+    staleReads: deps.staleReads,
     cache: deps.cache,
     loaders,
     now: deps.now,

@@ -13,6 +13,8 @@ export type MetricSources = {
   unsavedRetrievals: () => number;
   /** Log lines lost because the log destination failed. */
   droppedLogLines: () => number;
+  /** DATABASE_REPLICA_URL: each replica's state, and the stale-tolerant reads by where they went. */
+  replicas?: () => { state: { usable: boolean; lagMs: number | undefined }[]; reads: { replica: number; primary: number } };
   /** RATE_LIMIT_STORE=redis: whether the store is connected. */
   rateLimitStoreUp?: () => boolean;
   /** Requests begun (head received) and not yet answered. */
@@ -99,6 +101,42 @@ export function createMetrics(sources: MetricSources): Metrics {
     },
   });
   mirrored('api_graphql_compile_failures_total', 'Query documents that did not compile and run on the reference executor.', () => sources.executions().compileFailures);
+  const replicas = sources.replicas;
+  if (replicas) {
+    new Gauge({
+      name: 'api_db_replica_usable',
+      help: 'DATABASE_REPLICA_URL: 1 while the replica (numbered in the order configured) takes reads, 0 while it is skipped (lagging, down).',
+      labelNames: ['replica'],
+      registers: [registry],
+      collect() {
+        replicas().state.forEach((member, i) => this.set({ replica: String(i + 1) }, member.usable ? 1 : 0));
+      },
+    });
+    new Gauge({
+      name: 'api_db_replica_lag_seconds',
+      help: 'DATABASE_REPLICA_URL: how old the replica\'s data is, measured from WAL positions (absent while it cannot be measured).',
+      labelNames: ['replica'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        replicas().state.forEach((member, i) => {
+          if (member.lagMs !== undefined) this.set({ replica: String(i + 1) }, member.lagMs / 1000);
+        });
+      },
+    });
+    new Counter({
+      name: 'api_db_stale_tolerant_reads_total',
+      help: 'Reads that tolerate bounded staleness (the child list\'s uncached pages), by where they were read.',
+      labelNames: ['target'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        const { reads } = replicas();
+        this.inc({ target: 'replica' }, reads.replica);
+        this.inc({ target: 'primary' }, reads.primary);
+      },
+    });
+  }
   const storeUp = sources.rateLimitStoreUp;
   if (storeUp) gauge('api_rate_limit_store_up', 'RATE_LIMIT_STORE=redis: 1 while the shared store is connected, 0 while each instance limits in memory.', () => (storeUp() ? 1 : 0));
   gauge('api_http_requests_in_flight', 'Requests whose head was received and whose answer is not finished (this scrape included).', sources.requestsInFlight);

@@ -22,6 +22,7 @@ import { createGraphQLPipeline } from '../graphql/pipeline.js';
 import { createYogaDoor, type YogaDoor } from '../graphql/yoga.js';
 import type { Logger } from '../logger.js';
 import { createMetrics } from '../metrics.js';
+import { Replicas } from '../db/replicas.js';
 import { RateLimiter } from '../rate-limit.js';
 import { Readiness } from '../readiness.js';
 import { childAccounts } from '../rest/child-accounts.js';
@@ -135,6 +136,7 @@ export function createApp(options: AppOptions): App {
     executions: () => pipeline.executions,
     requestsInFlight: () => inFlight,
     ...(config.rateLimit.store === 'redis' ? { rateLimitStoreUp: () => limiter.storeUp === true } : {}),
+    ...(config.replicaUrls.length > 0 ? { replicas: () => ({ state: replicas?.state ?? [], reads: replicas?.reads ?? { replica: 0, primary: 0 } }) } : {}),
   });
   const feed = database.changeFeed({
     onStateChange: (live, error) => {
@@ -144,9 +146,20 @@ export function createApp(options: AppOptions): App {
     },
   });
   const now = options.now ?? (() => new Date());
+  const replicas =
+    config.replicaUrls.length > 0 && database.pgPool
+      ? new Replicas(config.replicaUrls, database.pgPool, {
+          maxLagMs: config.replicaMaxLagMs,
+          statementTimeoutMs: config.database.statementTimeoutMs,
+          connectTimeoutMs: config.database.connectTimeoutMs,
+          poolSize: config.database.poolSize,
+        })
+      : undefined;
+  replicas?.start().catch((error: unknown) => logger.warn('replica check failed', { error }));
   const deps: AppDependencies = {
     config,
     database,
+    staleReads: replicas?.reader ?? database.sql,
     cache: new EntityCache(feed, config.cache, database.sql),
     retrievals: new RetrievalCounter(database.prisma, (error) => {
       metrics.retrievalWriteFailed();
@@ -201,8 +214,10 @@ export function createApp(options: AppOptions): App {
     probe('/healthz', (exchange) => exchange.sendJson(200, { status: 'ok' })),
     probe('/readyz', async (exchange) => {
       const state = await readiness.state();
-      if (state.ready) return exchange.sendJson(200, { status: 'ready' });
-      return exchange.sendJson(503, { status: 'unavailable', reason: state.reason });
+      // Replicas are details: without them the primary answers every read, so the instance is ready.
+      const details = replicas ? { replicas: replicas.state } : {};
+      if (state.ready) return exchange.sendJson(200, { status: 'ready', ...details });
+      return exchange.sendJson(503, { status: 'unavailable', reason: state.reason, ...details });
     }),
     // The original health check: readiness, with the database mode and the cache's state.
     probe('/health', async (exchange) => {
@@ -275,6 +290,7 @@ export function createApp(options: AppOptions): App {
     metricsText: async () => ({ contentType: metrics.registry.contentType, text: await metrics.registry.metrics() }),
     close: async () => {
       limiter.close();
+      await replicas?.close();
       await deps.retrievals.close();
       stopChildList();
       deps.cache.close();

@@ -148,10 +148,12 @@ export async function listChildAccounts(
       { columns, rest: `FROM (SELECT id, "createdAt" FROM ${filters.table} ${page}) m JOIN "Account" a ON a.id = m.id ORDER BY m."createdAt" DESC, m.id DESC` }
     : { columns, rest: `FROM ${filters.table} a ${page}` };
   // The unfiltered first page is what dashboards poll: cached until a child of the parent changes
-  // (one entry per parent and limit, so no caller can fill the cache with pages of its choosing).
+  // (one entry per parent and limit, so no caller can fill the cache with pages of its choosing),
+  // and read on the primary. Other pages are read where bounded staleness is allowed (a replica
+  // when one is usable: at most REPLICA_MAX_LAG_MS behind).
   const rows =
     filters.filtered || after
-      ? await context.sql.query<ChildRow>(`SELECT ${statement.columns} ${statement.rest}`, params)
+      ? await context.staleReads.query<ChildRow>(`SELECT ${statement.columns} ${statement.rest}`, params)
       : await context.cache.through(`firstPage:${parentId}|${limit}`, [cacheTags.childRows(parentId)], (query) => query<ChildRow>(statement.columns, statement.rest, params), {
           share: true,
         });

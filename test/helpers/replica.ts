@@ -38,12 +38,13 @@ export async function startReplica(binDir: string, primaryUrl: string): Promise<
     if (result.status !== 0) throw new Error(`${command} failed:\n${result.stdout}${result.stderr}`);
   };
   const primary = new URL(primaryUrl);
-  as(path.join(binDir, 'pg_basebackup'), ['-h', primary.hostname, '-p', primary.port, '-U', 'postgres', '-D', dataDir, '-R', '-X', 'stream', '--no-sync']);
+  as(path.join(binDir, 'pg_basebackup'), ['-h', primary.hostname, '-p', primary.port, '-U', 'postgres', '-D', dataDir, '-R', '-X', 'stream', '--no-sync', '--checkpoint=fast']);
   const port = await freePort();
   const start = () =>
     as(path.join(binDir, 'pg_ctl'), [
       '-D', dataDir, '-l', path.join(dir, 'server.log'), '-w', '-t', '60',
-      '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c hot_standby=on -c fsync=off`,
+      // The primary's settings where a standby must match or exceed them (max_connections is 200 there).
+      '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c hot_standby=on -c fsync=off -c max_connections=200`,
       'start',
     ]);
   start();

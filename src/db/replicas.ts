@@ -1,0 +1,139 @@
+import pg from 'pg';
+import { redactUrl } from './database.js';
+
+/*
+ * PostgreSQL streaming replicas for the reads that tolerate bounded staleness
+ * (DATABASE_REPLICA_URL). Which reads those are is the caller's choice; today: the child list's
+ * pages beyond the first and its searched or date-filtered pages (the reads no cache holds).
+ * Everything that fills the entity cache, and with it authentication, stays on the primary: a
+ * cache filled from a replica that has not replayed an announced change would keep the old row
+ * until the next change.
+ *
+ * Staleness is bounded by measurement, not assumed: a few times a second the primary's WAL
+ * position is sampled (`pg_current_wal_lsn()`), then each replica's replayed position
+ * (`pg_last_wal_replay_lsn()`). A replica that has replayed what the primary had written at time
+ * t holds everything committed by then, so its data is at most now - t old. A replica older than
+ * REPLICA_MAX_LAG_MS, or one that does not answer, is skipped and the primary reads instead;
+ * a failed read on a replica is read again on the primary. No request fails because of a replica.
+ */
+
+export type ReplicaState = { name: string; usable: boolean; lagMs: number | undefined; problem?: string };
+
+type Member = { name: string; pool: pg.Pool; usable: boolean; lagMs: number | undefined; problem?: string };
+
+export type ReadQuery = { query<T extends Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]> };
+
+/** `X/Y` (hex halves of a 64-bit WAL position) as a number of bytes. */
+function lsn(text: string): bigint {
+  const [high, low] = text.split('/');
+  return (BigInt(`0x${high}`) << 32n) + BigInt(`0x${low}`);
+}
+
+export class Replicas {
+  private readonly members: Member[];
+  /** The primary's WAL position over the last moments: when it was at least where. */
+  private samples: { at: number; position: bigint }[] = [];
+  private turn = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private checking: Promise<void> | undefined;
+  readonly reads = { replica: 0, primary: 0 };
+
+  constructor(
+    urls: string[],
+    private readonly primary: pg.Pool,
+    private readonly options: { maxLagMs: number; statementTimeoutMs: number; connectTimeoutMs: number; poolSize: number; checkEveryMs?: number },
+  ) {
+    this.members = urls.map((url) => {
+      const pool = new pg.Pool({
+        connectionString: url,
+        max: options.poolSize,
+        connectionTimeoutMillis: options.connectTimeoutMs,
+        statement_timeout: options.statementTimeoutMs,
+        query_timeout: options.statementTimeoutMs + 1000,
+        idleTimeoutMillis: 30_000,
+        application_name: 'credits-read-api-replica-reads',
+      });
+      pool.on('error', () => {});
+      return { name: redactUrl(url), pool, usable: false, lagMs: undefined, problem: 'not checked yet' };
+    });
+  }
+
+  /** Checks now and then every `checkEveryMs`: one check at a time. */
+  async start(): Promise<void> {
+    await this.check();
+    this.timer = setInterval(() => {
+      this.checking ??= this.check().finally(() => (this.checking = undefined));
+    }, this.options.checkEveryMs ?? 250);
+    this.timer.unref();
+  }
+
+  get state(): ReplicaState[] {
+    return this.members.map(({ name, usable, lagMs, problem }) => ({ name, usable, lagMs, ...(problem ? { problem } : {}) }));
+  }
+
+  /** A reader for reads that tolerate REPLICA_MAX_LAG_MS of staleness: a usable replica, else the primary. */
+  readonly reader: ReadQuery = {
+    query: async <T extends Record<string, unknown>>(text: string, params: unknown[] = []): Promise<T[]> => {
+      const usable = this.members.filter((member) => member.usable);
+      if (usable.length > 0) {
+        const member = usable[this.turn++ % usable.length]!;
+        try {
+          const rows = (await member.pool.query<T>(text, params)).rows;
+          this.reads.replica += 1;
+          return rows;
+        } catch (error) {
+          // A query the replica refused for its own reasons (a conflict with replay, a lost
+          // connection) is read again on the primary; the replica waits for its next check.
+          if ((error as { code?: string }).code?.startsWith('22')) throw error;
+          member.usable = false;
+          member.problem = (error as Error).message;
+        }
+      }
+      this.reads.primary += 1;
+      return (await this.primary.query<T>(text, params)).rows;
+    },
+  };
+
+  private async check(): Promise<void> {
+    const now = Date.now();
+    try {
+      const { rows } = await this.primary.query<{ position: string }>('SELECT pg_current_wal_lsn()::text AS position');
+      this.samples.push({ at: now, position: lsn(rows[0]!.position) });
+    } catch {
+      // The primary is the requests' problem, not this check's: the replicas keep their state.
+      return;
+    }
+    // Enough history to measure a lag past the bound, not more.
+    const horizon = now - Math.max(this.options.maxLagMs * 4, 5000);
+    while (this.samples.length > 1 && this.samples[0]!.at < horizon) this.samples.shift();
+    await Promise.all(this.members.map((member) => this.measure(member)));
+  }
+
+  private async measure(member: Member): Promise<void> {
+    try {
+      const { rows } = await member.pool.query<{ replayed: string | null; standby: boolean }>(
+        'SELECT pg_last_wal_replay_lsn()::text AS replayed, pg_is_in_recovery() AS standby',
+      );
+      const { replayed, standby } = rows[0]!;
+      if (!standby || replayed === null) {
+        Object.assign(member, { usable: false, lagMs: undefined, problem: 'not a streaming replica (pg_is_in_recovery() is false)' });
+        return;
+      }
+      const position = lsn(replayed);
+      // The newest moment at which the primary had written no more than the replica has replayed.
+      let caughtUpAt: number | undefined;
+      for (const sample of this.samples) if (sample.position <= position) caughtUpAt = sample.at;
+      const lagMs = caughtUpAt === undefined ? undefined : Math.max(0, Date.now() - caughtUpAt);
+      const usable = lagMs !== undefined && lagMs <= this.options.maxLagMs;
+      Object.assign(member, { usable, lagMs, problem: usable ? undefined : `replication lag over ${this.options.maxLagMs} ms` });
+    } catch (error) {
+      Object.assign(member, { usable: false, lagMs: undefined, problem: (error as Error).message });
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    await this.checking;
+    await Promise.all(this.members.map((member) => member.pool.end().catch(() => {})));
+  }
+}
