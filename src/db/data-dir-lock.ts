@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, existsSync, fsyncSync, linkSync, openSync, readFileSync, realpathSync, renameSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { hostname } from 'node:os';
 import path from 'node:path';
@@ -13,7 +13,8 @@ import path from 'node:path';
  * racing, exactly one binds) and the name is freed when the owner dies, however it dies, so there
  * is no stale owner to detect and replace. Elsewhere (a development machine), the owner file is
  * the lock: created whole by linking a finished temporary file into place, and a dead owner's
- * file replaced by renaming it away first, so that of several replacing it one wins.
+ * record replaced, under a takeover marker only one process holds at a time, by renaming a new
+ * one over it.
  *
  * The owner file, `.owner` in the folder (pid, host, what it is, since when), says who holds the
  * folder, for the refusal's message; it also names the private folder of the socket the embedded
@@ -121,9 +122,42 @@ async function holdByKernel(dataDir: string): Promise<Server | undefined> {
   });
 }
 
-/** Elsewhere: the owner file itself, linked into place whole; a dead owner's renamed away first. */
+/** How long a takeover may hold its marker before another process may assume it died mid-way. */
+const TAKEOVER_STALE_MS = 10_000;
+
+/** Blocks this thread for a moment (the file mechanism is synchronous, and this is rare). */
+function pause(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+/**
+ * The right to replace a dead owner's record: a folder beside it that one process at a time can
+ * create. One left by a process that died while holding it is old, and removed.
+ */
+function takeTakeover(marker: string): boolean {
+  for (let attempt = 0; attempt < 2; attempt++) {
+    try {
+      mkdirSync(marker);
+      return true;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      const since = statSync(marker, { throwIfNoEntry: false })?.mtimeMs;
+      if (since === undefined || Date.now() - since < TAKEOVER_STALE_MS) return false;
+      rmSync(marker, { recursive: true, force: true });
+    }
+  }
+  return false;
+}
+
+/**
+ * Elsewhere: the owner file itself. A new owner links its finished record into place (of
+ * processes racing, one link succeeds). A dead owner's record is replaced under the takeover
+ * marker, and only if it is still the same dead owner's: renamed over in one step, so that the
+ * folder is never without a record another process could link into.
+ */
 function holdByFile(file: string, mine: Owner): boolean {
-  for (let attempt = 0; attempt < 3; attempt++) {
+  const marker = `${file}.takeover`;
+  for (let attempt = 0; attempt < 5; attempt++) {
     const aside = writeAside(file, mine);
     try {
       linkSync(aside, file);
@@ -137,25 +171,20 @@ function holdByFile(file: string, mine: Owner): boolean {
     // A record being written is whole the moment it appears; an unreadable one is from a crash
     // of an older version mid-write, or a folder being copied: not judged, refused.
     if (!owner || alive(owner)) return false;
-    // Of several replacing a dead owner, the one whose rename takes it away goes on to link its own.
-    const away = `${file}.dead.${process.pid}.${randomBytes(4).toString('hex')}`;
-    try {
-      renameSync(file, away);
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+    if (!takeTakeover(marker)) {
+      // Another process is replacing the dead owner: it will own the folder.
+      pause(50);
       continue;
     }
-    const taken = readOwner(away);
-    if (taken && taken.pid !== owner.pid) {
-      // A live owner's record was taken by mistake (it replaced the dead one first): put it back.
-      try {
-        linkSync(away, file);
-      } finally {
-        rmSync(away, { force: true });
+    try {
+      const current = readOwner(file);
+      if (current && current.pid === owner.pid && current.since === owner.since && current.host === owner.host) {
+        renameSync(writeAside(file, mine), file);
+        return true;
       }
-      return false;
+    } finally {
+      rmSync(marker, { recursive: true, force: true });
     }
-    rmSync(away, { force: true });
   }
   return false;
 }
