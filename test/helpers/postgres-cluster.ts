@@ -32,23 +32,33 @@ export function freePort(): Promise<number> {
 
 export type Cluster = { url: string; stop(): void };
 
-/** initdb refuses to run as root, so as root the cluster belongs to the `postgres` system user. */
-export async function startCluster(binDir: string): Promise<Cluster> {
-  const asRoot = process.getuid?.() === 0;
-  const dir = mkdtempSync(path.join(tmpdir(), 'pg-test-'));
-  const dataDir = path.join(dir, 'data');
-  if (asRoot) {
+/**
+ * A temporary folder for a cluster's files. initdb refuses to run as root, so as root the folder
+ * (and the cluster) belongs to the `postgres` system user.
+ */
+export function clusterFolder(prefix: string): string {
+  const dir = mkdtempSync(path.join(tmpdir(), prefix));
+  if (process.getuid?.() === 0) {
     const ids = spawnSync('id', ['-u', 'postgres'], { encoding: 'utf8' });
     const gids = spawnSync('id', ['-g', 'postgres'], { encoding: 'utf8' });
     if (ids.status !== 0) throw new Error('running as root and there is no `postgres` user to run the cluster');
     chownSync(dir, Number(ids.stdout.trim()), Number(gids.stdout.trim()));
     chmodSync(dir, 0o700);
   }
-  const as = (command: string, args: string[]) => {
-    const [cmd, argv] = asRoot ? ['runuser', ['-u', 'postgres', '--', command, ...args]] : [command, args];
-    const result = spawnSync(cmd, argv, { encoding: 'utf8' });
-    if (result.status !== 0) throw new Error(`${command} failed:\n${result.stdout}${result.stderr}`);
-  };
+  return dir;
+}
+
+/** Runs a PostgreSQL server command as the owner of the clusters' folders; throws with its output if it fails. */
+export function asClusterOwner(command: string, args: string[]): void {
+  const [cmd, argv] = process.getuid?.() === 0 ? ['runuser', ['-u', 'postgres', '--', command, ...args]] : [command, args];
+  const result = spawnSync(cmd, argv, { encoding: 'utf8' });
+  if (result.status !== 0) throw new Error(`${command} failed:\n${result.stdout}${result.stderr}`);
+}
+
+export async function startCluster(binDir: string): Promise<Cluster> {
+  const dir = clusterFolder('pg-test-');
+  const dataDir = path.join(dir, 'data');
+  const as = asClusterOwner;
   const port = await freePort();
   as(path.join(binDir, 'initdb'), ['-D', dataDir, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--no-sync']);
   as(path.join(binDir, 'pg_ctl'), [

@@ -1,14 +1,11 @@
-import { spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { rmSync } from 'node:fs';
 import path from 'node:path';
 import pg from 'pg';
-import { freePort } from './postgres-cluster.js';
+import { asClusterOwner, clusterFolder, freePort } from './postgres-cluster.js';
 
 /*
  * A streaming replica of a throwaway cluster, as production runs one: `pg_basebackup -R` from the
- * primary, started on a loopback port of its own (hot standby). As root the files belong to the
- * `postgres` system user, as the primary's do.
+ * primary, started on a loopback port of its own (hot standby), its files owned as the primary's are.
  */
 
 export type Replica = {
@@ -23,20 +20,9 @@ export type Replica = {
 };
 
 export async function startReplica(binDir: string, primaryUrl: string): Promise<Replica> {
-  const asRoot = process.getuid?.() === 0;
-  const dir = mkdtempSync(path.join(tmpdir(), 'pg-replica-'));
+  const dir = clusterFolder('pg-replica-');
   const dataDir = path.join(dir, 'data');
-  if (asRoot) {
-    const uid = Number(spawnSync('id', ['-u', 'postgres'], { encoding: 'utf8' }).stdout.trim());
-    const gid = Number(spawnSync('id', ['-g', 'postgres'], { encoding: 'utf8' }).stdout.trim());
-    chownSync(dir, uid, gid);
-    chmodSync(dir, 0o700);
-  }
-  const as = (command: string, args: string[]) => {
-    const [cmd, argv] = asRoot ? ['runuser', ['-u', 'postgres', '--', command, ...args]] : [command, args];
-    const result = spawnSync(cmd, argv, { encoding: 'utf8' });
-    if (result.status !== 0) throw new Error(`${command} failed:\n${result.stdout}${result.stderr}`);
-  };
+  const as = asClusterOwner;
   const primary = new URL(primaryUrl);
   as(path.join(binDir, 'pg_basebackup'), ['-h', primary.hostname, '-p', primary.port, '-U', 'postgres', '-D', dataDir, '-R', '-X', 'stream', '--no-sync', '--checkpoint=fast']);
   const port = await freePort();
