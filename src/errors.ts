@@ -79,6 +79,12 @@ export class InvalidSearchError extends ApiError {
   }
 }
 
+export class InvalidMonthsError extends ApiError {
+  constructor(message = 'months must be a whole number from 1 to 36.') {
+    super('INVALID_MONTHS', 400, message);
+  }
+}
+
 export class ServiceUnavailableError extends ApiError {
   constructor(message = 'The service is temporarily unavailable; try again shortly.') {
     super('SERVICE_UNAVAILABLE', 503, message);

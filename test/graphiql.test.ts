@@ -58,7 +58,7 @@ describe(`GraphiQL teaches this API (${testMode})`, () => {
     const document = parse(GRAPHIQL_DEFAULT_DOCUMENT);
     expect(validate(schema, document)).toEqual([]);
     const operations = document.definitions.filter((d): d is OperationDefinitionNode => d.kind === 'OperationDefinition');
-    expect(operations.map((o) => o.name?.value)).toEqual(['Me', 'Organization', 'ChildAccounts', 'CreditAnalysis']);
+    expect(operations.map((o) => o.name?.value)).toEqual(['Me', 'Organization', 'ChildAccounts', 'CreditAnalysis', 'CreditTrends']);
   });
 
   it('each default operation runs without errors against the demo data, for a parent (and Me and Organization for a child)', async () => {
@@ -75,7 +75,7 @@ describe(`GraphiQL teaches this API (${testMode})`, () => {
       return (await response.json()) as { data?: Record<string, unknown>; errors?: unknown[] };
     };
     const parentToken = await token(org!.parent.userID);
-    for (const name of ['Me', 'Organization', 'ChildAccounts', 'CreditAnalysis']) {
+    for (const name of ['Me', 'Organization', 'ChildAccounts', 'CreditAnalysis', 'CreditTrends']) {
       const result = await run(name, parentToken);
       expect(result.errors, name).toBeUndefined();
       expect(result.data, name).toBeDefined();

@@ -1,8 +1,13 @@
 import type { CreditAnalysis as CreditAnalysisValue, OperationUsage as OperationUsageValue } from '../domain/credit-analysis.js';
 import type { CreditAlerts as CreditAlertsValue } from '../domain/catalogue.js';
+import type { Viewer } from '../auth/authenticate.js';
+import type { Forecast as ForecastValue } from '../domain/forecast.js';
+import { DEFAULT_HISTORY_MONTHS, MAX_HISTORY_MONTHS, type MonthUsage as MonthUsageValue } from '../domain/usage-history.js';
+import { getForecast, getUsageHistory } from '../services/credit-trends.js';
 import { getCreditAnalysis } from '../services/get-credit-analysis.js';
 import { PackagePurchase } from './account.js';
 import { builder, viewerOf } from './builder.js';
+import { DateTime } from './scalars.js';
 
 const SocialSignIns = builder.objectRef<OperationUsageValue['socialSignIns']>('SocialSignIns').implement({
   description: 'OAuth sign-ins this month by provider (3 credits each).',
@@ -34,7 +39,48 @@ const CreditAlerts = builder.objectRef<CreditAlertsValue>('CreditAlerts').implem
   }),
 });
 
-const CreditAnalysis = builder.objectRef<CreditAnalysisValue>('CreditAnalysis').implement({
+const ForecastBasis = builder.enumType('ForecastBasis', {
+  description: 'What the burn rate of a forecast was measured over.',
+  values: {
+    CURRENT_AND_PREVIOUS_MONTH: { description: 'The whole previous calendar month (UTC) and this month so far.' },
+    CURRENT_MONTH: { description: 'This month so far (at least one day): nothing was recorded for the previous month.' },
+    NO_BURN: { description: 'Nothing is being consumed: no usage in the window and no billable users.' },
+  } as const,
+});
+
+const Forecast = builder.objectRef<ForecastValue>('CreditForecast').implement({
+  description:
+    'When the balance reaches the alert thresholds and zero at the current burn rate. burn = credits used by operations over the ' +
+    "previous month and this month so far (this month only, at least a day, without a record for the previous month) divided by " +
+    "the window's days, plus this month's retention credits over the days of this month. A threshold already reached is dated now; " +
+    'null when nothing is consumed or the date is more than ten years away.',
+  fields: (t) => ({
+    lowAt: t.field({ type: DateTime, nullable: true, description: 'When at most 20 % of purchased credits remain.', resolve: (f) => f.lowAt }),
+    criticalAt: t.field({ type: DateTime, nullable: true, description: 'When at most 10 % of purchased credits remain.', resolve: (f) => f.criticalAt }),
+    depletedAt: t.field({ type: DateTime, nullable: true, description: 'When no credits remain.', resolve: (f) => f.depletedAt }),
+    dailyBurn: t.exposeFloat('dailyBurn', { description: 'Credits consumed a day (two decimals).' }),
+    basis: t.field({ type: ForecastBasis, description: 'The window the burn rate was measured over.', resolve: (f) => f.basis }),
+  }),
+});
+
+const MonthUsage = builder.objectRef<MonthUsageValue>('MonthUsage').implement({
+  description: "One calendar month (UTC) of the organization's usage.",
+  fields: (t) => ({
+    month: t.field({ type: DateTime, description: 'The first instant of the month (UTC).', resolve: (m) => m.month }),
+    operationUsage: t.field({ type: OperationUsage, description: "The month's operations.", resolve: (m) => m.operationUsage }),
+    creditsUsed: t.exposeInt('creditsUsed', { description: "The month's operations in credits (the same formula as totalCreditsUsed)." }),
+    billableUsers: t.exposeInt('billableUsers', {
+      description: "Billable users at the month's end (this month: now): children registered by then, less the free users of purchases made by then.",
+    }),
+    retentionCredits: t.exposeInt('retentionCredits', { description: 'billableUsers x 1 credit.' }),
+    purchases: t.field({ type: [PackagePurchase], description: 'Purchases made in the month, newest first.', resolve: (m) => m.purchases }),
+    creditsPurchased: t.exposeInt('creditsPurchased', { description: 'Credits added by those purchases.' }),
+  }),
+});
+
+type CreditAnalysisRoot = CreditAnalysisValue & { viewer: Viewer };
+
+const CreditAnalysis = builder.objectRef<CreditAnalysisRoot>('CreditAnalysis').implement({
   description: "The parent's credit analysis.",
   fields: (t) => ({
     creditBalance: t.exposeInt('creditBalance', { description: 'Current available credits.' }),
@@ -47,6 +93,17 @@ const CreditAnalysis = builder.objectRef<CreditAnalysisValue>('CreditAnalysis').
     projectedMonthlyUsage: t.exposeInt('projectedMonthlyUsage', { description: "This month's usage extrapolated to the whole month, plus the retention credits." }),
     alerts: t.field({ type: CreditAlerts, description: 'Credit alert levels.', resolve: (a) => a.alerts }),
     packageHistory: t.field({ type: [PackagePurchase], description: 'Package purchases, newest first.', resolve: (a) => a.packageHistory }),
+    forecast: t.field({
+      type: Forecast,
+      description: 'When the balance reaches the low and critical thresholds and zero at the current burn rate.',
+      resolve: (a, _args, context) => getForecast(a.viewer, a, context.services),
+    }),
+    usageHistory: t.field({
+      type: [MonthUsage],
+      description: `The last \`months\` calendar months (UTC), oldest first, this month last (at most ${MAX_HISTORY_MONTHS}).`,
+      args: { months: t.arg.int({ defaultValue: DEFAULT_HISTORY_MONTHS, description: `Months, 1 to ${MAX_HISTORY_MONTHS}.` }) },
+      resolve: (a, args, context) => getUsageHistory(a.viewer, a, args.months ?? DEFAULT_HISTORY_MONTHS, context.services),
+    }),
   }),
 });
 
@@ -55,6 +112,9 @@ builder.queryField('creditAnalysis', (t) =>
     type: CreditAnalysis,
     description: "The parent's credit analysis: balance, usage, billable users, projection, alerts, purchases. Parent accounts only.",
     authScopes: { parent: true },
-    resolve: async (_root, _args, context) => getCreditAnalysis(await viewerOf(context, 'jwt'), context.services),
+    resolve: async (_root, _args, context) => {
+      const viewer = await viewerOf(context, 'jwt');
+      return { ...(await getCreditAnalysis(viewer, context.services)), viewer };
+    },
   }),
 );

@@ -86,6 +86,26 @@ export const STORED_OPERATIONS: readonly StoredOperation[] = [
   }
 }`,
   },
+  {
+    name: 'CreditTrends',
+    description:
+      "A parent's forecast (when the balance reaches the low and critical thresholds and zero at the current burn rate) and its usage month by month, oldest first, for charts: $months from 1 to 36.",
+    document: `query CreditTrends($months: Int = 12) {
+  creditAnalysis {
+    creditBalance
+    alerts { low critical depleted }
+    forecast { lowAt criticalAt depletedAt dailyBurn basis }
+    usageHistory(months: $months) {
+      month
+      creditsUsed
+      billableUsers
+      retentionCredits
+      creditsPurchased
+      operationUsage { childSignups signIns emailVerifications socialSignIns { total } }
+    }
+  }
+}`,
+  },
 ];
 
 /** The id a client sends for a stored document: the hex SHA-256 of its exact text. */
