@@ -19,6 +19,10 @@ export const ListChildAccountsInput = z.object({
   endDate: z.string().optional(),
   limit: z.number().optional(),
   after: z.string().optional(),
+  /** Relay's names (GraphQL): `first` is `limit`; `last` and `before` page backwards. */
+  first: z.number().optional(),
+  last: z.number().optional(),
+  before: z.string().optional(),
 });
 export type ListChildAccountsInput = z.infer<typeof ListChildAccountsInput>;
 
@@ -33,11 +37,20 @@ export type ChildAccountListItem = {
 };
 
 export type ChildAccountPage = {
+  /** Newest first, whichever way the page was read. */
   accounts: ChildAccountListItem[];
   limit: number;
+  /** Read forwards (`first`/`limit`): whether older children follow. */
   hasMore: boolean;
   /** Present when hasMore. */
   nextPageToken: string | undefined;
+  /**
+   * Relay's page info: whether older children follow the page (`hasNextPage`) and newer ones
+   * precede it (`hasPreviousPage`). The side the page was read towards is known from the read; the
+   * other side is asked of the database (one indexed probe), only when asked for.
+   */
+  hasNextPage: () => Promise<boolean>;
+  hasPreviousPage: () => Promise<boolean>;
   /** Counts of all children matching the filters (not just the page); computed on demand. */
   stats: () => Promise<{ total: number; active: number }>;
 };
@@ -71,10 +84,15 @@ class ListedChild implements ChildAccountListItem {
   }
 }
 
-function validLimit(limit: number | undefined): number {
-  if (limit === undefined) return DEFAULT_LIMIT;
-  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LIMIT) throw new InvalidLimitError();
-  return limit;
+/** The page size and direction: at most one of `limit`, `first` (forwards) and `last` (backwards). */
+function validSize(input: ListChildAccountsInput): { size: number; backwards: boolean } {
+  const given = [input.limit, input.first, input.last].filter((n) => n !== undefined).length;
+  if (given > 1) throw new InvalidLimitError('Give one of limit, first and last.');
+  const size = input.limit ?? input.first ?? input.last ?? DEFAULT_LIMIT;
+  if (!Number.isInteger(size) || size < 1 || size > MAX_LIMIT) {
+    throw new InvalidLimitError(`${input.first !== undefined ? 'first' : input.last !== undefined ? 'last' : 'limit'} must be a whole number from 1 to 100.`);
+  }
+  return { size, backwards: input.last !== undefined };
 }
 
 function validSearch(search: string | undefined): string | undefined {
@@ -127,7 +145,7 @@ export async function listChildAccounts(
   context: ServiceContext,
 ): Promise<ChildAccountPage> {
   const parentId = viewer.account.id;
-  const limit = validLimit(input.limit);
+  const { size: limit, backwards } = validSize(input);
   const search = validSearch(input.search);
   const range = parseDateRange(input.startDate, input.endDate);
   const key = context.paginationSecret ?? viewer.organization.jwtSecret;
@@ -135,36 +153,59 @@ export async function listChildAccounts(
   // decisions §4: a token continues only the list it was issued for (same parent, same filters).
   const after: Position | undefined =
     input.after === undefined ? undefined : decodePageToken(input.after, filters.scope, key);
+  const before: Position | undefined =
+    input.before === undefined ? undefined : decodePageToken(input.before, filters.scope, key);
 
   const params = [...filters.params];
-  // Row comparison: one range condition on the (parentId, createdAt DESC, id DESC) index.
-  const keyset = after ? ` AND ("createdAt", id) < ($${params.push(after.createdAt)}, $${params.push(after.id)})` : '';
+  // Row comparisons: range conditions on the (parentId, createdAt DESC, id DESC) index, read
+  // forwards (older) from `after` or backwards (newer) from `before`.
+  const bound = (position: Position, op: string) => ` AND ("createdAt", id) ${op} ($${params.push(position.createdAt)}, $${params.push(position.id)})`;
+  const keyset = (after ? bound(after, '<') : '') + (before ? bound(before, '>') : '');
+  const order = backwards ? 'ASC' : 'DESC';
   const columns = `a.id, a.username, a.email,
             (extract(epoch FROM a."lastLogin") * 1000)::float8 AS "lastLoginMs",
             (extract(epoch FROM a."createdAt") * 1000)::float8 AS "createdAtMs"`;
-  const page = `WHERE ${filters.where}${keyset} ORDER BY "createdAt" DESC, id DESC LIMIT $${params.push(limit + 1)}`;
+  const page = `WHERE ${filters.where}${keyset} ORDER BY "createdAt" ${order}, id ${order} LIMIT $${params.push(limit + 1)}`;
   const statement = filters.searched
     ? // The page's ids from the narrow copy, then those rows (names as stored) from Account.
-      { columns, rest: `FROM (SELECT id, "createdAt" FROM ${filters.table} ${page}) m JOIN "Account" a ON a.id = m.id ORDER BY m."createdAt" DESC, m.id DESC` }
+      { columns, rest: `FROM (SELECT id, "createdAt" FROM ${filters.table} ${page}) m JOIN "Account" a ON a.id = m.id ORDER BY m."createdAt" ${order}, m.id ${order}` }
     : { columns, rest: `FROM ${filters.table} a ${page}` };
   // The unfiltered first page is what dashboards poll: cached until a child of the parent changes
   // (one entry per parent and limit, so no caller can fill the cache with pages of its choosing),
   // and read on the primary. Other pages are read where bounded staleness is allowed (a replica
   // when one is usable: at most REPLICA_MAX_LAG_MS behind).
   const rows =
-    filters.filtered || after
+    filters.filtered || after || before || backwards
       ? await context.staleReads.query<ChildRow>(`SELECT ${statement.columns} ${statement.rest}`, params)
       : await context.cache.through(`firstPage:${parentId}|${limit}`, [cacheTags.childRows(parentId)], (query) => query<ChildRow>(statement.columns, statement.rest, params), {
           share: true,
         });
-  const hasMore = rows.length > limit;
-  const accounts = rows.slice(0, limit).map((row) => new ListedChild(row, filters.scope, key));
+  const more = rows.length > limit;
+  const read = rows.slice(0, limit);
+  if (backwards) read.reverse();
+  const accounts = read.map((row) => new ListedChild(row, filters.scope, key));
+  const hasMore = !backwards && more;
+  // Whether any matching child lies beyond `position` on the far side of the page (inclusive: the
+  // cursor's own row, if it still exists, is not on the page).
+  const beyond = async (position: Position | undefined, op: '>=' | '<=') => {
+    if (!position) return false;
+    const probe = [...filters.params, position.createdAt, position.id];
+    const [row] = await context.staleReads.query<{ found: boolean }>(
+      `SELECT EXISTS (SELECT 1 FROM ${filters.table} WHERE ${filters.where} AND ("createdAt", id) ${op} ($${probe.length - 1}, $${probe.length})) AS found`,
+      probe,
+    );
+    return row?.found === true;
+  };
   let stats: Promise<Stats> | undefined;
+  let newer: Promise<boolean> | undefined;
+  let older: Promise<boolean> | undefined;
   return {
     accounts,
     limit,
     hasMore,
     nextPageToken: hasMore ? accounts[accounts.length - 1]?.cursor : undefined,
+    hasNextPage: () => (backwards ? (older ??= beyond(before, '<=')) : Promise.resolve(more)),
+    hasPreviousPage: () => (backwards ? Promise.resolve(more) : (newer ??= beyond(after, '>='))),
     stats: () => (stats ??= countChildren(viewer, filters, context)),
   };
 }
