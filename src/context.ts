@@ -45,13 +45,21 @@ export type RequestRecord = {
   caller?: 'parent' | 'child' | 'publicKey';
   /** The organization (its parent's userID) the caller belongs to. */
   organizationId?: string;
+  /** GraphQL: the operation was a stored one, named by its id. */
+  persisted?: boolean;
 };
 
 /** What a request context is made from: the credentials as sent, the request id, and its record. */
-export type RequestSource = { credentials: Credentials; requestId: string; record: RequestRecord };
+export type RequestSource = {
+  credentials: Credentials;
+  requestId: string;
+  record: RequestRecord;
+  /** Set for a conditional request: retrievals wait here until the answer is known not to be a 304. */
+  held?: (() => void)[] | undefined;
+};
 
 /** The one context factory: REST and both GraphQL doors make their context here. */
-export function createRequestContext(deps: AppDependencies, { credentials, requestId, record }: RequestSource): RequestContext {
+export function createRequestContext(deps: AppDependencies, { credentials, requestId, record, held }: RequestSource): RequestContext {
   const loaders = createLoaders(deps.database.prisma, deps.cache);
   // decisions §3 counts answers, not fields: a GraphQL operation that asks for the organization
   // under fifteen aliases is one retrieval.
@@ -67,7 +75,9 @@ export function createRequestContext(deps: AppDependencies, { credentials, reque
       record: (organizationId, at) => {
         if (counted.has(organizationId)) return;
         counted.add(organizationId);
-        deps.retrievals.record(organizationId, at);
+        // A revalidation answered 304 sent nothing: the retrieval was counted when it was sent.
+        if (held) held.push(() => deps.retrievals.record(organizationId, at));
+        else deps.retrievals.record(organizationId, at);
       },
     },
     paginationSecret: deps.config.paginationSecret,

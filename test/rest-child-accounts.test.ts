@@ -33,7 +33,7 @@ describe(`GET ${PATH} (${testMode})`, () => {
   it('the doubled data.data envelope with stats, accounts and pagination', async () => {
     const result = await rest(server(), `${PATH}?limit=5`, { token });
     expect(result.status).toBe(200);
-    expect(result.headers.get('cache-control')).toBe('no-store');
+    expect(result.headers.get('cache-control')).toBe('private, no-cache');
     expect(Object.keys(result.body)).toEqual(['success', 'data']);
     expect(Object.keys(result.body.data)).toEqual(['data']);
     const inner = result.body.data.data;

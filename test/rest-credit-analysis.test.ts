@@ -23,7 +23,7 @@ describe(`GET ${PATH} (${testMode})`, () => {
     for (let i = 0; i < 5; i++) await createChild(database(), org.parent);
     const result = await rest(server(), PATH, { token: await tokenFor(org.parent, org, { now }) });
     expect(result.status).toBe(200);
-    expect(result.headers.get('cache-control')).toBe('no-store');
+    expect(result.headers.get('cache-control')).toBe('private, no-cache');
     const used = 4 * 5 + 100 + 10 * 2 + 8 * 3;
     expect(result.body).toEqual({
       creditBalance: 9000,

@@ -32,7 +32,8 @@ describe(`REST behaviour common to every path (${testMode})`, () => {
       expect(head.status).toBe(get.status);
       expect(head.text).toBe('');
       expect(head.headers.get('content-type')).toBe(get.headers.get('content-type'));
-      expect(head.headers.get('cache-control')).toBe('no-store');
+      expect(head.headers.get('cache-control')).toBe('private, no-cache');
+      expect(head.headers.get('etag')).toBe(get.headers.get('etag'));
     }
     const unauthorized = await rest(server(), '/auth/user-profile', { method: 'HEAD' });
     expect(unauthorized.status).toBe(401);

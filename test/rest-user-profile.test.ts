@@ -53,7 +53,7 @@ describe(`GET /auth/user-profile (${testMode})`, () => {
     const result = await rest(server(), '/auth/user-profile', { token: await tokenFor(org.parent, org) });
     expect(result.status).toBe(200);
     expect(result.headers.get('content-type')).toBe('application/json; charset=utf-8');
-    expect(result.headers.get('cache-control')).toBe('no-store');
+    expect(result.headers.get('cache-control')).toBe('private, no-cache');
     expect(Object.keys(result.body)).toEqual(['success', 'data']);
     expect(result.body.success).toBe(true);
     expect(Object.keys(result.body.data)).toEqual(['message', 'user']);

@@ -126,13 +126,24 @@ export function serialiseResult(result: ExecutionResult): string {
   return stringify(sent);
 }
 
-/** Answers a single result in the negotiated media type; GraphQL answers are never stored. */
+/**
+ * Whether a GraphQL answer may be kept by the caller's browser and revalidated: a successful GET
+ * of a stored operation named by its id (a URL that names the same document every time). Every
+ * other GraphQL answer is `no-store`.
+ */
+export function revalidatable(exchange: Exchange, status: number, hasErrors: () => boolean): boolean {
+  return status === 200 && exchange.record.persisted === true && exchange.request.method === 'GET' && !hasErrors();
+}
+
+/** Answers a single result in the negotiated media type. */
 export function sendResult(exchange: Exchange, result: ExecutionResult, mediaType: RegularMediaType): void {
   const headers: Record<string, string> = {};
   const status = statusOf(result, mediaType, headers);
   exchange.record.code ??= (result.errors?.[0]?.extensions as Record<string, unknown> | undefined)?.['code'] as string | undefined;
   exchange.addHeaders(headers);
-  exchange.send(status, `${mediaType}; charset=utf-8`, serialiseResult(result), { noStore: true });
+  const contentType = `${mediaType}; charset=utf-8`;
+  if (revalidatable(exchange, status, () => Boolean(result.errors?.length))) exchange.sendRevalidated(contentType, serialiseResult(result));
+  else exchange.send(status, contentType, serialiseResult(result), { noStore: true });
 }
 
 /**

@@ -41,5 +41,6 @@ export function resolvePersistedOperation(params: GraphQLParams, persistedOnly: 
   if (id === undefined) throw refuse('BAD_REQUEST', 'Send a query, or a stored operation id in extensions.persistedQuery.sha256Hash.');
   const document = PERSISTED_OPERATIONS.get(id);
   if (document === undefined) throw refuse('PERSISTED_QUERY_NOT_FOUND', 'No stored operation has this id (extensions.persistedQuery.sha256Hash).');
+  record.persisted = true;
   return { query: document, operationName: params.operationName, variables: params.variables, extensions: params.extensions };
 }

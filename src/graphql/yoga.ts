@@ -2,6 +2,7 @@ import { createYoga, useEnvelop, type Plugin } from 'graphql-yoga';
 import { acceptsGzip, CompressedPayload } from '../compression.js';
 import type { Config } from '../config.js';
 import type { Exchange } from '../http/exchange.js';
+import { revalidatable } from './http.js';
 import { GRAPHIQL_DEFAULT_DOCUMENT } from './operations.js';
 import { resolvePersistedOperation } from './persisted.js';
 import type { GraphQLInitialContext, GraphQLPipeline } from './pipeline.js';
@@ -64,6 +65,15 @@ function firstErrorCode(payload: Buffer): string | undefined {
   }
 }
 
+/** Whether a JSON answer carries errors (or is not a JSON object at all). */
+function hasErrors(payload: Buffer): boolean {
+  try {
+    return (JSON.parse(payload.toString('utf8')) as { errors?: unknown }).errors !== undefined;
+  } catch {
+    return true;
+  }
+}
+
 export type YogaDoor = ReturnType<typeof createYogaDoor>;
 
 export function createYogaDoor(pipeline: GraphQLPipeline, config: Config, options: { graphiqlHeaders?: string } = {}) {
@@ -120,6 +130,10 @@ export function createYogaDoor(pipeline: GraphQLPipeline, config: Config, option
       if (!compressedPage || !compressedPage.raw.equals(payload)) compressedPage = new CompressedPayload(payload);
       payload = await compressedPage.gzip();
       exchange.addHeaders({ 'Content-Encoding': 'gzip', Vary: 'Accept-Encoding' });
+    }
+    if (contentType !== undefined && /json/i.test(contentType) && revalidatable(exchange, answer.status, () => hasErrors(payload))) {
+      exchange.sendRevalidated(contentType, payload);
+      return;
     }
     exchange.send(answer.status, contentType, payload, { noStore: !page });
   }

@@ -11,13 +11,14 @@ const ALLOWED_REQUEST_HEADERS = [
   'Accept',
   'X-Public-Key',
   'X-Request-Id',
+  'If-None-Match',
   'apollographql-client-name',
   'apollographql-client-version',
   'apollo-require-preflight',
 ].join(', ');
 
 /** What scripts may read of an answer. */
-const EXPOSED_HEADERS = ['X-Request-Id', 'WWW-Authenticate', 'Allow', 'Retry-After', 'RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset', 'RateLimit-Policy'].join(
+const EXPOSED_HEADERS = ['X-Request-Id', 'ETag', 'WWW-Authenticate', 'Allow', 'Retry-After', 'RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset', 'RateLimit-Policy'].join(
   ', ',
 );
 

@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Credentials } from '../auth/authenticate.js';
 import type { RequestRecord } from '../context.js';
@@ -28,6 +28,11 @@ export class Exchange {
   readonly query: string;
   readonly credentials: Credentials;
   readonly record: RequestRecord = {};
+  /**
+   * A conditional request's side effects that count only if the answer is not 304 (an
+   * organization-details retrieval): run when any other answer is sent, dropped on a 304.
+   */
+  readonly held: (() => void)[] | undefined;
   private readonly extra = new Map<string, [string, string]>();
 
   constructor(
@@ -40,6 +45,7 @@ export class Exchange {
     this.path = at === -1 ? url : url.slice(0, at);
     this.query = at === -1 ? '' : url.slice(at + 1);
     this.credentials = { authorization: firstValue(request.headers.authorization), publicKey: firstValue(request.headers['x-public-key']) };
+    this.held = request.headers['if-none-match'] === undefined ? undefined : [];
   }
 
   /** The value of a request header (the first, when repeated). */
@@ -72,15 +78,55 @@ export class Exchange {
   send(status: number, contentType: string | undefined, payload: string | Buffer, options: { noStore?: boolean } = {}): void {
     const response = this.response;
     response.statusCode = status;
+    if (this.held) for (const effect of this.held.splice(0)) if (status !== 304) effect();
     if (contentType !== undefined) response.setHeader('Content-Type', contentType);
-    response.setHeader('Content-Length', Buffer.byteLength(payload));
+    // A 304 has no body, and its headers update the stored answer's: no length of its own.
+    if (status !== 304) response.setHeader('Content-Length', Buffer.byteLength(payload));
     response.setHeader('X-Request-Id', this.requestId);
     if (options.noStore) response.setHeader('Cache-Control', 'no-store');
     for (const [name, value] of this.extra.values()) response.setHeader(name, value);
     response.end(payload);
   }
 
+  /**
+   * A successful answer that the caller's browser may keep and must revalidate: a strong `ETag`
+   * (a digest of the exact bytes), `Cache-Control: private, no-cache` (shared caches keep nothing),
+   * `Vary` on the credentials, and 304 without a body when `If-None-Match` names the tag.
+   */
+  sendRevalidated(contentType: string, payload: string | Buffer): void {
+    const tag = entityTag(payload);
+    this.addHeaders({ ETag: tag, 'Cache-Control': REVALIDATE, Vary: 'Authorization, X-Public-Key' });
+    if (noneMatch(this.header('if-none-match'), tag)) this.send(200, contentType, payload);
+    else this.send(304, undefined, '');
+  }
+
   sendJson(status: number, body: unknown, options: { noStore?: boolean } = {}): void {
     this.send(status, 'application/json; charset=utf-8', JSON.stringify(body), options);
   }
+}
+
+/** What cacheable answers carry: browsers keep them and revalidate every time; shared caches keep nothing. */
+export const REVALIDATE = 'private, no-cache';
+
+/** A strong entity tag: the first 128 bits of the bytes' SHA-256, base64url. */
+export function entityTag(payload: string | Buffer): string {
+  return `"${createHash('sha256').update(payload).digest('base64url').slice(0, 22)}"`;
+}
+
+/** Entity tags in one If-None-Match header at most: a longer list is not read (and never matches). */
+const MAX_TAGS = 64;
+
+/**
+ * Whether `If-None-Match` lets the answer through (RFC 9110 §13.1.2): true unless it is `*` or
+ * lists `tag`, compared weakly (a `W/` prefix is ignored).
+ */
+export function noneMatch(header: string | undefined, tag: string): boolean {
+  if (header === undefined) return true;
+  if (header.trim() === '*') return false;
+  const listed = header.split(',', MAX_TAGS + 1);
+  if (listed.length > MAX_TAGS) return true;
+  return !listed.some((entry) => {
+    const trimmed = entry.trim();
+    return (trimmed.startsWith('W/') ? trimmed.slice(2) : trimmed) === tag;
+  });
 }

@@ -34,8 +34,8 @@ export function refusedMethod(exchange: Exchange): boolean {
 export type RestOperation = (context: RequestContext, parameters: Map<string, string[]>) => Promise<unknown>;
 
 /**
- * Answers one documented path: the operation's body with 200, or its refusal in the envelope;
- * both `no-store` (they are the caller's own data). An error that is not one of the API's own is
+ * Answers one documented path: the operation's body with 200 (revalidated by its ETag, kept by
+ * no shared cache), or its refusal in the envelope, `no-store`. An error that is not one of the API's own is
  * logged with the request id and answered as the mapping says (503 for an outage, else 500).
  */
 export async function answerRest(
@@ -47,7 +47,7 @@ export async function answerRest(
 ): Promise<void> {
   try {
     const body = await operation(context, queryParameters(exchange.query, maxQueryParameters));
-    exchange.sendJson(200, body, { noStore: true });
+    exchange.sendRevalidated('application/json; charset=utf-8', JSON.stringify(body));
   } catch (error) {
     const apiError = toApiError(error);
     if (!(error instanceof ApiError)) {

@@ -231,7 +231,21 @@ function errorResponse(description: string, codes: Code[], headers?: Record<stri
 
 
 /** The answers every path can give besides its own. */
+const entityTag = z.string().meta({ description: 'A strong entity tag of the exact answer: send it back in `If-None-Match` to revalidate.', example: '"k2Qd0m5l3aC7yQ1b9xWv_A"' });
+
+/** The conditional request header every path reads. */
+const conditional = z.object({
+  'If-None-Match': z.string().optional().meta({
+    description: 'The `ETag` of an answer kept: 304 without a body when the answer is unchanged. `*` matches any answer; `W/` prefixes are ignored.',
+  }),
+});
+
 const common = (extra: Record<string, ZodOpenApiResponseObject> = {}): Record<string, ZodOpenApiResponseObject> => ({
+  '304': {
+    description:
+      'Not modified: `If-None-Match` names the answer\'s current `ETag`. No body. On organization details, a 304 is not a retrieval (the details were counted when they were sent).',
+    headers: z.object({ 'X-Request-Id': requestId, ETag: entityTag, 'Cache-Control': z.literal('private, no-cache') }),
+  },
   ...extra,
   '405': errorResponse('A method other than GET or HEAD (the `Allow` header lists them).', ['METHOD_NOT_ALLOWED']),
   '413': errorResponse('The request is larger than the server accepts.', ['PAYLOAD_TOO_LARGE']),
@@ -244,7 +258,11 @@ const common = (extra: Record<string, ZodOpenApiResponseObject> = {}): Record<st
 
 const ok = (description: string, schema: z.ZodType, examples: Record<string, unknown>): ZodOpenApiResponseObject => ({
   description,
-  headers: z.object({ 'X-Request-Id': requestId, 'Cache-Control': z.literal('no-store') }),
+  headers: z.object({
+    'X-Request-Id': requestId,
+    'Cache-Control': z.literal('private, no-cache').meta({ description: "The caller's own data: browsers may keep it and revalidate every time; shared caches keep nothing." }),
+    ETag: entityTag,
+  }),
   content: { 'application/json': { schema, examples: Object.fromEntries(Object.entries(examples).map(([name, value]) => [name, { value }])) } },
 });
 
@@ -390,6 +408,7 @@ const operations: Record<string, ZodOpenApiOperationObject> = {
     summary: "The caller's own profile",
     description: "A parent's carries the organization's credit, billing and SSO fields; a child's does not.",
     security: bearer,
+    requestParams: { header: conditional },
     responses: {
       '200': ok('The profile.', UserProfileResponse, PROFILE_EXAMPLES),
       '400': badRequest(['BAD_REQUEST']),
@@ -405,6 +424,7 @@ const operations: Record<string, ZodOpenApiOperationObject> = {
     description:
       'By token (a child gets its parent\'s organization), or by the public key in `X-Public-Key` when no `Authorization` header is sent. When `Authorization` is sent, only the token is tried.',
     security: [{ bearerAuth: [] }, { publicKey: [] }],
+    requestParams: { header: conditional },
     responses: {
       '200': ok('The details.', OrganizationDetailsResponse, { publicKeyCaller: ORGANIZATION_EXAMPLE }),
       '400': badRequest(['MISSING_PARENT_PUBLIC_KEY', 'INVALID_PARENT_ACCOUNT', 'BAD_REQUEST']),
@@ -421,6 +441,7 @@ const operations: Record<string, ZodOpenApiOperationObject> = {
       'Newest registration first, ties broken by id. Keyset pagination: a page costs the same at any depth, and rows added or removed between pages never make a row repeat or be skipped. A known parameter given twice is invalid; unknown ones are ignored. Parent accounts only.',
     security: bearer,
     requestParams: {
+      header: conditional,
       query: z.object({
         search: z
           .string()
@@ -463,6 +484,7 @@ const operations: Record<string, ZodOpenApiOperationObject> = {
     summary: "The parent's credit analysis",
     description: 'Balance, usage this month, billable users, projection, alerts and purchases. Parent accounts only.',
     security: bearer,
+    requestParams: { header: conditional },
     responses: {
       '200': ok('The analysis.', CreditAnalysisResponse, { healthy: CREDIT_ANALYSIS_EXAMPLE }),
       '400': badRequest(['BAD_REQUEST']),

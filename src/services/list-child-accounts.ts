@@ -56,7 +56,7 @@ export type ChildAccountPage = {
 };
 
 /** A page row as read: times as epoch milliseconds, a number being far cheaper for the driver. */
-type ChildRow = { id: string; username: string; email: string; lastLoginMs: number | null; createdAtMs: number };
+export type ChildRow = { id: string; username: string; email: string; lastLoginMs: number | null; createdAtMs: number };
 
 /** A row of the list; a class, not an object literal with a getter, which V8 builds far slower. */
 class ListedChild implements ChildAccountListItem {
@@ -95,7 +95,7 @@ function validSize(input: ListChildAccountsInput): { size: number; backwards: bo
   return { size, backwards: input.last !== undefined };
 }
 
-function validSearch(search: string | undefined): string | undefined {
+export function validSearch(search: string | undefined): string | undefined {
   if (search === undefined) return undefined;
   const trimmed = search.trim();
   if (trimmed.length > MAX_SEARCH_LENGTH) throw new InvalidSearchError();
@@ -122,7 +122,7 @@ type CachedStats = ChildCounts;
  * children's names, kept by the database), where `LIKE lower(pattern)` is the ILIKE of the names;
  * without one, Account itself. Both have the columns the clause and the counts name.
  */
-function filterSql(parentId: string, search: string | undefined, range: { from?: Date; to?: Date }) {
+export function filterSql(parentId: string, search: string | undefined, range: { from?: Date; to?: Date }) {
   const params: unknown[] = [parentId];
   const clauses = ['"parentId" = $1'];
   if (range.from) clauses.push(`"createdAt" >= $${params.push(range.from)}`);
@@ -136,6 +136,21 @@ function filterSql(parentId: string, search: string | undefined, range: { from?:
   const table = search ? '"ChildSearch"' : '"Account"';
   const filtered = clauses.length > 1;
   return { table, searched: search !== undefined, where: clauses.join(' AND '), params, filtered, scope, cacheKey: filtered ? `stats:${scope}` : childCountsKey(parentId) };
+}
+
+/**
+ * The statement of one page: `keyset` the conditions after the filters, `limit` the parameter of
+ * the row count. With a search, the page's ids come from the narrow copy, then those rows (names as
+ * stored) from Account.
+ */
+export function pageStatement(filters: ReturnType<typeof filterSql>, keyset: string, order: 'ASC' | 'DESC', limit: string): { columns: string; rest: string } {
+  const columns = `a.id, a.username, a.email,
+            (extract(epoch FROM a."lastLogin") * 1000)::float8 AS "lastLoginMs",
+            (extract(epoch FROM a."createdAt") * 1000)::float8 AS "createdAtMs"`;
+  const page = `WHERE ${filters.where}${keyset} ORDER BY "createdAt" ${order}, id ${order} LIMIT ${limit}`;
+  return filters.searched
+    ? { columns, rest: `FROM (SELECT id, "createdAt" FROM ${filters.table} ${page}) m JOIN "Account" a ON a.id = m.id ORDER BY m."createdAt" ${order}, m.id ${order}` }
+    : { columns, rest: `FROM ${filters.table} a ${page}` };
 }
 
 /** A parent's children, newest registration first, keyset-paginated (spec: GET /auth/child-accounts). */
@@ -161,15 +176,7 @@ export async function listChildAccounts(
   // forwards (older) from `after` or backwards (newer) from `before`.
   const bound = (position: Position, op: string) => ` AND ("createdAt", id) ${op} ($${params.push(position.createdAt)}, $${params.push(position.id)})`;
   const keyset = (after ? bound(after, '<') : '') + (before ? bound(before, '>') : '');
-  const order = backwards ? 'ASC' : 'DESC';
-  const columns = `a.id, a.username, a.email,
-            (extract(epoch FROM a."lastLogin") * 1000)::float8 AS "lastLoginMs",
-            (extract(epoch FROM a."createdAt") * 1000)::float8 AS "createdAtMs"`;
-  const page = `WHERE ${filters.where}${keyset} ORDER BY "createdAt" ${order}, id ${order} LIMIT $${params.push(limit + 1)}`;
-  const statement = filters.searched
-    ? // The page's ids from the narrow copy, then those rows (names as stored) from Account.
-      { columns, rest: `FROM (SELECT id, "createdAt" FROM ${filters.table} ${page}) m JOIN "Account" a ON a.id = m.id ORDER BY m."createdAt" ${order}, m.id ${order}` }
-    : { columns, rest: `FROM ${filters.table} a ${page}` };
+  const statement = pageStatement(filters, keyset, backwards ? 'ASC' : 'DESC', `$${params.push(limit + 1)}`);
   // The unfiltered first page is what dashboards poll: cached until a child of the parent changes
   // (one entry per parent and limit, so no caller can fill the cache with pages of its choosing),
   // and read on the primary. Other pages are read where bounded staleness is allowed (a replica

@@ -1,0 +1,136 @@
+import { describe, expect, it } from 'vitest';
+import { operationId, STORED_OPERATIONS } from '../src/graphql/operations.js';
+import { noneMatch } from '../src/http/exchange.js';
+import { createChild, createOrganization, tokenFor } from './helpers/builders.js';
+import { rest, useServer, type TestServer } from './helpers/app.js';
+import { testMode, useTestDatabase } from './helpers/database.js';
+
+const PATHS = ['/auth/user-profile', '/auth/organization-details', '/auth/child-accounts?limit=5', '/parent/credit-analysis'];
+const STRONG_TAG = /^"[A-Za-z0-9_-]{22}"$/;
+
+describe(`HTTP caching (${testMode})`, () => {
+  const database = useTestDatabase();
+  const lean = useServer(database);
+  const full = useServer(database, { graphqlDoor: 'full' });
+
+  const retrievals = async (server: TestServer, parentId: string) => {
+    await server.app.deps.retrievals.flush();
+    return (await database().prisma.organization.findUniqueOrThrow({ where: { parentId } })).detailsRetrievalCount;
+  };
+
+  it('REST answers carry a strong ETag and private, no-cache; If-None-Match gets 304 without a body', async () => {
+    const org = await createOrganization(database());
+    await createChild(database(), org.parent);
+    const token = await tokenFor(org.parent, org);
+    for (const path of PATHS) {
+      const first = await rest(lean(), path, { token });
+      expect(first.status, path).toBe(200);
+      const tag = first.headers.get('etag')!;
+      expect(tag, path).toMatch(STRONG_TAG);
+      expect(first.headers.get('cache-control'), path).toBe('private, no-cache');
+      expect(first.headers.get('vary'), path).toContain('Authorization');
+      // The same answer, the same tag.
+      expect((await rest(lean(), path, { token })).headers.get('etag'), path).toBe(tag);
+      for (const ifNoneMatch of [tag, `W/${tag}`, `"other", ${tag}`, '*']) {
+        const again = await rest(lean(), path, { token, headers: { 'if-none-match': ifNoneMatch } });
+        expect(again.status, `${path} ${ifNoneMatch}`).toBe(304);
+        expect(again.text).toBe('');
+        expect(again.headers.get('etag')).toBe(tag);
+        expect(again.headers.get('cache-control')).toBe('private, no-cache');
+        expect(again.headers.get('content-length')).toBeNull();
+      }
+      const head = await rest(lean(), path, { token, method: 'HEAD', headers: { 'if-none-match': tag } });
+      expect(head.status, path).toBe(304);
+      const stale = await rest(lean(), path, { token, headers: { 'if-none-match': '"stale"' } });
+      expect(stale.status, path).toBe(200);
+      expect(stale.body, path).toEqual(first.body);
+    }
+  });
+
+  it('a changed answer gets a new tag; another caller never gets a 304 on someone else\'s tag', async () => {
+    const org = await createOrganization(database());
+    const child = await createChild(database(), org.parent);
+    const [parentToken, childToken] = [await tokenFor(org.parent, org), await tokenFor(child, org)];
+    const parent = await rest(lean(), '/auth/organization-details', { token: parentToken });
+    const tag = parent.headers.get('etag')!;
+    // The child sees the masked secret: another answer, another tag.
+    const masked = await rest(lean(), '/auth/organization-details', { token: childToken, headers: { 'if-none-match': tag } });
+    expect(masked.status).toBe(200);
+    expect(masked.headers.get('etag')).not.toBe(tag);
+    const before = await rest(lean(), '/parent/credit-analysis', { token: parentToken });
+    await database().prisma.organization.update({ where: { parentId: org.parent.id }, data: { creditBalance: { decrement: 1 } } });
+    await expect
+      .poll(async () => (await rest(lean(), '/parent/credit-analysis', { token: parentToken, headers: { 'if-none-match': before.headers.get('etag')! } })).status, { timeout: 10_000, interval: 20 })
+      .toBe(200);
+  });
+
+  it('errors are never kept: no-store, no ETag, even with If-None-Match', async () => {
+    const answer = await rest(lean(), '/auth/user-profile', { token: 'nope', headers: { 'if-none-match': '*' } });
+    expect(answer.status).toBe(401);
+    expect(answer.headers.get('etag')).toBeNull();
+    expect(answer.headers.get('cache-control')).toBe('no-store');
+  });
+
+  it('a 304 is not a retrieval: the details were counted when they were sent', async () => {
+    const org = await createOrganization(database());
+    const token = await tokenFor(org.parent, org);
+    const first = await rest(lean(), '/auth/organization-details', { token });
+    expect(await retrievals(lean(), org.parent.id)).toBe(1n);
+    for (let i = 0; i < 5; i++) {
+      expect((await rest(lean(), '/auth/organization-details', { token, headers: { 'if-none-match': first.headers.get('etag')! } })).status).toBe(304);
+    }
+    expect(await retrievals(lean(), org.parent.id)).toBe(1n);
+    expect((await rest(lean(), '/auth/organization-details', { token, headers: { 'if-none-match': '"stale"' } })).status).toBe(200);
+    expect(await retrievals(lean(), org.parent.id)).toBe(2n);
+  });
+
+  for (const [door, server] of [['lean', lean], ['Yoga', full]] as const) {
+    it(`GraphQL (${door} door): a GET of a stored operation by id is revalidated; nothing else is kept`, async () => {
+      const org = await createOrganization(database());
+      const token = await tokenFor(org.parent, org);
+      const stored = STORED_OPERATIONS.find((o) => o.name === 'Organization')!;
+      const extensions = encodeURIComponent(JSON.stringify({ persistedQuery: { version: 1, sha256Hash: operationId(stored.document) } }));
+      const get = (headers: Record<string, string> = {}) =>
+        fetch(`${server().url}/graphql?operationName=Organization&extensions=${extensions}`, { headers: { authorization: `Bearer ${token}`, accept: 'application/graphql-response+json', ...headers } });
+      const first = await get();
+      expect(first.status).toBe(200);
+      const tag = first.headers.get('etag')!;
+      expect(tag).toMatch(STRONG_TAG);
+      expect(first.headers.get('cache-control')).toBe('private, no-cache');
+      const body = await first.text();
+      expect(JSON.parse(body).data.organization.organizationName).toBe(org.organization.name);
+      const again = await get({ 'if-none-match': tag });
+      expect(again.status).toBe(304);
+      expect(await again.text()).toBe('');
+      expect(again.headers.get('etag')).toBe(tag);
+      // The revalidation was not another retrieval.
+      expect(await retrievals(server(), org.parent.id)).toBe(1n);
+      // The same document as text, or by POST, or failing: never kept.
+      const byText = await fetch(`${server().url}/graphql?query=${encodeURIComponent(stored.document)}`, { headers: { authorization: `Bearer ${token}`, accept: 'application/json' } });
+      expect(byText.headers.get('cache-control')).toBe('no-store');
+      expect(byText.headers.get('etag')).toBeNull();
+      const posted = await fetch(`${server().url}/graphql`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'if-none-match': tag },
+        body: JSON.stringify({ extensions: { persistedQuery: { version: 1, sha256Hash: operationId(stored.document) } } }),
+      });
+      expect(posted.status).toBe(200);
+      expect(posted.headers.get('cache-control')).toBe('no-store');
+      const refused = await fetch(`${server().url}/graphql?operationName=Organization&extensions=${extensions}`, { headers: { authorization: 'Bearer nope', accept: 'application/json', 'if-none-match': tag } });
+      expect(refused.headers.get('cache-control')).toBe('no-store');
+      expect(refused.headers.get('etag')).toBeNull();
+    });
+  }
+});
+
+describe('If-None-Match', () => {
+  it('compares weakly, reads a bounded list, and matches everything with *', () => {
+    expect(noneMatch(undefined, '"a"')).toBe(true);
+    expect(noneMatch('"a"', '"a"')).toBe(false);
+    expect(noneMatch('W/"a"', '"a"')).toBe(false);
+    expect(noneMatch(' "b" ,  "a" ', '"a"')).toBe(false);
+    expect(noneMatch('"b"', '"a"')).toBe(true);
+    expect(noneMatch('*', '"a"')).toBe(false);
+    expect(noneMatch(`${Array.from({ length: 100 }, () => '"x"').join(',')},"a"`, '"a"')).toBe(true);
+  });
+});
