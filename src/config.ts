@@ -114,6 +114,9 @@ const environment = z.object({
     }),
   SHUTDOWN_TIMEOUT_MS: withDefault(integer(100, MAX_TIMER_MS), 10_000),
   SHUTDOWN_DELAY_MS: withDefault(integer(0, MAX_TIMER_MS), 3000),
+  EXPORT_MAX_CONCURRENT: withDefault(integer(1, 64), 2),
+  EXPORT_STALL_MS: withDefault(integer(1000, MAX_TIMER_MS), 30_000),
+  EXPORT_RATE_COST: withDefault(integer(1, 1_000_000), 30),
   CACHE_MAX_ENTRIES: withDefault(integer(0, 100_000_000), CACHE_DEFAULTS.maxEntries),
   CACHE_MAX_BYTES: withDefault(integer(0, 1_099_511_627_776), CACHE_DEFAULTS.maxBytes),
   CACHE_TTL_SECONDS: withDefault(integer(1, MAX_TIMER_SECONDS), CACHE_DEFAULTS.ttlMs / 1000),
@@ -167,6 +170,8 @@ export type Config = {
     /** Bearer tokens longer than this are refused before any work. */
     maxTokenBytes: number;
   };
+  /** The child-list export: exports at once per instance, the unread time allowed, its rate-limit cost in requests. */
+  export: { maxConcurrent: number; stallMs: number; rateCost: number };
   rateLimit: {
     perAddress: number;
     perCredential: number;
@@ -269,6 +274,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
     shutdownDelayMs: e.SHUTDOWN_DELAY_MS,
+    export: { maxConcurrent: e.EXPORT_MAX_CONCURRENT, stallMs: e.EXPORT_STALL_MS, rateCost: e.EXPORT_RATE_COST },
     cache: { maxEntries: e.CACHE_MAX_ENTRIES, maxBytes: e.CACHE_MAX_BYTES, ttlMs: e.CACHE_TTL_SECONDS * 1000 },
     corsOrigins: e.CORS_ORIGINS.trim() === '*' ? '*' : e.CORS_ORIGINS.split(',').map((o) => o.trim()).filter(Boolean),
   };

@@ -171,6 +171,19 @@ export class RateLimitedError extends ApiError {
   }
 }
 
+export class InvalidFormatError extends ApiError {
+  constructor(message = 'format must be csv or ndjson.') {
+    super('INVALID_FORMAT', 400, message);
+  }
+}
+
+/** An export is already running for this organization, or the instance runs as many as it allows. */
+export class ExportBusyError extends ApiError {
+  constructor(message: string) {
+    super('EXPORT_BUSY', 429, message);
+  }
+}
+
 export class MethodNotAllowedError extends ApiError {
   constructor(method: string) {
     super('METHOD_NOT_ALLOWED', 405, `${method} is not allowed here; use GET.`);

@@ -90,7 +90,8 @@ export class RateLimiter {
     return request.socket.remoteAddress ?? 'unknown';
   }
 
-  async check(request: IncomingMessage): Promise<RateLimitVerdict> {
+  /** `cost`: how many requests this one counts as (an export counts as many), at most a whole window's allowance. */
+  async check(request: IncomingMessage, cost = 1): Promise<RateLimitVerdict> {
     const publicKey = request.headers['x-public-key'];
     const credential = credentialKey(request.headers.authorization, typeof publicKey === 'string' ? publicKey : undefined);
     const checks: [RateLimiterAbstract, string][] = [];
@@ -99,7 +100,7 @@ export class RateLimiter {
     let tightest: { limit: number; remaining: number; resetSeconds: number } | undefined;
     for (const [limiter, key] of checks) {
       try {
-        const result = await limiter.consume(key);
+        const result = await limiter.consume(key, Math.min(cost, limiter.points));
         const state = { limit: limiter.points, remaining: result.remainingPoints, resetSeconds: Math.ceil(result.msBeforeNext / 1000) };
         if (!tightest || state.remaining < tightest.remaining) tightest = state;
       } catch (rejection) {

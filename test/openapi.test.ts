@@ -25,11 +25,16 @@ describe('the OpenAPI description', () => {
     const result = await validate(document);
     expect(result.valid, JSON.stringify(result)).toBe(true);
     expect(document.openapi).toBe('3.1.0');
-    expect(Object.keys(document.paths).sort()).toEqual(['/auth/child-accounts', '/auth/organization-details', '/auth/user-profile', '/parent/credit-analysis']);
+    expect(Object.keys(document.paths).sort()).toEqual(['/auth/child-accounts', '/auth/organization-details', '/auth/parent/child-accounts/export', '/auth/user-profile', '/parent/credit-analysis']);
     expect(Object.keys(document.components.securitySchemes).sort()).toEqual(['bearerAuth', 'publicKey']);
     const params = document.paths['/auth/child-accounts'].get.parameters.map((p: { name: string }) => p.name).sort();
     expect(params).toEqual(['If-None-Match', 'endDate', 'lastKey', 'limit', 'search', 'startDate']);
-    for (const item of Object.values<any>(document.paths)) {
+    for (const [path, item] of Object.entries<any>(document.paths)) {
+      if (path === '/auth/parent/child-accounts/export') {
+        expect(Object.keys(item.get.responses['200'].content).sort()).toEqual(['application/x-ndjson', 'text/csv']);
+        expect(item.get.responses['304']).toBeUndefined();
+        continue;
+      }
       expect(item.get.parameters.find((p: { name: string; in: string }) => p.name === 'If-None-Match')?.in).toBe('header');
       expect(item.get.responses['304'].headers.ETag).toBeDefined();
       expect(item.get.responses['200'].headers.ETag).toBeDefined();
@@ -46,6 +51,11 @@ describe('the OpenAPI description', () => {
       for (const [status, response] of Object.entries<any>(item.get.responses)) {
         if (status === '304') {
           expect(response.content, `${path} 304 has no body`).toBeUndefined();
+          continue;
+        }
+        if (!response.content['application/json']) {
+          // The export's file: an example of each format.
+          for (const media of Object.values<any>(response.content)) expect(Object.keys(media.examples ?? {}).length, `${path} ${status}`).toBeGreaterThan(0);
           continue;
         }
         const examples = Object.values<{ value: unknown }>(response.content['application/json'].examples ?? {});

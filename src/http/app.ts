@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { LRUCache } from 'lru-cache';
 import type { Config } from '../config.js';
 import { createRequestContext, type AppDependencies } from '../context.js';
+import { createExports, EXPORT_PATH, type Exports } from '../rest/export.js';
 import type { Database } from '../db/database.js';
 import { EntityCache } from '../db/entity-cache.js';
 import {
@@ -46,6 +47,8 @@ export type App = {
   deps: AppDependencies;
   /** The full GraphQL server (Yoga) behind /graphql. */
   graphql: YogaDoor;
+  /** The child-list exports running. */
+  exports: Pick<Exports, 'running'>;
   /** The Prometheus text of `GET /metrics`, wherever it is served (see METRICS_PORT). */
   metricsText(): Promise<{ contentType: string; text: string }>;
 };
@@ -61,6 +64,8 @@ type Route = {
   protocol: 'rest' | 'graphql';
   /** Counted against the rate limits (probes are not). */
   limited: boolean;
+  /** How many requests one counts as (1 unless said). */
+  cost?: number;
   handle(exchange: Exchange): Promise<void> | void;
 };
 
@@ -178,6 +183,7 @@ export function createApp(options: AppOptions): App {
   });
   const readiness = new Readiness(database, READINESS_TIMEOUT_MS);
   const cors = createCorsPolicy(config.corsOrigins);
+  const exports = createExports({ ...config.export, maxQueryParameters: config.limits.maxQueryParameters }, logger);
   const knownHosts = new LRUCache<string, true>({ max: KNOWN_HOSTS });
   const { limits } = config;
   let draining = false;
@@ -208,6 +214,16 @@ export function createApp(options: AppOptions): App {
     rest('/auth/organization-details', (context) => organizationDetails(context)),
     rest('/auth/child-accounts', (context, parameters) => childAccounts(context, parameters)),
     rest('/parent/credit-analysis', (context) => creditAnalysis(context)),
+    // Beside them: the whole child list as a file, rate limited as the many requests it costs.
+    {
+      path: EXPORT_PATH,
+      label: EXPORT_PATH,
+      methods: READ_ONLY,
+      protocol: 'rest',
+      limited: true,
+      cost: config.export.rateCost,
+      handle: (exchange) => exports.handle(exchange, createRequestContext(deps, exchange)),
+    },
     // Every method reaches GraphQL: the doors answer the ones they do not take (405).
     { path: '/graphql', label: '/graphql', methods: 'GET, POST', protocol: 'graphql', limited: true, handle: serveGraphQL },
     // Liveness: the process answers; nothing else is touched.
@@ -256,7 +272,7 @@ export function createApp(options: AppOptions): App {
     const preflight = request.method === 'OPTIONS' && request.headers['access-control-request-method'] !== undefined;
     // Everything but probes and preflights counts against its sender, malformed or not.
     if (limiter.enabled && route?.limited !== false && !preflight) {
-      const verdict = await limiter.check(request);
+      const verdict = await limiter.check(request, route?.cost);
       exchange.addHeaders(verdict.headers);
       if (!verdict.allowed) {
         metrics.rateLimited();
@@ -287,8 +303,10 @@ export function createApp(options: AppOptions): App {
   return {
     deps,
     graphql: yoga,
+    exports,
     metricsText: async () => ({ contentType: metrics.registry.contentType, text: await metrics.registry.metrics() }),
     close: async () => {
+      exports.abortAll();
       limiter.close();
       await replicas?.close();
       await deps.retrievals.close();

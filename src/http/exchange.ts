@@ -89,6 +89,21 @@ export class Exchange {
   }
 
   /**
+   * The head of an answer whose body follows in pieces (an export): no Content-Length, so the body
+   * is chunked; `no-store`; the headers gathered on the exchange. Sent at once.
+   */
+  startStream(status: number, contentType: string, headers: Record<string, string>): void {
+    const response = this.response;
+    response.statusCode = status;
+    response.setHeader('Content-Type', contentType);
+    response.setHeader('X-Request-Id', this.requestId);
+    response.setHeader('Cache-Control', 'no-store');
+    this.addHeaders(headers);
+    for (const [name, value] of this.extra.values()) response.setHeader(name, value);
+    response.flushHeaders();
+  }
+
+  /**
    * A successful answer that the caller's browser may keep and must revalidate: a strong `ETag`
    * (a digest of the exact bytes), `Cache-Control: private, no-cache` (shared caches keep nothing),
    * `Vary` on the credentials, and 304 without a body when `If-None-Match` names the tag.

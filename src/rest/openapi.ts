@@ -2,9 +2,10 @@ import { z } from 'zod';
 import { createDocument, type ZodOpenApiOperationObject, type ZodOpenApiResponseObject } from 'zod-openapi';
 import { PACKAGES } from '../domain/catalogue.js';
 import { DEFAULT_LIMIT, MAX_LIMIT, MAX_SEARCH_LENGTH } from '../services/list-child-accounts.js';
+import { EXPORT_PATH } from './export.js';
 
 /**
- * The OpenAPI 3.1 description of the four REST paths, built from zod schemas. A test validates
+ * The OpenAPI 3.1 description of the four REST paths and the child-list export beside them, built from zod schemas. A test validates
  * the document and every answer the REST tests receive against it, so it cannot drift from the
  * code. Served at /openapi.json, and read by the reference page at /docs.
  */
@@ -192,6 +193,7 @@ export const ERROR_CODES = [
   'INVALID_LIMIT',
   'INVALID_PAGINATION_TOKEN',
   'INVALID_SEARCH',
+  'INVALID_FORMAT',
   'BAD_REQUEST',
   'NOT_FOUND',
   'METHOD_NOT_ALLOWED',
@@ -199,6 +201,7 @@ export const ERROR_CODES = [
   'URI_TOO_LONG',
   'REQUEST_HEADER_FIELDS_TOO_LARGE',
   'RATE_LIMITED',
+  'EXPORT_BUSY',
   'SERVICE_UNAVAILABLE',
   'INTERNAL_ERROR',
 ] as const;
@@ -240,13 +243,8 @@ const conditional = z.object({
   }),
 });
 
-const common = (extra: Record<string, ZodOpenApiResponseObject> = {}): Record<string, ZodOpenApiResponseObject> => ({
-  '304': {
-    description:
-      'Not modified: `If-None-Match` names the answer\'s current `ETag`. No body. On organization details, a 304 is not a retrieval (the details were counted when they were sent).',
-    headers: z.object({ 'X-Request-Id': requestId, ETag: entityTag, 'Cache-Control': z.literal('private, no-cache') }),
-  },
-  ...extra,
+const common = (extra: Record<string, ZodOpenApiResponseObject> = {}, { revalidated = true } = {}): Record<string, ZodOpenApiResponseObject> => ({
+  ...(revalidated ? { '304': notModified } : {}),
   '405': errorResponse('A method other than GET or HEAD (the `Allow` header lists them).', ['METHOD_NOT_ALLOWED']),
   '413': errorResponse('The request is larger than the server accepts.', ['PAYLOAD_TOO_LARGE']),
   '414': errorResponse('The request target is too long.', ['URI_TOO_LONG']),
@@ -254,7 +252,14 @@ const common = (extra: Record<string, ZodOpenApiResponseObject> = {}): Record<st
   '431': errorResponse('Too many or too large header fields.', ['REQUEST_HEADER_FIELDS_TOO_LARGE']),
   '500': errorResponse('Unexpected: no stack, SQL or internals in the body.', ['INTERNAL_ERROR']),
   '503': errorResponse('The database is unreachable or too slow; try again.', ['SERVICE_UNAVAILABLE']),
+  ...extra,
 });
+
+const notModified: ZodOpenApiResponseObject = {
+  description:
+    'Not modified: `If-None-Match` names the answer\'s current `ETag`. No body. On organization details, a 304 is not a retrieval (the details were counted when they were sent).',
+  headers: z.object({ 'X-Request-Id': requestId, ETag: entityTag, 'Cache-Control': z.literal('private, no-cache') }),
+};
 
 const ok = (description: string, schema: z.ZodType, examples: Record<string, unknown>): ZodOpenApiResponseObject => ({
   description,
@@ -494,6 +499,39 @@ const operations: Record<string, ZodOpenApiOperationObject> = {
       ...common(),
     },
   },
+  [EXPORT_PATH]: {
+    operationId: 'exportChildAccounts',
+    summary: "The parent's whole child list as a file (an addition beside the four documented paths)",
+    description:
+      'Every child matching the filters of `/auth/child-accounts`, newest registration first, streamed as CSV (`username,email,lastSeen,registered`, RFC 4180, a header line, `lastSeen` empty when never; a value starting with `=`, `+`, `-`, `@`, a tab or a carriage return is prefixed with `\'` so spreadsheets keep it text) or NDJSON (one `{ username, email, lastSeen, registered }` a line, as the list items). Read in keyset batches as the client reads: a client that reads nothing for `EXPORT_STALL_MS` is cut off, and an answer that ends early ends without its final chunk, which HTTP clients report as an error. Parent accounts only; one export per organization at a time (`EXPORT_BUSY`); it counts as `EXPORT_RATE_COST` requests against the rate limits.',
+    security: bearer,
+    requestParams: {
+      query: z.object({
+        format: z.enum(['csv', 'ndjson']).optional().meta({ description: 'The file format; default `csv`. Anything else, or given twice: `INVALID_FORMAT`.', default: 'csv' }),
+        search: z.string().max(MAX_SEARCH_LENGTH).optional().meta({ description: 'As on `/auth/child-accounts`.' }),
+        startDate: z.string().optional().meta({ description: 'As on `/auth/child-accounts`.' }),
+        endDate: z.string().optional().meta({ description: 'As on `/auth/child-accounts`.' }),
+      }),
+    },
+    responses: {
+      '200': {
+        description: 'The file, chunked; `Content-Disposition: attachment`, `Cache-Control: no-store`.',
+        headers: z.object({ 'X-Request-Id': requestId, 'Content-Disposition': z.string().meta({ example: 'attachment; filename="child-accounts-2026-11-24.csv"' }) }),
+        content: {
+          'text/csv': { schema: z.string(), examples: { csv: { value: 'username,email,lastSeen,registered\r\nalice,alice@example.com,2024-05-20T10:13:20.000Z,2024-01-15T09:00:00.000Z\r\n' } } },
+          'application/x-ndjson': { schema: z.string(), examples: { ndjson: { value: '{"username":"alice","email":"alice@example.com","lastSeen":"2024-05-20T10:13:20.000Z","registered":"2024-01-15T09:00:00.000Z"}\n' } } },
+        },
+      },
+      '400': badRequest(['INVALID_FORMAT', 'INVALID_SEARCH', 'INVALID_DATE_FORMAT', 'BAD_REQUEST']),
+      '401': parentOnlyUnauthorized,
+      '403': forbidden,
+      '404': userNotFound,
+      ...common(
+        { '429': errorResponse('Too many requests (an export counts as `EXPORT_RATE_COST`), or an export of this organization is already running.', ['RATE_LIMITED', 'EXPORT_BUSY'], { 'Retry-After': retryAfter }) },
+        { revalidated: false },
+      ),
+    },
+  },
 };
 
 /** The document, built once. */
@@ -506,7 +544,7 @@ export function openApiDocument(): Record<string, unknown> {
       title: 'Credits read API (REST)',
       version: '1.0.0',
       description:
-        'The four GET paths of the credits read API, with their JSON envelopes. Each also answers HEAD with the same headers. The same data, selectively, is at `/graphql` (see `schema.graphql`).',
+        'The four GET paths of the credits read API, with their JSON envelopes, and beside them the child-list export (an addition: CSV or NDJSON). Each also answers HEAD with the same headers. The same data, selectively, is at `/graphql` (see `schema.graphql`).',
     },
     servers: [{ url: '/' }],
     paths: Object.fromEntries(Object.entries(operations).map(([path, get]) => [path, { get }])),

@@ -1,0 +1,168 @@
+import { once } from 'node:events';
+import { requireParent } from '../auth/authorize.js';
+import type { RequestContext } from '../context.js';
+import { ApiError, ExportBusyError, InvalidDateFormatError, InvalidFormatError, InvalidSearchError, toApiError } from '../errors.js';
+import type { Exchange } from '../http/exchange.js';
+import type { Logger } from '../logger.js';
+import { exportChildAccounts } from '../services/export-child-accounts.js';
+import type { ChildRow } from '../services/list-child-accounts.js';
+import { queryParameters, sendRestError } from './http.js';
+
+/*
+ * GET /auth/parent/child-accounts/export?format=csv|ndjson: the whole child list, with the list's
+ * filters, streamed. Memory stays bounded whatever the list's size: one batch of rows is read at a
+ * time, and the next is read only once the client has taken the previous one (the socket's buffer
+ * drained). A client that stops reading is cut off after EXPORT_STALL_MS.
+ */
+
+export const EXPORT_PATH = '/auth/parent/child-accounts/export';
+
+export type ExportFormat = 'csv' | 'ndjson';
+
+const MEDIA_TYPES: Record<ExportFormat, string> = { csv: 'text/csv; charset=utf-8; header=present', ndjson: 'application/x-ndjson; charset=utf-8' };
+
+export const CSV_HEADER = 'username,email,lastSeen,registered\r\n';
+
+/**
+ * One CSV field (RFC 4180): quoted when it holds a comma, a quote or a line break. A value that a
+ * spreadsheet would run as a formula (starting with `=`, `+`, `-`, `@`, a tab or a carriage return)
+ * is prefixed with `'` so that it stays text: usernames are chosen by end users.
+ */
+export function csvField(value: string): string {
+  const safe = /^[=+\-@\t\r]/.test(value) ? `'${value}` : value;
+  return /[",\r\n]/.test(safe) ? `"${safe.replace(/"/g, '""')}"` : safe;
+}
+
+const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+
+function csvLine(row: ChildRow): string {
+  return `${csvField(row.username)},${csvField(row.email)},${iso(row.lastLoginMs) ?? ''},${iso(row.createdAtMs)}\r\n`;
+}
+
+function ndjsonLine(row: ChildRow): string {
+  return `${JSON.stringify({ username: row.username, email: row.email, lastSeen: iso(row.lastLoginMs), registered: iso(row.createdAtMs) })}\n`;
+}
+
+export type ExportLimits = {
+  /** Exports one instance runs at once. */
+  maxConcurrent: number;
+  /** How long a client may leave the stream unread before it is cut off. */
+  stallMs: number;
+};
+
+export type Exports = {
+  handle: (exchange: Exchange, context: RequestContext) => Promise<void>;
+  /** Ends every running export (shutdown): each stops before its next batch. */
+  abortAll: () => void;
+  running: () => number;
+};
+
+class StalledError extends Error {
+  constructor() {
+    super('the client read nothing for EXPORT_STALL_MS');
+  }
+}
+
+function single(parameters: Map<string, string[]>, name: string, error: () => ApiError): string | undefined {
+  const values = parameters.get(name);
+  if (!values) return undefined;
+  if (values.length > 1) throw error();
+  return values[0];
+}
+
+export function createExports(limits: ExportLimits & { maxQueryParameters: number }, logger: Logger): Exports {
+  const running = new Set<string>();
+  const aborts = new Set<AbortController>();
+
+  let shuttingDown = false;
+
+  /** Waits until the socket takes more, the client leaves, the export is aborted, or the stall bound passes. */
+  async function drained(exchange: Exchange, signal: AbortSignal): Promise<void> {
+    const timeout = AbortSignal.timeout(limits.stallMs);
+    try {
+      await once(exchange.response, 'drain', { signal: AbortSignal.any([signal, timeout]) });
+    } catch (error) {
+      throw timeout.aborted && !signal.aborted ? new StalledError() : error;
+    }
+  }
+
+  async function handle(exchange: Exchange, context: RequestContext): Promise<void> {
+    const parameters = queryParameters(exchange.query, limits.maxQueryParameters);
+    let organizationId: string | undefined;
+    try {
+      const format = single(parameters, 'format', () => new InvalidFormatError('format may be given only once.')) ?? 'csv';
+      if (format !== 'csv' && format !== 'ndjson') throw new InvalidFormatError();
+      const viewer = requireParent(await context.jwtViewer());
+      const batches = exportChildAccounts(
+        viewer,
+        {
+          search: single(parameters, 'search', () => new InvalidSearchError('search may be given only once.')),
+          startDate: single(parameters, 'startDate', () => new InvalidDateFormatError('startDate may be given only once.')),
+          endDate: single(parameters, 'endDate', () => new InvalidDateFormatError('endDate may be given only once.')),
+        },
+        context.services,
+      );
+      if (running.has(viewer.organization.parentId)) throw new ExportBusyError('An export of this organization is already running; try again when it ends.');
+      if (running.size >= limits.maxConcurrent) throw new ExportBusyError('This server runs as many exports as it allows; try again shortly.');
+      organizationId = viewer.organization.parentId;
+      running.add(organizationId);
+      await stream(exchange, format, batches);
+    } catch (error) {
+      const apiError = toApiError(error);
+      if (!(error instanceof ApiError)) logger.error('unexpected error before an export started', { error, requestId: exchange.requestId, code: apiError.code });
+      if (apiError.status === 429) exchange.addHeader('Retry-After', '5');
+      sendRestError(exchange, apiError, { noStore: true });
+    } finally {
+      if (organizationId !== undefined) running.delete(organizationId);
+    }
+  }
+
+  /** Writes the answer: headers at once, then batch by batch as the client reads. */
+  async function stream(exchange: Exchange, format: ExportFormat, batches: AsyncIterable<ChildRow[]>): Promise<void> {
+    const { response } = exchange;
+    const date = new Date().toISOString().slice(0, 10);
+    exchange.startStream(200, MEDIA_TYPES[format], { 'Content-Disposition': `attachment; filename="child-accounts-${date}.${format}"` });
+    if (exchange.request.method === 'HEAD') {
+      response.end();
+      return;
+    }
+    const abort = new AbortController();
+    aborts.add(abort);
+    const gone = () => abort.abort();
+    response.on('close', gone);
+    let rows = 0;
+    try {
+      if (format === 'csv') response.write(CSV_HEADER);
+      const line = format === 'csv' ? csvLine : ndjsonLine;
+      for await (const batch of batches) {
+        if (abort.signal.aborted) throw new Error('the export was ended before it was complete');
+        let chunk = '';
+        for (const row of batch) chunk += line(row);
+        rows += batch.length;
+        if (!response.write(chunk)) await drained(exchange, abort.signal);
+      }
+      exchange.record.code = undefined;
+      response.end();
+    } catch (error) {
+      // The answer has begun: the only way to say it is incomplete is to end the connection
+      // without the final chunk, which every HTTP client reports as an error.
+      const reason = error instanceof StalledError ? 'client stalled' : shuttingDown ? 'shutdown' : response.destroyed ? 'client gone' : 'error';
+      exchange.record.code = 'EXPORT_INCOMPLETE';
+      if (reason === 'error') logger.error('an export failed after it began', { error, requestId: exchange.requestId, rows });
+      else logger.warn('an export ended before it was complete', { reason, requestId: exchange.requestId, rows });
+      response.destroy();
+    } finally {
+      response.off('close', gone);
+      aborts.delete(abort);
+    }
+  }
+
+  return {
+    handle,
+    abortAll: () => {
+      shuttingDown = true;
+      for (const abort of aborts) abort.abort();
+    },
+    running: () => running.size,
+  };
+}

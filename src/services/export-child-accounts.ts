@@ -1,0 +1,36 @@
+import type { Viewer } from '../auth/authenticate.js';
+import { parseDateRange } from '../domain/dates.js';
+import type { ServiceContext } from './context.js';
+import { filterSql, pageStatement, validSearch, type ChildRow } from './list-child-accounts.js';
+
+/** Rows read at a time: one short keyset query each, so no statement or snapshot lives long. */
+export const EXPORT_BATCH_ROWS = 1_000;
+
+export type ExportFilters = { search?: string; startDate?: string; endDate?: string };
+
+/**
+ * The whole child list with the list's filters (decisions §4), newest registration first, as
+ * batches of rows. The filters are checked before the first batch is asked for (so that a bad one
+ * is refused before an answer starts); each batch is one keyset query after the previous batch's
+ * last row, read where bounded staleness is allowed (a replica when one is usable).
+ */
+export function exportChildAccounts(viewer: Viewer, input: ExportFilters, context: ServiceContext): AsyncIterable<ChildRow[]> {
+  const search = validSearch(input.search);
+  const range = parseDateRange(input.startDate, input.endDate);
+  const filters = filterSql(viewer.account.id, search, range);
+  return {
+    async *[Symbol.asyncIterator]() {
+      let after: { createdAtMs: number; id: string } | undefined;
+      for (;;) {
+        const params = [...filters.params];
+        const keyset = after ? ` AND ("createdAt", id) < ($${params.push(new Date(after.createdAtMs))}, $${params.push(after.id)})` : '';
+        const statement = pageStatement(filters, keyset, 'DESC', `$${params.push(EXPORT_BATCH_ROWS)}`);
+        const rows = await context.staleReads.query<ChildRow>(`SELECT ${statement.columns} ${statement.rest}`, params);
+        if (rows.length > 0) yield rows;
+        if (rows.length < EXPORT_BATCH_ROWS) return;
+        const last = rows[rows.length - 1]!;
+        after = { createdAtMs: last.createdAtMs, id: last.id };
+      }
+    },
+  };
+}
