@@ -24,7 +24,7 @@ export function contractViolations(path: string, status: number, body: unknown):
   if (!responses) return [`${path} is not in the document`];
   if (!Object.hasOwn(responses, String(status))) return [`${path} does not document status ${status}`];
   // A documented answer without content (304) has no body.
-  if (!responses[String(status)].content) return body === undefined || body === null || body === '' ? [] : [`${path} ${status} has a body but documents none`];
+  if (!(responses as Record<string, { content?: unknown }>)[String(status)]!.content) return body === undefined || body === null || body === '' ? [] : [`${path} ${status} has a body but documents none`];
   const key = `${path} ${status}`;
   let validate = validators.get(key);
   if (!validate) {
