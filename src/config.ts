@@ -114,6 +114,11 @@ const environment = z.object({
     }),
   SHUTDOWN_TIMEOUT_MS: withDefault(integer(100, MAX_TIMER_MS), 10_000),
   SHUTDOWN_DELAY_MS: withDefault(integer(0, MAX_TIMER_MS), 3000),
+  LIVE_MIN_INTERVAL_MS: withDefault(integer(0, MAX_TIMER_MS), 1000),
+  LIVE_MAX_PER_CREDENTIAL: withDefault(integer(1, 1_000), 5),
+  LIVE_MAX_PER_ORGANIZATION: withDefault(integer(1, 1_000_000), 200),
+  LIVE_MAX_STREAMS: withDefault(integer(1, 1_000_000), 10_000),
+  LIVE_STALL_MS: withDefault(integer(1000, MAX_TIMER_MS), 60_000),
   EXPORT_MAX_CONCURRENT: withDefault(integer(1, 64), 2),
   EXPORT_STALL_MS: withDefault(integer(1000, MAX_TIMER_MS), 30_000),
   EXPORT_RATE_COST: withDefault(integer(1, 1_000_000), 30),
@@ -172,6 +177,8 @@ export type Config = {
   };
   /** The child-list export: exports at once per instance, the unread time allowed, its rate-limit cost in requests. */
   export: { maxConcurrent: number; stallMs: number; rateCost: number };
+  /** Live updates: the push interval, the bounds on open subscriptions, the unread time allowed. */
+  live: { minIntervalMs: number; maxPerCredential: number; maxPerOrganization: number; maxTotal: number; stallMs: number };
   rateLimit: {
     perAddress: number;
     perCredential: number;
@@ -274,6 +281,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
     shutdownDelayMs: e.SHUTDOWN_DELAY_MS,
+    live: {
+      minIntervalMs: e.LIVE_MIN_INTERVAL_MS,
+      maxPerCredential: e.LIVE_MAX_PER_CREDENTIAL,
+      maxPerOrganization: e.LIVE_MAX_PER_ORGANIZATION,
+      maxTotal: e.LIVE_MAX_STREAMS,
+      stallMs: e.LIVE_STALL_MS,
+    },
     export: { maxConcurrent: e.EXPORT_MAX_CONCURRENT, stallMs: e.EXPORT_STALL_MS, rateCost: e.EXPORT_RATE_COST },
     cache: { maxEntries: e.CACHE_MAX_ENTRIES, maxBytes: e.CACHE_MAX_BYTES, ttlMs: e.CACHE_TTL_SECONDS * 1000 },
     corsOrigins: e.CORS_ORIGINS.trim() === '*' ? '*' : e.CORS_ORIGINS.split(',').map((o) => o.trim()).filter(Boolean),

@@ -9,6 +9,7 @@ import type { Config } from './config.js';
 import type { Database } from './db/database.js';
 import type { EntityCache } from './db/entity-cache.js';
 import type { ReadQuery } from './db/replicas.js';
+import type { LiveUpdates } from './live.js';
 import { createLoaders } from './loaders.js';
 import type { ServiceContext } from './services/context.js';
 import type { RetrievalCounter } from './services/retrieval-counter.js';
@@ -22,6 +23,8 @@ export type AppDependencies = {
   /** Reads that tolerate REPLICA_MAX_LAG_MS of staleness: a replica when one is usable, else the primary. */
   staleReads: ReadQuery;
   retrievals: RetrievalCounter;
+  /** Open subscriptions (GraphQL over Server-Sent Events). */
+  live?: LiveUpdates;
   now: () => Date;
 };
 
@@ -33,6 +36,14 @@ export type RequestContext = {
   jwtViewer: () => Promise<Viewer>;
   /** The JWT caller, or else the X-Public-Key caller (organization details). */
   organizationViewer: () => Promise<Viewer>;
+  /** The credentials as sent. */
+  credentials: Credentials;
+  live: LiveUpdates | undefined;
+  /**
+   * A new context for the same request (new loaders, the caller verified again): what a
+   * subscription reads each answer with. Its retrievals are not counted (a push is not one).
+   */
+  renew: () => RequestContext;
 };
 
 /** What the answer to a request turned out to be, beyond its status: for its log line and metrics. */
@@ -59,7 +70,8 @@ export type RequestSource = {
 };
 
 /** The one context factory: REST and both GraphQL doors make their context here. */
-export function createRequestContext(deps: AppDependencies, { credentials, requestId, record, held }: RequestSource): RequestContext {
+export function createRequestContext(deps: AppDependencies, source: RequestSource, options: { countRetrievals?: boolean } = {}): RequestContext {
+  const { credentials, requestId, record, held } = source;
   const loaders = createLoaders(deps.database.prisma, deps.cache);
   // decisions §3 counts answers, not fields: a GraphQL operation that asks for the organization
   // under fifteen aliases is one retrieval.
@@ -73,7 +85,7 @@ export function createRequestContext(deps: AppDependencies, { credentials, reque
     now: deps.now,
     retrievals: {
       record: (organizationId, at) => {
-        if (counted.has(organizationId)) return;
+        if (options.countRetrievals === false || counted.has(organizationId)) return;
         counted.add(organizationId);
         // A revalidation answered 304 sent nothing: the retrieval was counted when it was sent.
         if (held) held.push(() => deps.retrievals.record(organizationId, at));
@@ -106,5 +118,8 @@ export function createRequestContext(deps: AppDependencies, { credentials, reque
     services,
     jwtViewer: () => (jwt ??= authenticateJwt(credentials, auth).then(noted)),
     organizationViewer: () => (organization ??= authenticateForOrganization(credentials, auth).then(noted)),
+    credentials,
+    live: deps.live,
+    renew: () => createRequestContext(deps, { credentials, requestId, record: {} }, { countRetrievals: false }),
   };
 }

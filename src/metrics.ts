@@ -19,6 +19,11 @@ export type MetricSources = {
   rateLimitStoreUp?: () => boolean;
   /** Requests begun (head received) and not yet answered. */
   requestsInFlight: () => number;
+  /** Open live-update subscriptions, and the answers pushed to them so far. */
+  liveSubscriptions: () => number;
+  livePushes: () => number;
+  /** Child-list exports running. */
+  exportsRunning: () => number;
   /** GraphQL executions by engine, and documents that did not compile. */
   executions: () => { compiled: number; reference: number; compileFailures: number };
 };
@@ -139,6 +144,9 @@ export function createMetrics(sources: MetricSources): Metrics {
   }
   const storeUp = sources.rateLimitStoreUp;
   if (storeUp) gauge('api_rate_limit_store_up', 'RATE_LIMIT_STORE=redis: 1 while the shared store is connected, 0 while each instance limits in memory.', () => (storeUp() ? 1 : 0));
+  gauge('api_live_subscriptions', 'Open live-update subscriptions (GraphQL over Server-Sent Events) on this instance.', sources.liveSubscriptions);
+  mirrored('api_live_pushes_total', 'Answers pushed to live-update subscriptions.', sources.livePushes);
+  gauge('api_exports_running', 'Child-list exports being streamed by this instance.', sources.exportsRunning);
   gauge('api_http_requests_in_flight', 'Requests whose head was received and whose answer is not finished (this scrape included).', sources.requestsInFlight);
   mirrored('api_log_lines_dropped_total', 'Log lines lost because the log destination (stderr) failed.', sources.droppedLogLines);
   gauge('api_retrieval_counter_pending', 'Organization-details retrievals counted but not yet written to the database.', sources.unsavedRetrievals);

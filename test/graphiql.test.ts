@@ -58,7 +58,7 @@ describe(`GraphiQL teaches this API (${testMode})`, () => {
     const document = parse(GRAPHIQL_DEFAULT_DOCUMENT);
     expect(validate(schema, document)).toEqual([]);
     const operations = document.definitions.filter((d): d is OperationDefinitionNode => d.kind === 'OperationDefinition');
-    expect(operations.map((o) => o.name?.value)).toEqual(['Me', 'Organization', 'ChildAccounts', 'CreditAnalysis', 'CreditTrends']);
+    expect(operations.map((o) => o.name?.value)).toEqual(['Me', 'Organization', 'ChildAccounts', 'CreditAnalysis', 'CreditTrends', 'CreditAnalysisLive']);
   });
 
   it('each default operation runs without errors against the demo data, for a parent (and Me and Organization for a child)', async () => {

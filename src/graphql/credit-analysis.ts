@@ -4,6 +4,7 @@ import type { Viewer } from '../auth/authenticate.js';
 import type { Forecast as ForecastValue } from '../domain/forecast.js';
 import { DEFAULT_HISTORY_MONTHS, MAX_HISTORY_MONTHS, type MonthUsage as MonthUsageValue } from '../domain/usage-history.js';
 import { getForecast, getUsageHistory } from '../services/credit-trends.js';
+import type { ServiceContext } from '../services/context.js';
 import { getCreditAnalysis } from '../services/get-credit-analysis.js';
 import { PackagePurchase } from './account.js';
 import { builder, viewerOf } from './builder.js';
@@ -78,9 +79,10 @@ const MonthUsage = builder.objectRef<MonthUsageValue>('MonthUsage').implement({
   }),
 });
 
-type CreditAnalysisRoot = CreditAnalysisValue & { viewer: Viewer };
+/** The analysis with whom it was made for and the services it was read with (a subscription's push brings its own). */
+export type CreditAnalysisRoot = CreditAnalysisValue & { viewer: Viewer; services: ServiceContext };
 
-const CreditAnalysis = builder.objectRef<CreditAnalysisRoot>('CreditAnalysis').implement({
+export const CreditAnalysis = builder.objectRef<CreditAnalysisRoot>('CreditAnalysis').implement({
   description: "The parent's credit analysis.",
   fields: (t) => ({
     creditBalance: t.exposeInt('creditBalance', { description: 'Current available credits.' }),
@@ -96,13 +98,13 @@ const CreditAnalysis = builder.objectRef<CreditAnalysisRoot>('CreditAnalysis').i
     forecast: t.field({
       type: Forecast,
       description: 'When the balance reaches the low and critical thresholds and zero at the current burn rate.',
-      resolve: (a, _args, context) => getForecast(a.viewer, a, context.services),
+      resolve: (a) => getForecast(a.viewer, a, a.services),
     }),
     usageHistory: t.field({
       type: [MonthUsage],
       description: `The last \`months\` calendar months (UTC), oldest first, this month last (at most ${MAX_HISTORY_MONTHS}).`,
       args: { months: t.arg.int({ defaultValue: DEFAULT_HISTORY_MONTHS, description: `Months, 1 to ${MAX_HISTORY_MONTHS}.` }) },
-      resolve: (a, args, context) => getUsageHistory(a.viewer, a, args.months ?? DEFAULT_HISTORY_MONTHS, context.services),
+      resolve: (a, args) => getUsageHistory(a.viewer, a, args.months ?? DEFAULT_HISTORY_MONTHS, a.services),
     }),
   }),
 });
@@ -114,7 +116,7 @@ builder.queryField('creditAnalysis', (t) =>
     authScopes: { parent: true },
     resolve: async (_root, _args, context) => {
       const viewer = await viewerOf(context, 'jwt');
-      return { ...(await getCreditAnalysis(viewer, context.services)), viewer };
+      return { ...(await getCreditAnalysis(viewer, context.services)), viewer, services: context.services };
     },
   }),
 );

@@ -106,7 +106,25 @@ export const STORED_OPERATIONS: readonly StoredOperation[] = [
   }
 }`,
   },
+  {
+    name: 'CreditAnalysisLive',
+    description:
+      "Live: a parent's balance, usage, alerts and forecast at once, then again after each change that alters them (a sign-in, a purchase), at most once a second, over Server-Sent Events. Run it and sign in as one of the organization's children to see it move.",
+    document: `subscription CreditAnalysisLive {
+  creditAnalysisChanged {
+    creditBalance
+    totalChildAccounts
+    operationUsage { signIns socialSignIns { total } }
+    totalCreditsUsed
+    alerts { low critical depleted }
+    forecast { depletedAt dailyBurn }
+  }
+}`,
+  },
 ];
+
+/** Whether a stored operation is a subscription (answered as an event stream only). */
+export const isSubscription = (operation: StoredOperation) => operation.document.startsWith('subscription');
 
 /** The id a client sends for a stored document: the hex SHA-256 of its exact text. */
 export function operationId(document: string): string {

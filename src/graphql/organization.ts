@@ -34,7 +34,7 @@ const Credentials = builder.objectRef<OrganizationDetails['credentials']>('Crede
   }),
 });
 
-const Organization = builder.objectRef<OrganizationDetails>('Organization').implement({
+export const Organization = builder.objectRef<OrganizationDetails>('Organization').implement({
   description: "The organization's settings and credentials.",
   fields: (t) => ({
     organizationName: t.exposeString('organizationName', { description: 'The organization display name.' }),

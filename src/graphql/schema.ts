@@ -5,6 +5,7 @@ import './account.js';
 import './organization.js';
 import './child-accounts.js';
 import './credit-analysis.js';
+import './subscriptions.js';
 
 builder.queryType({ description: 'The read API: profile, organization, child accounts and credit analysis.' });
 

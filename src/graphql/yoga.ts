@@ -1,3 +1,4 @@
+import { once } from 'node:events';
 import { createYoga, useEnvelop, type Plugin } from 'graphql-yoga';
 import { acceptsGzip, CompressedPayload } from '../compression.js';
 import type { Config } from '../config.js';
@@ -117,13 +118,15 @@ export function createYogaDoor(pipeline: GraphQLPipeline, config: Config, option
       ? { method: request.method, url: request.url, headers: request.headers, socket: request.socket, body: parsedBody(exchange.header('content-type'), body) }
       : request;
     const answer = await yoga.handleNodeRequestAndResponse(nodeRequest, exchange.response, { exchange });
-    let payload: Buffer = Buffer.from(await answer.arrayBuffer());
     const contentType = answer.headers.get('content-type') ?? undefined;
     answer.headers.forEach((value, name) => {
       const lower = name.toLowerCase();
       if (lower === 'content-type' || CONNECTION_HEADERS.has(lower) || (lower === 'content-encoding' && /^\s*(none|identity)\s*$/i.test(value))) return;
       exchange.addHeader(name, value);
     });
+    // A subscription's event stream: written as it comes, as fast as the client reads.
+    if (answer.body && /^\s*text\/event-stream/i.test(contentType ?? '')) return streamEvents(exchange, answer.status, contentType!, answer.body);
+    let payload: Buffer = Buffer.from(await answer.arrayBuffer());
     const page = /^\s*text\/html/i.test(contentType ?? '');
     if (exchange.record.code === undefined && /json/i.test(contentType ?? '') && payload.length < 65_536) exchange.record.code = firstErrorCode(payload);
     if (page && payload.length >= COMPRESS_HTML_FROM_BYTES && acceptsGzip(exchange.header('accept-encoding'))) {
@@ -136,6 +139,42 @@ export function createYogaDoor(pipeline: GraphQLPipeline, config: Config, option
       return;
     }
     exchange.send(answer.status, contentType, payload, { noStore: !page });
+  }
+
+  /**
+   * Writes an event stream: each piece once the socket has taken the last, so that a client that
+   * does not read leaves the stream unread (the subscription holds one pending answer at most, see
+   * live.ts) and is cut off after LIVE_STALL_MS. The client leaving cancels the stream, which ends
+   * the subscription at once.
+   */
+  async function streamEvents(exchange: Exchange, status: number, contentType: string, body: ReadableStream<Uint8Array>): Promise<void> {
+    const { response } = exchange;
+    exchange.startStream(status, contentType, {});
+    const reader = body.getReader();
+    const gone = () => void reader.cancel().catch(() => {});
+    response.once('close', gone);
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        if (response.destroyed) return;
+        if (!response.write(value)) {
+          const timeout = AbortSignal.timeout(config.live.stallMs);
+          try {
+            await once(response, 'drain', { signal: timeout });
+          } catch {
+            // Not read for LIVE_STALL_MS: the connection goes, and the subscription with it.
+            response.destroy();
+            return;
+          }
+        }
+      }
+      response.end();
+    } catch {
+      response.destroy();
+    } finally {
+      response.off('close', gone);
+    }
   }
 
   return { yoga, serve };

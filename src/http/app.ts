@@ -3,6 +3,7 @@ import { LRUCache } from 'lru-cache';
 import type { Config } from '../config.js';
 import { createRequestContext, type AppDependencies } from '../context.js';
 import { createExports, EXPORT_PATH, type Exports } from '../rest/export.js';
+import { LiveUpdates } from '../live.js';
 import type { Database } from '../db/database.js';
 import { EntityCache } from '../db/entity-cache.js';
 import {
@@ -140,6 +141,9 @@ export function createApp(options: AppOptions): App {
     droppedLogLines: () => logger.dropped(),
     executions: () => pipeline.executions,
     requestsInFlight: () => inFlight,
+    liveSubscriptions: () => deps.live?.open ?? 0,
+    livePushes: () => deps.live?.pushes ?? 0,
+    exportsRunning: () => exports.running(),
     ...(config.rateLimit.store === 'redis' ? { rateLimitStoreUp: () => limiter.storeUp === true } : {}),
     ...(config.replicaUrls.length > 0 ? { replicas: () => ({ state: replicas?.state ?? [], reads: replicas?.reads ?? { replica: 0, primary: 0 } }) } : {}),
   });
@@ -171,6 +175,7 @@ export function createApp(options: AppOptions): App {
       logger.warn('retrieval counter write failed; kept for the next attempt', { error });
     }),
     now,
+    live: new LiveUpdates(feed, config.live),
   };
   // The clock the child counts are computed with decides which sign-ins leave them as they were.
   const stopChildList = keepChildListCurrent(feed, deps.cache, () => now().getTime());
@@ -306,6 +311,7 @@ export function createApp(options: AppOptions): App {
     exports,
     metricsText: async () => ({ contentType: metrics.registry.contentType, text: await metrics.registry.metrics() }),
     close: async () => {
+      deps.live?.close();
       exports.abortAll();
       limiter.close();
       await replicas?.close();
@@ -316,6 +322,8 @@ export function createApp(options: AppOptions): App {
     },
     drain: () => {
       draining = true;
+      // Every open stream completes cleanly now; clients subscribe again on another instance.
+      deps.live?.endAll();
       readiness.drain();
     },
     handle(request, response) {

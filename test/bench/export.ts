@@ -30,13 +30,13 @@ const [organization] = await seed(database, { organizations: 1, childrenPerOrgan
 const parentId = organization!.parent.userID;
 const { jwtSecret } = await database.prisma.organization.findUniqueOrThrow({ where: { parentId } });
 let started = performance.now();
-for (let from = 0; from < childCount; from += 50_000) {
+for (let from = 0; from < childCount; from += 10_000) {
   await database.sql.query(
     `INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey", "createdAt", "updatedAt", "lastLogin")
      SELECT 'USR_exp' || i, 'child', $1, 'user' || i, 'user' || i || '@example.com', 'APK_exp' || i || '_1',
             now() - i * interval '1 second', now() - i * interval '1 second', CASE WHEN i % 3 = 0 THEN now() - i * interval '1 minute' END
      FROM generate_series($2::int, $3::int - 1) AS i`,
-    [parentId, from, Math.min(childCount, from + 50_000)],
+    [parentId, from, Math.min(childCount, from + 10_000)],
   );
 }
 await database.sql.query('ANALYZE');

@@ -1,0 +1,108 @@
+import { decodeJwt } from 'jose';
+import { requireParent } from '../auth/authorize.js';
+import { bearerToken, credentialKey } from '../auth/credentials.js';
+import type { RequestContext } from '../context.js';
+import type { RowChange } from '../db/changes.js';
+import { ApiError, ServiceUnavailableError, UnauthorizedError } from '../errors.js';
+import type { Topic } from '../live.js';
+import { getCreditAnalysis } from '../services/get-credit-analysis.js';
+import { getOrganizationDetails } from '../services/get-organization-details.js';
+import { builder, viewerOf } from './builder.js';
+import { CreditAnalysis, type CreditAnalysisRoot } from './credit-analysis.js';
+import { Organization } from './organization.js';
+
+/*
+ * Live updates over Server-Sent Events (GraphQL over SSE, as graphql-sse and Yoga's own client
+ * speak it): each subscription answers at once, then again when the database announces a change
+ * that alters its answer, at most once per LIVE_MIN_INTERVAL_MS (see `live.ts`). Each answer is read
+ * afresh (new loaders, the caller verified again); an answer equal to the last one is not sent.
+ */
+
+/** A token's `exp` in milliseconds: the subscription ends then. Only a JWT caller may subscribe. */
+function expiryOf(context: RequestContext): number {
+  const authorization = context.credentials.authorization;
+  if (!authorization) throw new UnauthorizedError('Subscriptions need an access token: they end when it expires.');
+  const { exp } = decodeJwt(bearerToken(authorization, 64 * 1024));
+  if (typeof exp !== 'number') throw new UnauthorizedError();
+  return exp * 1000;
+}
+
+/** The subscription's answers: `read` with a renewed context, skipped when equal to the last, an API error said once. */
+function follow<T>(context: RequestContext, organizationId: string, concerns: Topic['concerns'], read: (fresh: RequestContext) => Promise<T>, key: (value: T) => string) {
+  const live = context.live;
+  if (!live) throw new ServiceUnavailableError('Live updates are not available on this server.');
+  const expiresAt = expiryOf(context);
+  let last: string | undefined;
+  return live.subscribe<T | ApiError>(credentialKey(context.credentials.authorization ?? undefined, undefined) ?? organizationId, { organizationId, concerns }, expiresAt, async () => {
+    try {
+      const value = await read(context.renew());
+      const seen = key(value);
+      if (seen === last) return undefined;
+      last = seen;
+      return value;
+    } catch (error) {
+      if (error instanceof ApiError) return error;
+      throw error;
+    }
+  });
+}
+
+const unwrap = <T>(payload: T | ApiError): T => {
+  if (payload instanceof ApiError) throw payload;
+  return payload;
+};
+
+/** What alters a credit analysis: the balance, purchases, usage, and children added or removed. */
+const creditConcerns = (organizationId: string) => (change: RowChange) =>
+  change.entity !== 'account' || change.stable || change.id === organizationId;
+
+/** What alters organization details: the organization's row, or its parent's identity. */
+const organizationConcerns = (organizationId: string) => (change: RowChange) =>
+  change.entity === 'organization' || (change.entity === 'account' && change.id === organizationId && change.stable);
+
+builder.subscriptionType({ description: 'Live updates over Server-Sent Events (GraphQL over SSE): an answer at once, then one after each change that alters it.' });
+
+builder.subscriptionField('creditAnalysisChanged', (t) =>
+  t.field({
+    type: CreditAnalysis,
+    description:
+      "The parent's credit analysis, at once and again after each change that alters it (a sign-in, a purchase, a status change), at most once per LIVE_MIN_INTERVAL_MS. Ends when the token expires. Parent accounts only.",
+    authScopes: { parent: true },
+    subscribe: async (_root, _args, context) => {
+      const viewer = requireParent(await viewerOf(context, 'jwt'));
+      const organizationId = viewer.organization.parentId;
+      return follow(
+        context,
+        organizationId,
+        creditConcerns(organizationId),
+        async (fresh): Promise<CreditAnalysisRoot> => {
+          const current = requireParent(await viewerOf(fresh, 'jwt'));
+          return { ...(await getCreditAnalysis(current, fresh.services)), viewer: current, services: fresh.services };
+        },
+        ({ viewer: _viewer, services: _services, ...analysis }) => JSON.stringify(analysis),
+      );
+    },
+    resolve: (payload) => unwrap(payload as CreditAnalysisRoot | ApiError),
+  }),
+);
+
+builder.subscriptionField('organizationChanged', (t) =>
+  t.field({
+    type: Organization,
+    description:
+      "The organization's details (a child gets its parent's), at once and again after each change to them, at most once per LIVE_MIN_INTERVAL_MS. A push is not a retrieval. Ends when the token expires. By token only.",
+    authScopes: { authenticated: true },
+    subscribe: async (_root, _args, context) => {
+      const viewer = await viewerOf(context, 'jwt');
+      const organizationId = viewer.organization.parentId;
+      return follow(
+        context,
+        organizationId,
+        organizationConcerns(organizationId),
+        async (fresh) => getOrganizationDetails(await viewerOf(fresh, 'jwt'), fresh.services),
+        (details) => JSON.stringify(details),
+      );
+    },
+    resolve: (payload) => unwrap(payload as Awaited<ReturnType<typeof getOrganizationDetails>> | ApiError),
+  }),
+);
