@@ -1,0 +1,113 @@
+import { spawn } from 'node:child_process';
+import type { AddressInfo } from 'node:net';
+import { createInterface } from 'node:readline';
+import v8 from 'node:v8';
+import vm from 'node:vm';
+import { mintAccessToken } from '../../src/auth/tokens.js';
+import { loadConfig } from '../../src/config.js';
+import { openDatabase } from '../../src/db/database.js';
+import { migrate } from '../../src/db/migrator.js';
+import { seed } from '../../src/dev/demo-data.js';
+import { createApp } from '../../src/http/app.js';
+import { createHttpServer } from '../../src/http/server.js';
+import { createLogger } from '../../src/logger.js';
+
+/*
+ * `npm run bench:live [-- --streams 10000] [-- --organizations 50]`: live updates. Opens that many
+ * idle subscriptions (GraphQL over SSE, from a separate client process, spread over many
+ * organizations, each with its own token) and prints the server's heap and resident memory per
+ * open stream; then writes 100 sign-ins a second for 10 seconds, spread over the organizations,
+ * and prints the pushes a second and the server's CPU. Figures, printed, not asserted.
+ */
+v8.setFlagsFromString('--expose-gc');
+const collect = vm.runInNewContext('gc') as () => void;
+const argument = (name: string, fallback: number) => {
+  const at = process.argv.indexOf(`--${name}`);
+  return at === -1 ? fallback : Number(process.argv[at + 1]);
+};
+const streams = argument('streams', 10_000);
+const organizationCount = argument('organizations', 50);
+const database = await openDatabase({ memory: true });
+await migrate(database.sql);
+const organizations = await seed(database, { organizations: organizationCount, childrenPerOrganization: 20, seed: 11, now: new Date() });
+const parents = await Promise.all(
+  organizations.map(async (o) => {
+    const { jwtSecret } = await database.prisma.organization.findUniqueOrThrow({ where: { parentId: o.parent.userID } });
+    const children = await database.sql.query<{ id: string }>('SELECT id FROM "Account" WHERE "parentId" = $1', [o.parent.userID]);
+    return { o, jwtSecret, children: children.map((c) => c.id) };
+  }),
+);
+const perOrganization = Math.ceil(streams / organizationCount);
+const config = loadConfig({
+  NODE_ENV: 'production', LOG_LEVEL: 'silent', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0',
+  LIVE_MAX_PER_CREDENTIAL: String(perOrganization), LIVE_MAX_PER_ORGANIZATION: String(perOrganization), LIVE_MAX_STREAMS: String(streams),
+});
+const app = createApp({ config, database, logger: createLogger('silent') });
+const server = createHttpServer(config.limits, (req, res) => app.handle(req, res));
+server.maxConnections = streams + 100;
+await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+
+const memory = () => {
+  for (let i = 0; i < 3; i++) collect();
+  const { heapUsed, rss } = process.memoryUsage();
+  return { heapUsed, rss };
+};
+const before = memory();
+const clients = parents.map(({ o, jwtSecret }) => {
+  const token = mintAccessToken({ secret: jwtSecret, kid: o.parent.publicKey, subject: o.parent.userID, ttlSeconds: 3600 });
+  return token.then((t) => spawn(process.execPath, ['test/bench/sse-clients.mjs', url, t, String(perOrganization)], { stdio: ['ignore', 'pipe', 'inherit'] }));
+});
+const children = await Promise.all(clients);
+let events = 0;
+const latest = new Map<number, number>();
+await Promise.all(
+  children.map(
+    (child, i) =>
+      new Promise<void>((resolve) => {
+        createInterface({ input: child.stdout! }).on('line', (line) => {
+          const parsed = JSON.parse(line) as { ready?: number; failed?: number; events?: number };
+          if (parsed.ready !== undefined) {
+            if (parsed.failed) console.log(`client ${i}: ${parsed.failed} subscriptions failed`);
+            resolve();
+          }
+          if (parsed.events !== undefined) latest.set(i, parsed.events);
+        });
+      }),
+  ),
+);
+const open = app.deps.live!.open;
+const held = memory();
+console.log(`open streams: ${open.toLocaleString('en')}`);
+console.log(`heap: ${((held.heapUsed - before.heapUsed) / open).toFixed(0)} bytes a stream; resident: ${((held.rss - before.rss) / open).toFixed(0)} bytes a stream (${((held.rss - before.rss) / 1024 / 1024).toFixed(0)} MB in all)`);
+
+// 100 sign-ins a second for 10 seconds, as the sign-in service writes them.
+const SIGN_IN = `WITH child AS (UPDATE "Account" SET "signInCount" = "signInCount" + 1, "lastLogin" = now(), "updatedAt" = now() WHERE id = $1 RETURNING "parentId"),
+  spent AS (UPDATE "Organization" SET "creditBalance" = "creditBalance" - 1 WHERE "parentId" = (SELECT "parentId" FROM child) RETURNING "parentId")
+  INSERT INTO "MonthlyUsage" ("organizationId", month, "signIns") SELECT "parentId", date_trunc('month', now() AT TIME ZONE 'UTC'), 1 FROM spent
+  ON CONFLICT ("organizationId", month) DO UPDATE SET "signIns" = "MonthlyUsage"."signIns" + 1`;
+const pushesBefore = app.deps.live!.pushes;
+const eventsBefore = [...latest.values()].reduce((a, b) => a + b, 0);
+const cpuBefore = process.cpuUsage();
+const started = performance.now();
+for (let i = 0; i < 1000; i++) {
+  const tick = performance.now();
+  const { children: ids } = parents[i % parents.length]!;
+  await database.sql.query(SIGN_IN, [ids[i % ids.length]]);
+  await new Promise((resolve) => setTimeout(resolve, Math.max(0, 10 - (performance.now() - tick))));
+}
+await new Promise((resolve) => setTimeout(resolve, 2_000));
+const seconds = (performance.now() - started) / 1000;
+const cpu = process.cpuUsage(cpuBefore);
+events = [...latest.values()].reduce((a, b) => a + b, 0) - eventsBefore;
+const pushes = app.deps.live!.pushes - pushesBefore;
+console.log(
+  `1,000 sign-ins over ${seconds.toFixed(1)} s: ${pushes.toLocaleString('en')} pushes (${(pushes / seconds).toFixed(0)} a second), ${events.toLocaleString('en')} events received; ` +
+    `server process CPU ${(((cpu.user + cpu.system) / 1e6 / seconds) * 100).toFixed(0)} % of a core`,
+);
+for (const child of children) child.kill();
+app.drain();
+await new Promise<void>((resolve) => server.close(() => resolve()));
+await app.close();
+await database.close();
+process.exit(0);

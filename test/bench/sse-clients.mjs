@@ -1,0 +1,39 @@
+// Opens `count` live subscriptions to `url` with `token` (GraphQL over SSE, distinct connections),
+// reports on stdout when each has had its first event, then counts events until killed.
+import { request } from 'node:http';
+
+const [url, token, count] = [process.argv[2], process.argv[3], Number(process.argv[4])];
+const target = new URL(url);
+const body = JSON.stringify({ query: 'subscription { creditAnalysisChanged { creditBalance operationUsage { signIns } } }' });
+let ready = 0;
+let events = 0;
+let failed = 0;
+const open = (i) =>
+  new Promise((resolve) => {
+    const req = request(
+      { host: target.hostname, port: target.port, path: '/graphql', method: 'POST', agent: false,
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'text/event-stream', 'user-agent': 'Mozilla/5.0 (X11; Linux x86_64) Chrome/120', 'content-length': Buffer.byteLength(body) } },
+      (res) => {
+        let first = true;
+        res.setEncoding('utf8');
+        res.on('data', (text) => {
+          const n = text.split('event: next').length - 1;
+          if (n > 0 && first) {
+            first = false;
+            ready += 1;
+            resolve();
+          }
+          events += n;
+        });
+        res.on('error', () => {});
+      },
+    );
+    req.on('error', () => {
+      failed += 1;
+      resolve();
+    });
+    req.end(body);
+  });
+for (let i = 0; i < count; i += 200) await Promise.all(Array.from({ length: Math.min(200, count - i) }, (_, k) => open(i + k)));
+console.log(JSON.stringify({ ready, failed }));
+setInterval(() => console.log(JSON.stringify({ events })), 1000);
