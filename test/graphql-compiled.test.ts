@@ -91,8 +91,10 @@ describe(`GraphQL answers are the same before and after a document is compiled (
       const variables = Object.fromEntries((operation.document.match(/\$\w+/g) ?? []).map((name) => [name.slice(1), undefined]));
       const before = await metric(compiled);
       const answers = await repeated(server(), operation.document, { token: parentToken, variables });
-      // Past the threshold every execution of the operation ran compiled, with the same answer.
-      expect(await metric(compiled), operation.name).toBe(before + REPEATS - 20);
+      // Past the threshold every execution of the operation ran compiled, with the same answer;
+      // but `Me`, whose `__typename` (added as Apollo adds it) follows its fragments, which
+      // graphql-jit would answer in another order: the reference executor answers it.
+      expect(await metric(compiled), operation.name).toBe(before + (operation.name === 'Me' ? 0 : REPEATS - 20));
       for (const answer of answers.slice(1)) expect(answer, operation.name).toEqual(answers[0]);
     }
     expect(await metric(/^api_graphql_compile_failures_total (\d+)$/m)).toBe(0);

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { buildSchema, parse, validate } from 'graphql';
 import { describe, expect, it } from 'vitest';
 import { operationId, persistedOperationsManifest, STORED_OPERATIONS } from '../src/graphql/operations.js';
+import { possibleTypes } from '../src/graphql/schema.js';
 import { createChild, createOrganization, tokenFor } from './helpers/builders.js';
 import { useServer, type TestServer } from './helpers/app.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
@@ -26,6 +27,13 @@ const byId = (name: string, variables: Record<string, unknown> = {}) => ({
 });
 
 describe('stored operations in the repository', () => {
+  it('possible-types.json is the schema\'s interface map, as npm run schema:print writes it', () => {
+    const written = JSON.parse(readFileSync(new URL('../src/graphql/possible-types.json', import.meta.url), 'utf8'));
+    expect(written).toEqual(possibleTypes());
+    expect(written.Account).toEqual(['ChildAccount', 'ParentAccount']);
+    expect(written.Node).toEqual(['ChildAccount', 'Organization', 'ParentAccount']);
+  });
+
   it('are each valid against the schema, and persisted-operations.json lists exactly them', () => {
     const schema = buildSchema(readFileSync(new URL('../schema.graphql', import.meta.url), 'utf8'));
     for (const operation of STORED_OPERATIONS) expect(validate(schema, parse(operation.document)), operation.name).toEqual([]);
@@ -65,11 +73,27 @@ describe(`persisted operations (${testMode})`, () => {
     expect(me.status).toBe(200);
     expect(me.body.data!.me).toMatchObject({ userID: org.parent.id, accountType: 'parent' });
     const page = await post(strict(), byId('ChildAccounts', { search: child.username }), token);
-    expect(page.body.data!.childAccounts.edges).toEqual([{ node: expect.objectContaining({ username: child.username }) }]);
+    expect(page.body.data!.childAccounts.edges).toEqual([expect.objectContaining({ node: expect.objectContaining({ username: child.username }) })]);
     // Authorization still applies to stored operations.
     const childToken = await tokenFor(child, org);
     const denied = await post(strict(), byId('CreditAnalysis'), childToken);
     expect(denied.body.errors?.[0]?.extensions?.code).toBe('UNAUTHORIZED_ACCESS');
+  });
+
+  it('a client\'s own hash is registered only when it is its document\'s, and never in the stored-only mode', async () => {
+    const org = await createOrganization(database());
+    const token = await tokenFor(org.parent, org);
+    const query = `{ me { userID } }`;
+    const hash = operationId(query);
+    const ask = (target: TestServer, body: Record<string, unknown>) => post(target, { ...body, extensions: { persistedQuery: { version: 1, sha256Hash: body['hash'] ?? hash } }, hash: undefined }, token);
+    expect((await ask(open(), {})).body.errors?.[0]?.extensions?.code).toBe('PERSISTED_QUERY_NOT_FOUND');
+    const wrong = await ask(open(), { query, hash: operationId('{ me { email } }') });
+    expect([wrong.status, wrong.body.errors?.[0]?.extensions?.code]).toEqual([400, 'PERSISTED_QUERY_HASH_MISMATCH']);
+    expect((await ask(open(), {})).body.errors?.[0]?.extensions?.code).toBe('PERSISTED_QUERY_NOT_FOUND');
+    expect((await ask(open(), { query })).body.data?.me.userID).toBe(org.parent.id);
+    expect((await ask(open(), {})).body.data?.me.userID).toBe(org.parent.id);
+    expect((await ask(strict(), { query })).body.errors?.[0]?.extensions?.code).toBe('PERSISTED_QUERY_ONLY');
+    expect((await ask(strict(), {})).body.errors?.[0]?.extensions?.code).toBe('PERSISTED_QUERY_NOT_FOUND');
   });
 
   it('an unknown or malformed id is a 400 with a code, not a 500', async () => {

@@ -1,5 +1,6 @@
 import type { PackagePurchase as PackagePurchaseValue } from '../domain/credit-analysis.js';
 import { getProfile, type ChildProfile, type ParentProfile, type Profile } from '../services/get-profile.js';
+import { Node } from './node-interface.js';
 import { builder, viewerOf } from './builder.js';
 import { DateTime } from './scalars.js';
 import { PACKAGES, type PackageType as PackageTypeValue } from '../domain/catalogue.js';
@@ -79,6 +80,7 @@ const timestamp = (description: string) => ({ type: DateTime, description });
 
 export const Account = builder.interfaceRef<Profile>('Account').implement({
   description: 'The signed-in account: a parent (ParentAccount) or a child (ChildAccount).',
+  interfaces: [Node],
   resolveType: (profile) => (profile.accountType === 'parent' ? 'ParentAccount' : 'ChildAccount'),
   fields: (t) => ({
     userID: t.exposeID('userID', { description: 'The user id, shape USR_<id>.' }),
@@ -115,13 +117,13 @@ export const Account = builder.interfaceRef<Profile>('Account').implement({
 
 export const ChildAccount = builder.objectRef<ChildProfile>('ChildAccount').implement({
   description: "A child account's own profile: no credit, billing or SSO fields; its counters count only its own activity.",
-  interfaces: [Account],
+  interfaces: [Account, Node],
   isTypeOf: (value) => (value as Profile).accountType === 'child',
 });
 
 export const ParentAccount = builder.objectRef<ParentProfile>('ParentAccount').implement({
   description: "A parent account's profile, with the organization's credit, billing and SSO fields.",
-  interfaces: [Account],
+  interfaces: [Account, Node],
   isTypeOf: (value) => (value as Profile).accountType === 'parent',
   fields: (t) => ({
     organizationUrl: t.exposeString('organizationUrl', { description: 'Base URL of the organization.' }),

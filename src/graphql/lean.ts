@@ -1,7 +1,7 @@
 import { getOperationAST, type ExecutionResult } from 'graphql';
 import type { Exchange } from '../http/exchange.js';
 import { regularMediaType, sendResult, type RegularMediaType } from './http.js';
-import { resolvePersistedOperation, type GraphQLParams } from './persisted.js';
+import { resolvePersistedOperation, type GraphQLParams, type PersistedRule } from './persisted.js';
 import type { GraphQLPipeline } from './pipeline.js';
 
 /*
@@ -62,7 +62,7 @@ function fromQueryString(query: string): GraphQLParams | undefined {
 
 export type LeanDoor = (exchange: Exchange, body: Buffer | undefined) => Promise<boolean>;
 
-export function createLeanDoor(pipeline: GraphQLPipeline, options: { graphiql: boolean; persistedOnly: boolean }): LeanDoor {
+export function createLeanDoor(pipeline: GraphQLPipeline, options: { graphiql: boolean; persisted: PersistedRule }): LeanDoor {
   /** The request's operation and media type, when the lean door takes it. */
   function take(exchange: Exchange, body: Buffer | undefined): { params: GraphQLParams; mediaType: RegularMediaType } | undefined {
     const method = exchange.request.method;
@@ -82,7 +82,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: { graphiql: b
 
   async function execute(exchange: Exchange, params: GraphQLParams): Promise<ExecutionResult | undefined> {
     try {
-      params = resolvePersistedOperation(params, options.persistedOnly, exchange.record);
+      params = resolvePersistedOperation(params, options.persisted, exchange.record);
       const enveloped = pipeline.getEnveloped({ exchange, params } as never);
       const document = enveloped.parse(params.query!);
       const errors = enveloped.validate(enveloped.schema, document);

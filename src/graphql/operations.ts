@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { Kind, parse, print, visit, type FieldNode, type SelectionSetNode } from 'graphql';
 
 /**
  * The operations first-party clients run, kept here so that they are reviewed with the schema: a
@@ -12,7 +13,28 @@ import { createHash } from 'node:crypto';
  */
 export type StoredOperation = { name: string; description: string; document: string };
 
-export const STORED_OPERATIONS: readonly StoredOperation[] = [
+const TYPENAME: FieldNode = { kind: Kind.FIELD, name: { kind: Kind.NAME, value: '__typename' } };
+
+/**
+ * A document as Apollo Client sends it: `__typename` added to every selection set but the
+ * operation's own (where one is not there already), printed by graphql-js. Its hash is then the
+ * one Apollo's persisted-query link computes, and a client cache can tell the types apart.
+ */
+export function asClientsSendIt(text: string): string {
+  return print(
+    visit(parse(text), {
+      SelectionSet: {
+        enter(node: SelectionSetNode, _key, parent) {
+          if (parent && !Array.isArray(parent) && (parent as { kind?: string }).kind === Kind.OPERATION_DEFINITION) return undefined;
+          if (node.selections.some((s) => s.kind === Kind.FIELD && s.name.value.startsWith('__'))) return undefined;
+          return { ...node, selections: [...node.selections, TYPENAME] };
+        },
+      },
+    }),
+  );
+}
+
+const WRITTEN: readonly StoredOperation[] = [
   {
     name: 'Me',
     description:
@@ -122,6 +144,9 @@ export const STORED_OPERATIONS: readonly StoredOperation[] = [
 }`,
   },
 ];
+
+/** The stored operations, as clients send them (see `asClientsSendIt`). */
+export const STORED_OPERATIONS: readonly StoredOperation[] = WRITTEN.map((operation) => ({ ...operation, document: asClientsSendIt(operation.document) }));
 
 /** Whether a stored operation is a subscription (answered as an event stream only). */
 export const isSubscription = (operation: StoredOperation) => operation.document.startsWith('subscription');

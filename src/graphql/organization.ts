@@ -5,6 +5,7 @@ import {
 } from '../services/get-organization-details.js';
 import { ProviderASsoConfig } from './account.js';
 import { builder, viewerOf } from './builder.js';
+import { Node } from './node-interface.js';
 
 const OrganizationAuthUrls = builder
   .objectRef<OrganizationDetails['authUrls']>('OrganizationAuthUrls')
@@ -36,6 +37,8 @@ const Credentials = builder.objectRef<OrganizationDetails['credentials']>('Crede
 
 export const Organization = builder.objectRef<OrganizationDetails>('Organization').implement({
   description: "The organization's settings and credentials.",
+  interfaces: [Node],
+  isTypeOf: (value) => typeof value === 'object' && value !== null && 'organizationName' in value,
   fields: (t) => ({
     organizationName: t.exposeString('organizationName', { description: 'The organization display name.' }),
     organizationUrl: t.exposeString('organizationUrl', { description: 'Base URL of the organization.' }),

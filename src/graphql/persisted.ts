@@ -1,6 +1,41 @@
 import { GraphQLError } from 'graphql';
+import { LRUCache } from 'lru-cache';
 import type { RequestRecord } from '../context.js';
-import { PERSISTED_OPERATIONS } from './operations.js';
+import { operationId, PERSISTED_OPERATIONS } from './operations.js';
+
+/** Documents registered by Automatic Persisted Queries: at most this many bytes in all, each at most MAX_DOCUMENT_BYTES. */
+const REGISTERED_BYTES = 4 * 1024 * 1024;
+const MAX_DOCUMENT_BYTES = 64 * 1024;
+
+/**
+ * Automatic Persisted Queries as Apollo's link speaks them: a client sends an operation's hash
+ * alone; unknown, it is told PERSISTED_QUERY_NOT_FOUND and sends the document with the hash, which
+ * is registered once the hash is verified to be the document's, so that its next requests carry the
+ * hash alone. Kept per instance, bounded in bytes (the least recently used go first); a client
+ * whose hash another instance does not know just sends its document there once.
+ */
+export class RegisteredOperations {
+  private readonly documents = new LRUCache<string, string>({
+    maxSize: REGISTERED_BYTES,
+    maxEntrySize: MAX_DOCUMENT_BYTES,
+    sizeCalculation: (document, id) => document.length * 2 + id.length + 64,
+  });
+
+  get(id: string): string | undefined {
+    return this.documents.get(id);
+  }
+
+  register(id: string, document: string): void {
+    if (document.length <= MAX_DOCUMENT_BYTES / 2) this.documents.set(id, document);
+  }
+
+  get size(): number {
+    return this.documents.size;
+  }
+}
+
+/** How a door treats operation ids: stored operations only, or registered ones too. */
+export type PersistedRule = { persistedOnly: boolean; registered: RegisteredOperations };
 
 /** The members of a GraphQL request (GraphQL over HTTP). */
 export type GraphQLParams = {
@@ -26,7 +61,8 @@ function persistedId(params: GraphQLParams): string | undefined {
  * document; with GRAPHQL_PERSISTED_ONLY every document sent as text is refused, even one equal to
  * a stored one. Refusals are 400 with their code, recorded on the request's record.
  */
-export function resolvePersistedOperation(params: GraphQLParams, persistedOnly: boolean, record: RequestRecord): GraphQLParams {
+export function resolvePersistedOperation(params: GraphQLParams, rule: PersistedRule, record: RequestRecord): GraphQLParams {
+  const { persistedOnly } = rule;
   const refuse = (code: string, message: string) => {
     record.code = code;
     return refusal(code, message);
@@ -35,11 +71,18 @@ export function resolvePersistedOperation(params: GraphQLParams, persistedOnly: 
     if (persistedOnly) {
       throw refuse('PERSISTED_QUERY_ONLY', 'This server runs stored operations only: send extensions.persistedQuery.sha256Hash instead of a query.');
     }
+    const sent = persistedId(params);
+    if (sent !== undefined) {
+      if (!/^[0-9a-f]{64}$/.test(sent) || operationId(params.query) !== sent) {
+        throw refuse('PERSISTED_QUERY_HASH_MISMATCH', 'extensions.persistedQuery.sha256Hash is not the hex SHA-256 of the query sent.');
+      }
+      if (!PERSISTED_OPERATIONS.has(sent)) rule.registered.register(sent, params.query);
+    }
     return params;
   }
   const id = persistedId(params);
   if (id === undefined) throw refuse('BAD_REQUEST', 'Send a query, or a stored operation id in extensions.persistedQuery.sha256Hash.');
-  const document = PERSISTED_OPERATIONS.get(id);
+  const document = PERSISTED_OPERATIONS.get(id) ?? (persistedOnly ? undefined : rule.registered.get(id));
   if (document === undefined) throw refuse('PERSISTED_QUERY_NOT_FOUND', 'No stored operation has this id (extensions.persistedQuery.sha256Hash).');
   record.persisted = true;
   return { query: document, operationName: params.operationName, variables: params.variables, extensions: params.extensions };

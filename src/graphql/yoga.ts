@@ -5,7 +5,7 @@ import type { Config } from '../config.js';
 import type { Exchange } from '../http/exchange.js';
 import { revalidatable } from './http.js';
 import { GRAPHIQL_DEFAULT_DOCUMENT } from './operations.js';
-import { resolvePersistedOperation } from './persisted.js';
+import { resolvePersistedOperation, type PersistedRule } from './persisted.js';
 import type { GraphQLInitialContext, GraphQLPipeline } from './pipeline.js';
 
 /*
@@ -16,10 +16,10 @@ import type { GraphQLInitialContext, GraphQLPipeline } from './pipeline.js';
  */
 
 /** Stored operations by id: the rule is persisted.ts', shared with the lean door. */
-function usePersistedOperations(persistedOnly: boolean): Plugin<GraphQLInitialContext> {
+function usePersistedOperations(rule: PersistedRule): Plugin<GraphQLInitialContext> {
   return {
     onParams({ params, setParams, context }) {
-      setParams(resolvePersistedOperation(params, persistedOnly, (context as GraphQLInitialContext).exchange.record) as typeof params);
+      setParams(resolvePersistedOperation(params, rule, (context as GraphQLInitialContext).exchange.record) as typeof params);
     },
   };
 }
@@ -77,7 +77,7 @@ function hasErrors(payload: Buffer): boolean {
 
 export type YogaDoor = ReturnType<typeof createYogaDoor>;
 
-export function createYogaDoor(pipeline: GraphQLPipeline, config: Config, options: { graphiqlHeaders?: string } = {}) {
+export function createYogaDoor(pipeline: GraphQLPipeline, config: Config, options: { graphiqlHeaders?: string; persisted: PersistedRule }) {
   let graphiqlPage: Promise<string> | undefined;
   /** The one large page this endpoint serves (GraphiQL, rendered once), gzipped once. */
   let compressedPage: CompressedPayload | undefined;
@@ -101,7 +101,7 @@ export function createYogaDoor(pipeline: GraphQLPipeline, config: Config, option
     parserAndValidationCache: false,
     // The body arrives already read and capped (MAX_BODY_BYTES, 413 at the edge).
     maxRequestBodySize: false,
-    plugins: [useEnvelop(pipeline.getEnveloped as never), usePersistedOperations(config.persistedOperationsOnly)],
+    plugins: [useEnvelop(pipeline.getEnveloped as never), usePersistedOperations(options.persisted)],
     // One CORS policy, the edge's, for every answer.
     cors: false,
     logging: false,

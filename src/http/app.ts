@@ -4,6 +4,7 @@ import type { Config } from '../config.js';
 import { createRequestContext, type AppDependencies } from '../context.js';
 import { createExports, EXPORT_PATH, type Exports } from '../rest/export.js';
 import { LiveUpdates } from '../live.js';
+import { RegisteredOperations } from '../graphql/persisted.js';
 import type { Database } from '../db/database.js';
 import { EntityCache } from '../db/entity-cache.js';
 import {
@@ -180,8 +181,10 @@ export function createApp(options: AppOptions): App {
   // The clock the child counts are computed with decides which sign-ins leave them as they were.
   const stopChildList = keepChildListCurrent(feed, deps.cache, () => now().getTime());
   const pipeline = createGraphQLPipeline(deps, logger, { compileAfter: options.compileAfter });
-  const yoga = createYogaDoor(pipeline, config, { graphiqlHeaders: options.graphiqlHeaders });
-  const lean = options.graphqlDoor === 'full' ? undefined : createLeanDoor(pipeline, { graphiql: config.graphiql, persistedOnly: config.persistedOperationsOnly });
+  // One rule for both doors: stored operations, and in the default mode the ones clients register.
+  const persisted = { persistedOnly: config.persistedOperationsOnly, registered: new RegisteredOperations() };
+  const yoga = createYogaDoor(pipeline, config, { graphiqlHeaders: options.graphiqlHeaders, persisted });
+  const lean = options.graphqlDoor === 'full' ? undefined : createLeanDoor(pipeline, { graphiql: config.graphiql, persisted });
   const limiter = new RateLimiter(config.rateLimit, database.pgPool, (up, error) => {
     if (up) logger.info('rate-limit store connected; limits are shared');
     else logger.warn('rate-limit store unreachable; this instance limits in memory until it is back', { error });

@@ -24,12 +24,15 @@ export type OrganizationDetails = {
 };
 
 /** The organization's details (spec: GET /auth/organization-details); counts the retrieval. */
+/** The public key of the viewer's organization (its parent's). */
+export async function organizationPublicKey(viewer: Viewer, context: ServiceContext): Promise<string | null> {
+  const { organization } = viewer;
+  return viewer.account.id === organization.parentId ? viewer.account.publicKey : context.loaders.publicKeyByAccountId.load(organization.parentId);
+}
+
 export async function getOrganizationDetails(viewer: Viewer, context: ServiceContext): Promise<OrganizationDetails> {
   const { organization } = viewer;
-  const parentKey =
-    viewer.account.id === organization.parentId
-      ? viewer.account.publicKey
-      : await context.loaders.publicKeyByAccountId.load(organization.parentId);
+  const parentKey = await organizationPublicKey(viewer, context);
   const details: OrganizationDetails = {
     organizationName: organization.name,
     organizationUrl: organization.url,

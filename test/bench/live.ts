@@ -30,14 +30,16 @@ const organizationCount = argument('organizations', 50);
 const database = await openDatabase({ memory: true });
 await migrate(database.sql);
 const organizations = await seed(database, { organizations: organizationCount, childrenPerOrganization: 20, seed: 11, now: new Date() });
+// Only organizations whose parent may sign in (the demo data has locked and inactive ones too).
+const usable = new Set((await database.sql.query<{ id: string }>(`SELECT id FROM "Account" WHERE type = 'parent' AND status = 'active'`)).map((r) => r.id));
 const parents = await Promise.all(
-  organizations.map(async (o) => {
+  organizations.filter((o) => usable.has(o.parent.userID)).map(async (o) => {
     const { jwtSecret } = await database.prisma.organization.findUniqueOrThrow({ where: { parentId: o.parent.userID } });
     const children = await database.sql.query<{ id: string }>('SELECT id FROM "Account" WHERE "parentId" = $1', [o.parent.userID]);
     return { o, jwtSecret, children: children.map((c) => c.id) };
   }),
 );
-const perOrganization = Math.ceil(streams / organizationCount);
+const perOrganization = Math.ceil(streams / parents.length);
 const config = loadConfig({
   NODE_ENV: 'production', LOG_LEVEL: 'silent', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0',
   LIVE_MAX_PER_CREDENTIAL: String(perOrganization), LIVE_MAX_PER_ORGANIZATION: String(perOrganization), LIVE_MAX_STREAMS: String(streams),

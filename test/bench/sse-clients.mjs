@@ -20,7 +20,8 @@ const open = (i) =>
           const n = text.split('event: next').length - 1;
           if (n > 0 && first) {
             first = false;
-            ready += 1;
+            if (text.includes('"errors"')) failed += 1;
+            else ready += 1;
             resolve();
           }
           events += n;
