@@ -67,6 +67,11 @@ export class LiveUpdates {
   private readonly byCredential = new Map<string, number>();
   private readonly byOrganization = new Map<string, Set<Subscription>>();
   private readonly unsubscribe: () => void;
+  /** Per organization with open subscriptions: a number that moves with each change that concerns it. */
+  private readonly versions = new Map<string, number>();
+  /** Answers read at an organization's version, shared by the subscriptions that want the same one. */
+  private readonly answers = new Map<string, { version: number; answer: Promise<unknown> }>();
+  private epoch = 0;
   private closed = false;
   /** Pushes made, for the metrics. */
   pushes = 0;
@@ -88,13 +93,34 @@ export class LiveUpdates {
 
   private changed(change: Change): void {
     if (change.kind === 'all') {
+      this.epoch += 1;
       for (const subscription of this.subscriptions) this.mark(subscription);
       return;
     }
     const organizationId = change.entity === 'account' ? (change.parentId ?? change.id) : change.id;
     const interested = this.byOrganization.get(organizationId);
     if (!interested) return;
+    this.versions.set(organizationId, (this.versions.get(organizationId) ?? 0) + 1);
     for (const subscription of interested) if (subscription.topic.concerns(change)) this.mark(subscription);
+  }
+
+  /**
+   * One read of an answer per organization and change, however many subscriptions push it: the
+   * subscriptions of one organization are woken by the same change and would otherwise each read
+   * the same rows. `key` names what is read and for whom (the answer's kind and the caller).
+   */
+  shared<T>(organizationId: string, key: string, read: () => Promise<T>): Promise<T> {
+    const version = (this.versions.get(organizationId) ?? 0) + this.epoch * 1e9;
+    const slot = `${organizationId}|${key}`;
+    const kept = this.answers.get(slot);
+    if (kept && kept.version === version) return kept.answer as Promise<T>;
+    const answer = read();
+    this.answers.set(slot, { version, answer });
+    // A failed read is not kept: the next push reads again.
+    answer.catch(() => {
+      if (this.answers.get(slot)?.answer === answer) this.answers.delete(slot);
+    });
+    return answer;
   }
 
   private mark(subscription: Subscription): void {
@@ -135,7 +161,11 @@ export class LiveUpdates {
       if (count === 0) this.byCredential.delete(credential);
       else this.byCredential.set(credential, count);
       organization!.delete(subscription);
-      if (organization!.size === 0) this.byOrganization.delete(topic.organizationId);
+      if (organization!.size === 0) {
+        this.byOrganization.delete(topic.organizationId);
+        this.versions.delete(topic.organizationId);
+        for (const slot of this.answers.keys()) if (slot.startsWith(`${topic.organizationId}|`)) this.answers.delete(slot);
+      }
     };
     return new Repeater<T>(async (push, stop) => {
       void stop.then(() => this.end(subscription));

@@ -27,15 +27,21 @@ function expiryOf(context: RequestContext): number {
   return exp * 1000;
 }
 
-/** The subscription's answers: `read` with a renewed context, skipped when equal to the last, an API error said once. */
-function follow<T>(context: RequestContext, organizationId: string, concerns: Topic['concerns'], read: (fresh: RequestContext) => Promise<T>, key: (value: T) => string) {
+/**
+ * The subscription's answers: `read` with a renewed context (shared with the organization's other
+ * subscriptions of the same `kind`, which names the answer and the account, at the same change:
+ * the same account sees the same answer whichever of its tokens it came with), skipped when equal to the last,
+ * an API error said once.
+ */
+function follow<T>(context: RequestContext, organizationId: string, kind: string, concerns: Topic['concerns'], read: (fresh: RequestContext) => Promise<T>, key: (value: T) => string) {
   const live = context.live;
   if (!live) throw new ServiceUnavailableError('Live updates are not available on this server.');
   const expiresAt = expiryOf(context);
+  const credential = credentialKey(context.credentials.authorization ?? undefined, undefined) ?? organizationId;
   let last: string | undefined;
-  return live.subscribe<T | ApiError>(credentialKey(context.credentials.authorization ?? undefined, undefined) ?? organizationId, { organizationId, concerns }, expiresAt, async () => {
+  return live.subscribe<T | ApiError>(credential, { organizationId, concerns }, expiresAt, async () => {
     try {
-      const value = await read(context.renew());
+      const value = await live.shared(organizationId, kind, () => read(context.renew()));
       const seen = key(value);
       if (seen === last) return undefined;
       last = seen;
@@ -74,6 +80,7 @@ builder.subscriptionField('creditAnalysisChanged', (t) =>
       return follow(
         context,
         organizationId,
+        `credit|${viewer.account.id}`,
         creditConcerns(organizationId),
         async (fresh): Promise<CreditAnalysisRoot> => {
           const current = requireParent(await viewerOf(fresh, 'jwt'));
@@ -98,6 +105,7 @@ builder.subscriptionField('organizationChanged', (t) =>
       return follow(
         context,
         organizationId,
+        `organization|${viewer.account.id}`,
         organizationConcerns(organizationId),
         async (fresh) => getOrganizationDetails(await viewerOf(fresh, 'jwt'), fresh.services),
         (details) => JSON.stringify(details),

@@ -47,7 +47,8 @@ const config = loadConfig({
 const app = createApp({ config, database, logger: createLogger('silent') });
 const server = createHttpServer(config.limits, (req, res) => app.handle(req, res));
 server.maxConnections = streams + 100;
-await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+// A backlog for the burst of connections the clients open at once (the kernel caps it at somaxconn).
+await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', 4096, resolve));
 const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 
 const memory = () => {

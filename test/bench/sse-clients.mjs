@@ -20,7 +20,10 @@ const open = (i) =>
           const n = text.split('event: next').length - 1;
           if (n > 0 && first) {
             first = false;
-            if (text.includes('"errors"')) failed += 1;
+            if (text.includes('"errors"')) {
+              failed += 1;
+              if (failed === 1) console.error(text.slice(0, 400));
+            }
             else ready += 1;
             resolve();
           }
