@@ -81,7 +81,7 @@ await Promise.all(
 );
 const open = app.deps.live!.open;
 const held = memory();
-console.log(`open streams: ${open.toLocaleString('en')}`);
+console.log(`open streams: ${open.toLocaleString('en')} (${parents.length} organizations, ${perOrganization} streams each asked)`);
 console.log(`heap: ${((held.heapUsed - before.heapUsed) / open).toFixed(0)} bytes a stream; resident: ${((held.rss - before.rss) / open).toFixed(0)} bytes a stream (${((held.rss - before.rss) / 1024 / 1024).toFixed(0)} MB in all)`);
 
 // 100 sign-ins a second for 10 seconds, as the sign-in service writes them.
