@@ -182,3 +182,22 @@ describe(`the stored live operation (${testMode})`, () => {
     made.dispose();
   });
 });
+
+describe(`live updates on several instances (${testMode})`, () => {
+  const database = useTestDatabase();
+  const first = useServer(database);
+  const second = useServer(database);
+  it('a sign-in written once is pushed to the subscriptions of every instance', async () => {
+    const built = await createOrganization(database());
+    const child = await createChild(database(), built.parent);
+    const token = await tokenFor(built.parent, built);
+    const clients = [first(), second()].map((target) => createClient({ url: `${target.url}/graphql`, headers: { authorization: `Bearer ${token}` }, retryAttempts: 0 }));
+    const subscriptions = clients.map((made) => subscribeWith(made, CREDIT));
+    await expect.poll(() => subscriptions.every((s) => s.events.length === 1), { timeout: 5_000 }).toBe(true);
+    await database().sql.query(SIGN_IN_SQL, [child.id]);
+    for (const subscription of subscriptions) {
+      await expect.poll(() => subscription.events.at(-1)!.data!.creditAnalysisChanged.creditBalance, { timeout: 10_000 }).toBe(built.organization.creditBalance - 1);
+    }
+    for (const made of clients) made.dispose();
+  });
+});
