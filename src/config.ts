@@ -117,7 +117,7 @@ const environment = z.object({
   LIVE_MIN_INTERVAL_MS: withDefault(integer(0, MAX_TIMER_MS), 1000),
   LIVE_MAX_PER_CREDENTIAL: withDefault(integer(1, 1_000), 5),
   LIVE_MAX_PER_ORGANIZATION: withDefault(integer(1, 1_000_000), 200),
-  LIVE_MAX_STREAMS: withDefault(integer(1, 1_000_000), 10_000),
+  LIVE_MAX_STREAMS: withDefault(integer(1, 1_000_000), 1_000),
   LIVE_STALL_MS: withDefault(integer(1000, MAX_TIMER_MS), 60_000),
   EXPORT_MAX_CONCURRENT: withDefault(integer(1, 64), 2),
   EXPORT_STALL_MS: withDefault(integer(1000, MAX_TIMER_MS), 30_000),
