@@ -3,6 +3,7 @@ import type { RequestContext } from '../context.js';
 import {
   ApiError,
   InvalidDateFormatError,
+  InvalidFormatError,
   InvalidLimitError,
   InvalidPaginationTokenError,
   InvalidSearchError,
@@ -16,9 +17,11 @@ const REPEATED: Record<string, () => ApiError> = {
   endDate: () => new InvalidDateFormatError('endDate may be given only once.'),
   limit: () => new InvalidLimitError('limit may be given only once.'),
   lastKey: () => new InvalidPaginationTokenError('lastKey may be given only once.'),
+  format: () => new InvalidFormatError('format may be given only once.'),
 };
 
-function single(parameters: Map<string, string[]>, name: keyof typeof REPEATED): string | undefined {
+/** A known parameter's one value (the list's and the export's). */
+export function single(parameters: Map<string, string[]>, name: keyof typeof REPEATED): string | undefined {
   const values = parameters.get(name);
   if (!values) return undefined;
   if (values.length > 1) throw REPEATED[name]!();

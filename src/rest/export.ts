@@ -1,11 +1,12 @@
 import { once } from 'node:events';
 import { requireParent } from '../auth/authorize.js';
 import type { RequestContext } from '../context.js';
-import { ApiError, ExportBusyError, InvalidDateFormatError, InvalidFormatError, InvalidSearchError, toApiError } from '../errors.js';
+import { ApiError, ExportBusyError, InvalidFormatError, toApiError } from '../errors.js';
 import type { Exchange } from '../http/exchange.js';
 import type { Logger } from '../logger.js';
 import { exportChildAccounts } from '../services/export-child-accounts.js';
 import type { ChildRow } from '../services/list-child-accounts.js';
+import { single } from './child-accounts.js';
 import { queryParameters, sendRestError } from './http.js';
 
 /*
@@ -63,13 +64,6 @@ class StalledError extends Error {
   }
 }
 
-function single(parameters: Map<string, string[]>, name: string, error: () => ApiError): string | undefined {
-  const values = parameters.get(name);
-  if (!values) return undefined;
-  if (values.length > 1) throw error();
-  return values[0];
-}
-
 export function createExports(limits: ExportLimits & { maxQueryParameters: number }, logger: Logger): Exports {
   const running = new Set<string>();
   const aborts = new Set<AbortController>();
@@ -90,15 +84,15 @@ export function createExports(limits: ExportLimits & { maxQueryParameters: numbe
     const parameters = queryParameters(exchange.query, limits.maxQueryParameters);
     let organizationId: string | undefined;
     try {
-      const format = single(parameters, 'format', () => new InvalidFormatError('format may be given only once.')) ?? 'csv';
+      const format = single(parameters, 'format') ?? 'csv';
       if (format !== 'csv' && format !== 'ndjson') throw new InvalidFormatError();
       const viewer = requireParent(await context.jwtViewer());
       const batches = exportChildAccounts(
         viewer,
         {
-          search: single(parameters, 'search', () => new InvalidSearchError('search may be given only once.')),
-          startDate: single(parameters, 'startDate', () => new InvalidDateFormatError('startDate may be given only once.')),
-          endDate: single(parameters, 'endDate', () => new InvalidDateFormatError('endDate may be given only once.')),
+          search: single(parameters, 'search'),
+          startDate: single(parameters, 'startDate'),
+          endDate: single(parameters, 'endDate'),
         },
         context.services,
       );
