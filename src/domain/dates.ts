@@ -94,7 +94,7 @@ export function parseDateRange(startDate: string | undefined, endDate: string | 
   return { from, to };
 }
 
-/** The first instant of the UTC calendar month that contains `now`. */
-export function monthStart(now: Date): Date {
-  return new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1));
+/** The first instant of the UTC calendar month that contains `now`, or of the month `monthsBefore` months earlier. */
+export function monthStart(now: Date, monthsBefore = 0): Date {
+  return new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth() - monthsBefore, 1));
 }

@@ -52,7 +52,7 @@ export function forecastCredits(input: {
   const { now } = input;
   const start = monthStart(now);
   const elapsedDays = (now.getTime() - start.getTime()) / DAY_MS;
-  const previousStart = new Date(Date.UTC(start.getUTCFullYear(), start.getUTCMonth() - 1, 1));
+  const previousStart = monthStart(now, 1);
   const withPrevious = input.previousMonthCredits !== undefined;
   const windowDays = withPrevious
     ? daysInMonth(previousStart.getUTCFullYear(), previousStart.getUTCMonth()) + elapsedDays

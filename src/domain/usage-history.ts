@@ -23,8 +23,7 @@ export type MonthUsage = {
 
 /** The first instants of the last `months` calendar months (UTC), oldest first, this month last. */
 export function historyMonths(now: Date, months: number): Date[] {
-  const start = monthStart(now);
-  return Array.from({ length: months }, (_, i) => new Date(Date.UTC(start.getUTCFullYear(), start.getUTCMonth() - (months - 1 - i), 1)));
+  return Array.from({ length: months }, (_, i) => monthStart(now, months - 1 - i));
 }
 
 /**

@@ -12,9 +12,7 @@ const usageKey = (organizationId: string, month: Date) => `${organizationId}|${m
 /** The forecast of an analysis just made for `viewer`'s organization (see `domain/forecast.ts`). */
 export async function getForecast(viewer: Viewer, analysis: CreditAnalysis, context: ServiceContext): Promise<Forecast> {
   const now = context.now();
-  const start = monthStart(now);
-  const previousMonth = new Date(Date.UTC(start.getUTCFullYear(), start.getUTCMonth() - 1, 1));
-  const previous = await context.loaders.monthlyUsage.load(usageKey(viewer.organization.parentId, previousMonth));
+  const previous = await context.loaders.monthlyUsage.load(usageKey(viewer.organization.parentId, monthStart(now, 1)));
   return forecastCredits({
     creditBalance: analysis.creditBalance,
     purchasedCredits: analysis.packageHistory.reduce((sum, p) => sum + p.creditsAdded, 0),
