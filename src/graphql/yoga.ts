@@ -1,8 +1,7 @@
-import { once } from 'node:events';
 import { createYoga, useEnvelop, type Plugin } from 'graphql-yoga';
 import { acceptsGzip, CompressedPayload } from '../compression.js';
 import type { Config } from '../config.js';
-import type { Exchange } from '../http/exchange.js';
+import { drained, type Exchange } from '../http/exchange.js';
 import { revalidatable } from './http.js';
 import { GRAPHIQL_DEFAULT_DOCUMENT } from './operations.js';
 import { resolvePersistedOperation, type PersistedRule } from './persisted.js';
@@ -158,15 +157,10 @@ export function createYogaDoor(pipeline: GraphQLPipeline, config: Config, option
         const { done, value } = await reader.read();
         if (done) break;
         if (response.destroyed) return;
-        if (!response.write(value)) {
-          const timeout = AbortSignal.timeout(config.live.stallMs);
-          try {
-            await once(response, 'drain', { signal: timeout });
-          } catch {
-            // Not read for LIVE_STALL_MS: the connection goes, and the subscription with it.
-            response.destroy();
-            return;
-          }
+        if (!response.write(value) && !(await drained(response, config.live.stallMs))) {
+          // Not read for LIVE_STALL_MS: the connection goes, and the subscription with it.
+          response.destroy();
+          return;
         }
       }
       response.end();

@@ -1,4 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
+import { once } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Credentials } from '../auth/authenticate.js';
 import type { RequestRecord } from '../context.js';
@@ -117,6 +118,21 @@ export class Exchange {
 
   sendJson(status: number, body: unknown, options: { noStore?: boolean } = {}): void {
     this.send(status, 'application/json; charset=utf-8', JSON.stringify(body), options);
+  }
+}
+
+/**
+ * After a write the socket did not take whole (a streamed answer): waits for it to drain. True
+ * when it did; false when the client read nothing for `stallMs`; rejects when `signal` aborts.
+ */
+export async function drained(response: ServerResponse, stallMs: number, signal?: AbortSignal): Promise<boolean> {
+  const timeout = AbortSignal.timeout(stallMs);
+  try {
+    await once(response, 'drain', { signal: signal ? AbortSignal.any([signal, timeout]) : timeout });
+    return true;
+  } catch (error) {
+    if (timeout.aborted && !signal?.aborted) return false;
+    throw error;
   }
 }
 

@@ -1,8 +1,7 @@
-import { once } from 'node:events';
 import { requireParent } from '../auth/authorize.js';
 import type { RequestContext } from '../context.js';
 import { ApiError, ExportBusyError, InvalidFormatError, toApiError } from '../errors.js';
-import type { Exchange } from '../http/exchange.js';
+import { drained, type Exchange } from '../http/exchange.js';
 import type { Logger } from '../logger.js';
 import { exportChildAccounts } from '../services/export-child-accounts.js';
 import type { ChildRow } from '../services/list-child-accounts.js';
@@ -70,16 +69,6 @@ export function createExports(limits: ExportLimits & { maxQueryParameters: numbe
 
   let shuttingDown = false;
 
-  /** Waits until the socket takes more, the client leaves, the export is aborted, or the stall bound passes. */
-  async function drained(exchange: Exchange, signal: AbortSignal): Promise<void> {
-    const timeout = AbortSignal.timeout(limits.stallMs);
-    try {
-      await once(exchange.response, 'drain', { signal: AbortSignal.any([signal, timeout]) });
-    } catch (error) {
-      throw timeout.aborted && !signal.aborted ? new StalledError() : error;
-    }
-  }
-
   async function handle(exchange: Exchange, context: RequestContext): Promise<void> {
     const parameters = queryParameters(exchange.query, limits.maxQueryParameters);
     let organizationId: string | undefined;
@@ -133,7 +122,7 @@ export function createExports(limits: ExportLimits & { maxQueryParameters: numbe
         let chunk = '';
         for (const row of batch) chunk += line(row);
         rows += batch.length;
-        if (!response.write(chunk)) await drained(exchange, abort.signal);
+        if (!response.write(chunk) && !(await drained(response, limits.stallMs, abort.signal))) throw new StalledError();
       }
       exchange.record.code = undefined;
       response.end();
