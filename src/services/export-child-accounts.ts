@@ -1,7 +1,8 @@
 import type { Viewer } from '../auth/authenticate.js';
 import { parseDateRange } from '../domain/dates.js';
 import type { ServiceContext } from './context.js';
-import { filterSql, pageStatement, validSearch, type ChildRow } from './list-child-accounts.js';
+import type { Position } from '../domain/pagination.js';
+import { filterSql, keysetCondition, pageStatement, validSearch, type ChildRow } from './list-child-accounts.js';
 
 /** Rows read at a time: one short keyset query each, so no statement or snapshot lives long. */
 export const EXPORT_BATCH_ROWS = 1_000;
@@ -20,16 +21,16 @@ export function exportChildAccounts(viewer: Viewer, input: ExportFilters, contex
   const filters = filterSql(viewer.account.id, search, range);
   return {
     async *[Symbol.asyncIterator]() {
-      let after: { createdAtMs: number; id: string } | undefined;
+      let after: Position | undefined;
       for (;;) {
         const params = [...filters.params];
-        const keyset = after ? ` AND ("createdAt", id) < ($${params.push(new Date(after.createdAtMs))}, $${params.push(after.id)})` : '';
+        const keyset = after ? keysetCondition(params, after, '<') : '';
         const statement = pageStatement(filters, keyset, 'DESC', `$${params.push(EXPORT_BATCH_ROWS)}`);
         const rows = await context.staleReads.query<ChildRow>(`SELECT ${statement.columns} ${statement.rest}`, params);
         if (rows.length > 0) yield rows;
         if (rows.length < EXPORT_BATCH_ROWS) return;
         const last = rows[rows.length - 1]!;
-        after = { createdAtMs: last.createdAtMs, id: last.id };
+        after = { createdAt: new Date(last.createdAtMs), id: last.id };
       }
     },
   };

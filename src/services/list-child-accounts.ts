@@ -139,6 +139,14 @@ export function filterSql(parentId: string, search: string | undefined, range: {
 }
 
 /**
+ * A keyset condition on the (parentId, createdAt DESC, id DESC) index: rows whose (registration,
+ * id) compare to `position` as `op` says, its values added to `params`.
+ */
+export function keysetCondition(params: unknown[], position: Position, op: '<' | '>' | '<=' | '>='): string {
+  return ` AND ("createdAt", id) ${op} ($${params.push(position.createdAt)}, $${params.push(position.id)})`;
+}
+
+/**
  * The statement of one page: `keyset` the conditions after the filters, `limit` the parameter of
  * the row count. With a search, the page's ids come from the narrow copy, then those rows (names as
  * stored) from Account.
@@ -174,8 +182,7 @@ export async function listChildAccounts(
   const params = [...filters.params];
   // Row comparisons: range conditions on the (parentId, createdAt DESC, id DESC) index, read
   // forwards (older) from `after` or backwards (newer) from `before`.
-  const bound = (position: Position, op: string) => ` AND ("createdAt", id) ${op} ($${params.push(position.createdAt)}, $${params.push(position.id)})`;
-  const keyset = (after ? bound(after, '<') : '') + (before ? bound(before, '>') : '');
+  const keyset = (after ? keysetCondition(params, after, '<') : '') + (before ? keysetCondition(params, before, '>') : '');
   const statement = pageStatement(filters, keyset, backwards ? 'ASC' : 'DESC', `$${params.push(limit + 1)}`);
   // The unfiltered first page is what dashboards poll: cached until a child of the parent changes
   // (one entry per parent and limit, so no caller can fill the cache with pages of its choosing),
@@ -196,9 +203,9 @@ export async function listChildAccounts(
   // cursor's own row, if it still exists, is not on the page).
   const beyond = async (position: Position | undefined, op: '>=' | '<=') => {
     if (!position) return false;
-    const probe = [...filters.params, position.createdAt, position.id];
+    const probe = [...filters.params];
     const [row] = await context.staleReads.query<{ found: boolean }>(
-      `SELECT EXISTS (SELECT 1 FROM ${filters.table} WHERE ${filters.where} AND ("createdAt", id) ${op} ($${probe.length - 1}, $${probe.length})) AS found`,
+      `SELECT EXISTS (SELECT 1 FROM ${filters.table} WHERE ${filters.where}${keysetCondition(probe, position, op)}) AS found`,
       probe,
     );
     return row?.found === true;
