@@ -55,22 +55,14 @@ function parsedBody(contentType: string | undefined, body: Buffer): string | Rec
   return members ? (parsed as Record<string, unknown>) : text;
 }
 
-/** The code of the first error of a JSON answer, if it has one. */
-function firstErrorCode(payload: Buffer): string | undefined {
+type JsonAnswer = { errors?: { extensions?: { code?: unknown } }[] } | null;
+
+/** A JSON answer's body; undefined when it does not parse. */
+function parseAnswer(payload: Buffer): JsonAnswer | undefined {
   try {
-    const code = (JSON.parse(payload.toString('utf8')) as { errors?: { extensions?: { code?: unknown } }[] }).errors?.[0]?.extensions?.code;
-    return typeof code === 'string' ? code : undefined;
+    return JSON.parse(payload.toString('utf8')) as JsonAnswer;
   } catch {
     return undefined;
-  }
-}
-
-/** Whether a JSON answer carries errors (or is not a JSON object at all). */
-function hasErrors(payload: Buffer): boolean {
-  try {
-    return (JSON.parse(payload.toString('utf8')) as { errors?: unknown }).errors !== undefined;
-  } catch {
-    return true;
   }
 }
 
@@ -127,14 +119,26 @@ export function createYogaDoor(pipeline: GraphQLPipeline, config: Config, option
     if (answer.body && /^\s*text\/event-stream/i.test(contentType ?? '')) return streamEvents(exchange, answer.status, contentType!, answer.body);
     let payload: Buffer = Buffer.from(await answer.arrayBuffer());
     const page = /^\s*text\/html/i.test(contentType ?? '');
-    if (exchange.record.code === undefined && /json/i.test(contentType ?? '') && payload.length < 65_536) exchange.record.code = firstErrorCode(payload);
+    const json = /json/i.test(contentType ?? '');
+    // The JSON body, parsed once and only when asked for (the log's error code, revalidation).
+    let read = false;
+    let parsed: JsonAnswer | undefined;
+    const answered = () => {
+      if (!read) [read, parsed] = [true, parseAnswer(payload)];
+      return parsed;
+    };
+    if (exchange.record.code === undefined && json && payload.length < 65_536) {
+      const code = answered()?.errors?.[0]?.extensions?.code;
+      exchange.record.code = typeof code === 'string' ? code : undefined;
+    }
     if (page && payload.length >= COMPRESS_HTML_FROM_BYTES && acceptsGzip(exchange.header('accept-encoding'))) {
       if (!compressedPage || !compressedPage.raw.equals(payload)) compressedPage = new CompressedPayload(payload);
       payload = await compressedPage.gzip();
       exchange.addHeaders({ 'Content-Encoding': 'gzip', Vary: 'Accept-Encoding' });
     }
-    if (contentType !== undefined && /json/i.test(contentType) && revalidatable(exchange, answer.status, () => hasErrors(payload))) {
-      exchange.sendRevalidated(contentType, payload);
+    // Not a JSON object, or one with errors: not kept.
+    if (json && revalidatable(exchange, answer.status, () => !answered() || answered()!.errors !== undefined)) {
+      exchange.sendRevalidated(contentType!, payload);
       return;
     }
     exchange.send(answer.status, contentType, payload, { noStore: !page });
