@@ -48,7 +48,7 @@ describe.skipIf(!runnable)(`several instances behind a balancer (${testMode})`, 
       DATABASE_REPLICA_URL: replicaUrl,
       RATE_LIMIT_STORE: 'redis',
       REDIS_URL: store.url,
-      SHUTDOWN_DELAY_MS: '800',
+      SHUTDOWN_DELAY_MS: '1500',
       ...extra,
     });
 
@@ -125,21 +125,31 @@ describe.skipIf(!runnable)(`several instances behind a balancer (${testMode})`, 
   it('a rolling restart under load, behind a balancer that checks /readyz: no request fails, and the retrieval counter sums exactly', async () => {
     const org = await createOrganization(primary);
     const instances = await Promise.all([0, 1, 2].map(() => start(envFor(primary.url!))));
-    const healthy = new Set<Instance>(instances);
+    const healthy = new Set<Instance>();
     let running = true;
-    // The balancer's health checks, every 100 ms.
-    const checking = (async () => {
-      while (running) {
-        await Promise.all(
-          [...instances].map(async (instance) => {
-            const ok = await fetch(`${instance.base}/readyz`).then((r) => r.status === 200, () => false);
-            if (ok) healthy.add(instance);
+    // The balancer's health checks: each backend on its own, every 100 ms, a check unanswered
+    // within 250 ms counting as failed (one slow backend must not delay the others' checks). A
+    // backend leaves the rotation on its first failed check and its checks end when its process has.
+    const checks: Promise<void>[] = [];
+    const watch = (instance: Instance) => {
+      let exited = false;
+      void instance.run.exited.then(() => (exited = true));
+      checks.push(
+        (async () => {
+          while (running && !exited) {
+            const ok = await fetch(`${instance.base}/readyz`, { signal: AbortSignal.timeout(250) }).then(
+              async (r) => (await r.arrayBuffer(), r.status === 200),
+              () => false,
+            );
+            if (ok && !exited) healthy.add(instance);
             else healthy.delete(instance);
-          }),
-        );
-        await new Promise((resolve) => setTimeout(resolve, 100));
-      }
-    })();
+            await new Promise((resolve) => setTimeout(resolve, 100));
+          }
+          healthy.delete(instance);
+        })(),
+      );
+    };
+    instances.forEach(watch);
     const outcomes = { answered: 0, failed: [] as string[] };
     let turn = 0;
     const client = async () => {
@@ -167,13 +177,14 @@ describe.skipIf(!runnable)(`several instances behind a balancer (${testMode})`, 
       for (let i = 0; i < instances.length; i++) {
         expect(await stop(instances[i]!)).toBe(0);
         instances[i] = await start(envFor(primary.url!));
+        watch(instances[i]!);
         await expect.poll(async () => (await fetch(`${instances[i]!.base}/readyz`)).status, { timeout: 30_000 }).toBe(200);
         await new Promise((resolve) => setTimeout(resolve, 300));
       }
     } finally {
       running = false;
       await Promise.all(clients);
-      await checking;
+      await Promise.all(checks);
       for (const instance of instances) await stop(instance);
     }
     expect(outcomes.failed).toEqual([]);

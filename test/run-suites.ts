@@ -44,11 +44,14 @@ function runVitest(label: string, env: NodeJS.ProcessEnv): Promise<Counts> {
           numFailedTests: number;
           numPendingTests: number;
           numTodoTests: number;
-          numFailedTestSuites: number;
+          testResults: { status: string; assertionResults: { status: string }[] }[];
         };
+        // A file that failed with no failed test (it did not load, or a hook threw) counts as one
+        // failure; a failed test is counted once, not again for its file and its describe block.
+        const failedFiles = json.testResults.filter((file) => file.status === 'failed' && !file.assertionResults.some((test) => test.status === 'failed')).length;
         counts = {
           passed: json.numPassedTests,
-          failed: json.numFailedTests + json.numFailedTestSuites,
+          failed: json.numFailedTests + failedFiles,
           skipped: json.numPendingTests + json.numTodoTests,
           ok: code === 0,
         };
