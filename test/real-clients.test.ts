@@ -5,7 +5,7 @@ import { PersistedQueryLink } from '@apollo/client/link/persisted-queries';
 import { Client as UrqlClient, fetchExchange, gql as urqlGql } from '@urql/core';
 import { cacheExchange as graphcache } from '@urql/exchange-graphcache';
 import { relayPagination } from '@urql/exchange-graphcache/extras';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { STORED_OPERATIONS } from '../src/graphql/operations.js';
 import { createChild, createOrganization, tokenFor } from './helpers/builders.js';
 import { useServer, type TestServer } from './helpers/app.js';
@@ -111,15 +111,36 @@ describe(`real GraphQL clients, unmodified (${testMode})`, () => {
     expect(me.error).toBeUndefined();
     // The parent's fragment applied, the child's did not.
     expect(me.data.me).toEqual({ id: expect.any(String), userID: built.parent.id, creditBalance: built.organization.creditBalance, totalChildAccounts: 12 });
-    const PAGE = urqlGql`query Page($after: String) { childAccounts(first: 5, after: $after) { edges { cursor node { username } } pageInfo { hasNextPage endCursor } } }`;
-    let page = await client.query(PAGE, {}).toPromise();
-    let after: string | undefined;
-    for (let pages = 1; page.data.childAccounts.pageInfo.hasNextPage; pages++) {
-      expect(pages).toBeLessThan(5);
-      after = page.data.childAccounts.pageInfo.endCursor;
-      page = await client.query(PAGE, { after }).toPromise();
+    const PAGE = urqlGql`query Page($after: String) { childAccounts(first: 5, after: $after) { edges { cursor node { id username } } pageInfo { hasNextPage endCursor } } }`;
+    // graphcache warns (console.warn) of every object it cannot key: a listed child must have its id.
+    const warnings: string[] = [];
+    const spy = vi.spyOn(console, 'warn').mockImplementation((...args: unknown[]) => void warnings.push(args.map(String).join(' ')));
+    try {
+      let page = await client.query(PAGE, {}).toPromise();
+      let after: string | undefined;
+      for (let pages = 1; page.data.childAccounts.pageInfo.hasNextPage; pages++) {
+        expect(pages).toBeLessThan(5);
+        after = page.data.childAccounts.pageInfo.endCursor;
+        page = await client.query(PAGE, { after }).toPromise();
+      }
+      // relayPagination merges the pages it has seen into one list, each child once.
+      const listed = page.data.childAccounts.edges.map((edge: { node: { id: string } }) => edge.node.id);
+      expect(listed).toHaveLength(12);
+      expect(new Set(listed).size).toBe(12);
+      // The listed child's id is the one its own token's me { id } answers.
+      const child = await createChild(database(), built.parent, { createdAt: new Date(Date.UTC(2025, 0, 1)) });
+      const own = await (
+        await fetch(`${server().url}/graphql`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${await tokenFor(child, built)}` },
+          body: JSON.stringify({ query: '{ me { id } }' }),
+        })
+      ).json();
+      const all = await client.query(urqlGql`{ childAccounts(first: 20) { edges { node { id username } } } }`, {}, { requestPolicy: 'network-only' }).toPromise();
+      expect(all.data.childAccounts.edges.find((edge: { node: { username: string } }) => edge.node.username === child.username).node.id).toBe(own.data.me.id);
+    } finally {
+      spy.mockRestore();
     }
-    // relayPagination merges the pages it has seen into one list.
-    expect(page.data.childAccounts.edges).toHaveLength(12);
+    expect(warnings.filter((w) => w.includes('Invalid key'))).toEqual([]);
   });
 });

@@ -8,11 +8,16 @@ import {
   type ChildAccountPage,
 } from '../services/list-child-accounts.js';
 import { builder, viewerOf } from './builder.js';
+import { globalId } from './node-interface.js';
 import { DateTime } from './scalars.js';
 
 const ChildAccountSummary = builder.objectRef<ChildAccountListItem>('ChildAccountSummary').implement({
   description: 'A child account as listed for its parent.',
   fields: (t) => ({
+    id: t.id({
+      description: "The child's global id, the one its own `me { id }` answers: normalised caches (Apollo Client, urql's graphcache) key a listed child by it.",
+      resolve: (c) => globalId('Account', c.accountId),
+    }),
     username: t.exposeString('username', { description: 'The username.' }),
     email: t.exposeString('email', { description: 'The email address.' }),
     lastSeen: t.field({ type: DateTime, nullable: true, description: 'Last login; null when the child never logged in.', resolve: (c) => c.lastSeen }),

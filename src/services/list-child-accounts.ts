@@ -27,6 +27,8 @@ export const ListChildAccountsInput = z.object({
 export type ListChildAccountsInput = z.infer<typeof ListChildAccountsInput>;
 
 export type ChildAccountListItem = {
+  /** The child's userID. */
+  accountId: string;
   username: string;
   email: string;
   /** Last login; null when the child never logged in. */
@@ -60,27 +62,27 @@ export type ChildRow = { id: string; username: string; email: string; lastLoginM
 
 /** A row of the list; a class, not an object literal with a getter, which V8 builds far slower. */
 class ListedChild implements ChildAccountListItem {
+  readonly accountId: string;
   readonly username: string;
   readonly email: string;
   readonly lastSeen: Date | null;
   readonly registered: Date;
-  readonly #id: string;
   readonly #scope: PageScope;
   readonly #key: string | Uint8Array;
 
   constructor(row: ChildRow, scope: PageScope, key: string | Uint8Array) {
+    this.accountId = row.id;
     this.username = row.username;
     this.email = row.email;
     this.lastSeen = row.lastLoginMs === null ? null : new Date(row.lastLoginMs);
     this.registered = new Date(row.createdAtMs);
-    this.#id = row.id;
     this.#scope = scope;
     this.#key = key;
   }
 
   /** Signed on demand: REST needs only the last one, GraphQL only the cursors it is asked for. */
   get cursor(): string {
-    return encodePageToken({ createdAt: this.registered, id: this.#id }, this.#scope, this.#key);
+    return encodePageToken({ createdAt: this.registered, id: this.accountId }, this.#scope, this.#key);
   }
 }
 
