@@ -129,15 +129,9 @@ describe(`real GraphQL clients, unmodified (${testMode})`, () => {
       expect(new Set(listed).size).toBe(12);
       // The listed child's id is the one its own token's me { id } answers.
       const child = await createChild(database(), built.parent, { createdAt: new Date(Date.UTC(2025, 0, 1)) });
-      const own = await (
-        await fetch(`${server().url}/graphql`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', authorization: `Bearer ${await tokenFor(child, built)}` },
-          body: JSON.stringify({ query: '{ me { id } }' }),
-        })
-      ).json();
+      const own = await server().graphql<{ me: { id: string } }>('{ me { id } }', { token: await tokenFor(child, built) });
       const all = await client.query(urqlGql`{ childAccounts(first: 20) { edges { node { id username } } } }`, {}, { requestPolicy: 'network-only' }).toPromise();
-      expect(all.data.childAccounts.edges.find((edge: { node: { username: string } }) => edge.node.username === child.username).node.id).toBe(own.data.me.id);
+      expect(all.data.childAccounts.edges.find((edge: { node: { username: string } }) => edge.node.username === child.username).node.id).toBe(own.data!.me.id);
     } finally {
       spy.mockRestore();
     }
