@@ -2,6 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { parseEnv } from 'node:util';
 import proxyAddr from 'proxy-addr';
 import { z } from 'zod';
+import { ANSWER_CACHE_DEFAULTS } from './db/answer-cache.js';
 import { CACHE_DEFAULTS } from './db/entity-cache.js';
 
 const bool = (fallback: boolean) =>
@@ -125,6 +126,7 @@ const environment = z.object({
   CACHE_MAX_ENTRIES: withDefault(integer(0, 100_000_000), CACHE_DEFAULTS.maxEntries),
   CACHE_MAX_BYTES: withDefault(integer(0, 1_099_511_627_776), CACHE_DEFAULTS.maxBytes),
   CACHE_TTL_SECONDS: withDefault(integer(1, MAX_TIMER_SECONDS), CACHE_DEFAULTS.ttlMs / 1000),
+  ANSWER_CACHE_MAX_BYTES: withDefault(integer(0, 1_099_511_627_776), ANSWER_CACHE_DEFAULTS.maxBytes),
   GRAPHIQL: z.enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off']).optional(),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
   LOG_FORMAT: z.enum(['auto', 'json', 'pretty']).default('auto'),
@@ -194,6 +196,8 @@ export type Config = {
   shutdownDelayMs: number;
   /** The entity cache (0 entries or 0 bytes: no cache). */
   cache: { maxEntries: number; maxBytes: number; ttlMs: number };
+  /** GraphQL answers kept whole (`db/answer-cache.ts`; 0 bytes: none kept). Dropped with the entity cache's entries. */
+  answerCache: { maxBytes: number; ttlMs: number };
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
   /** auto: pretty on a terminal outside production (when pino-pretty is installed), JSON otherwise. */
   logFormat: 'auto' | 'json' | 'pretty';
@@ -290,6 +294,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     export: { maxConcurrent: e.EXPORT_MAX_CONCURRENT, stallMs: e.EXPORT_STALL_MS, rateCost: e.EXPORT_RATE_COST },
     cache: { maxEntries: e.CACHE_MAX_ENTRIES, maxBytes: e.CACHE_MAX_BYTES, ttlMs: e.CACHE_TTL_SECONDS * 1000 },
+    answerCache: { maxBytes: e.ANSWER_CACHE_MAX_BYTES, ttlMs: e.CACHE_TTL_SECONDS * 1000 },
     corsOrigins: e.CORS_ORIGINS.trim() === '*' ? '*' : e.CORS_ORIGINS.split(',').map((o) => o.trim()).filter(Boolean),
   };
 }

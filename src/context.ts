@@ -7,7 +7,7 @@ import {
 } from './auth/authenticate.js';
 import type { Config } from './config.js';
 import type { Database } from './db/database.js';
-import type { EntityCache } from './db/entity-cache.js';
+import { ReadSet, type EntityCache } from './db/entity-cache.js';
 import type { ReadQuery } from './db/replicas.js';
 import type { LiveUpdates } from './live.js';
 import { createLoaders } from './loaders.js';
@@ -39,6 +39,15 @@ export type RequestContext = {
   /** The credentials as sent. */
   credentials: Credentials;
   live: LiveUpdates | undefined;
+  /** What this request read (through the cache or around it) and computed from the clock. */
+  reads: ReadSet;
+  /** The organizations whose details this request answered (each counted once as a retrieval). */
+  retrieved: ReadonlySet<string>;
+  /**
+   * Who the answer is for, when the credentials verify: the account (or public key's parent) and
+   * how it signed in. Answers kept for reuse are kept under it. Not recorded on the request's record.
+   */
+  viewerKey: () => Promise<string | undefined>;
   /**
    * A new context for the same request (new loaders, the caller verified again): what a
    * subscription reads each answer with. Its retrievals are not counted (a push is not one).
@@ -72,21 +81,34 @@ export type RequestSource = {
 /** The one context factory: REST and both GraphQL doors make their context here. */
 export function createRequestContext(deps: AppDependencies, source: RequestSource, options: { countRetrievals?: boolean } = {}): RequestContext {
   const { credentials, requestId, record, held } = source;
-  const loaders = createLoaders(deps.database.prisma, deps.cache);
+  const reads = new ReadSet();
+  const cache = deps.cache.recording(reads);
+  const loaders = createLoaders(deps.database.prisma, cache);
   // decisions §3 counts answers, not fields: a GraphQL operation that asks for the organization
   // under fifteen aliases is one retrieval.
   const counted = new Set<string>();
+  const staleReads: ServiceContext['staleReads'] = {
+    query: <T extends Record<string, unknown>>(text: string, params?: unknown[]) => {
+      // Read around the cache: no announcement would say that what was read changed.
+      reads.untracked = true;
+      return deps.staleReads.query<T>(text, params);
+    },
+  };
   const services: ServiceContext = {
-    prisma: deps.database.prisma,
-    sql: deps.database.sql,
-    staleReads: deps.staleReads,
-    cache: deps.cache,
+    staleReads,
+    cache,
     loaders,
-    now: deps.now,
+    now: () => {
+      const now = deps.now();
+      reads.instant(now.getTime());
+      return now;
+    },
+    clock: () => ({ now: deps.now(), holdsUntil: reads.clock() }),
     retrievals: {
-      record: (organizationId, at) => {
+      record: (organizationId) => {
         if (options.countRetrievals === false || counted.has(organizationId)) return;
         counted.add(organizationId);
+        const at = deps.now();
         // A revalidation answered 304 sent nothing: the retrieval was counted when it was sent.
         if (held) held.push(() => deps.retrievals.record(organizationId, at));
         else deps.retrievals.record(organizationId, at);
@@ -96,7 +118,7 @@ export function createRequestContext(deps: AppDependencies, source: RequestSourc
   };
   const auth: AuthDependencies = {
     loaders,
-    cache: deps.cache,
+    cache,
     jwt: {
       issuer: deps.config.jwt.issuer,
       audience: deps.config.jwt.audience,
@@ -106,20 +128,35 @@ export function createRequestContext(deps: AppDependencies, source: RequestSourc
     },
     now: deps.now,
   };
+  // Each verified once; recorded on the request's record when an operation asks for it (not when
+  // only a kept answer's key is looked for, so that the log says what the operation did).
   let jwt: Promise<Viewer> | undefined;
   let organization: Promise<Viewer> | undefined;
+  let jwtAsked: Promise<Viewer> | undefined;
+  let organizationAsked: Promise<Viewer> | undefined;
+  const hasAuthorization = credentials.authorization !== undefined && credentials.authorization !== null;
+  const jwtCaller = () => (jwt ??= authenticateJwt(credentials, auth));
+  // With an Authorization header only the JWT is tried (decisions §3): the same viewer.
+  const organizationCaller = () => (organization ??= hasAuthorization ? jwtCaller() : authenticateForOrganization(credentials, auth));
   const noted = (viewer: Viewer): Viewer => {
     record.caller = viewer.kind;
     record.organizationId = viewer.organization.parentId;
     return viewer;
   };
-  return {
+  const context: RequestContext = {
     requestId,
     services,
-    jwtViewer: () => (jwt ??= authenticateJwt(credentials, auth).then(noted)),
-    organizationViewer: () => (organization ??= authenticateForOrganization(credentials, auth).then(noted)),
+    jwtViewer: () => (jwtAsked ??= jwtCaller().then(noted)),
+    organizationViewer: () => (organizationAsked ??= organizationCaller().then(noted)),
     credentials,
     live: deps.live,
+    reads,
+    retrieved: counted,
+    viewerKey: () => organizationCaller().then(
+      (viewer) => `${viewer.via}:${viewer.kind}:${viewer.account.id}`,
+      () => undefined,
+    ),
     renew: () => createRequestContext(deps, { credentials, requestId, record: {} }, { countRetrievals: false }),
   };
+  return context;
 }

@@ -1,6 +1,6 @@
 import DataLoader from 'dataloader';
 import { MIN_SECRET_BYTES, secretKey, verificationKey, type SigningKey } from './auth/tokens.js';
-import { cacheTags, type EntityCache, type SnapshotQuery } from './db/entity-cache.js';
+import { cacheTags, type CacheReader, type SnapshotQuery } from './db/entity-cache.js';
 import { packAccount, READ_ACCOUNT_COLUMNS, unpackAccount, type AccountRow } from './db/accounts.js';
 import type { Organization, PrismaClient } from './generated/prisma/client.js';
 import type { MonthlyUsageTotals, PackagePurchase } from './domain/credit-analysis.js';
@@ -30,7 +30,7 @@ export type OrganizationSettings = Omit<Organization, 'creditBalance' | keyof ty
 /** Accounts without their secrets (decisions §7), which are never loaded. */
 const ACCOUNT_COLUMNS = READ_ACCOUNT_COLUMNS.map((column) => `"${column}"`).join(', ');
 
-export function createLoaders(prisma: PrismaClient, cache: EntityCache) {
+export function createLoaders(prisma: PrismaClient, cache: CacheReader) {
   const accountForm = { pack: packAccount, unpack: unpackAccount };
   // Accounts are what a new user's first request misses: one plain SQL statement on the pool
   // (the driver types the columns as Prisma does), without the ORM's per-query cost.

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ChangeFeed } from './db/change-feed.js';
+import type { AnswerCache } from './db/answer-cache.js';
 import type { EntityCache } from './db/entity-cache.js';
 
 /** What the metrics read when scraped; given as functions, since some are made after the metrics. */
@@ -26,6 +27,8 @@ export type MetricSources = {
   exportsRunning: () => number;
   /** GraphQL executions by engine, and documents that did not compile. */
   executions: () => { compiled: number; reference: number; compileFailures: number };
+  /** GraphQL answers kept whole. */
+  answers?: () => AnswerCache;
 };
 
 /** One answered request, as its log line and metrics see it. */
@@ -106,6 +109,17 @@ export function createMetrics(sources: MetricSources): Metrics {
     },
   });
   mirrored('api_graphql_compile_failures_total', 'Query documents that did not compile and run on the reference executor.', () => sources.executions().compileFailures);
+  const answers = sources.answers;
+  if (answers) {
+    mirrored('api_answer_cache_hits_total', 'GraphQL requests answered with a kept answer, the pipeline not run.', () => answers().stats.hits);
+    mirrored('api_answer_cache_misses_total', 'GraphQL lookups of a kept answer that found none (or one past its time).', () => answers().stats.misses);
+    mirrored('api_answer_cache_shared_total', 'GraphQL misses that waited for the same answer being computed for another request.', () => answers().stats.shared);
+    mirrored('api_answer_cache_stored_total', 'GraphQL answers kept.', () => answers().stats.stored);
+    mirrored('api_answer_cache_dropped_total', 'Kept GraphQL answers dropped because something they were computed from changed.', () => answers().stats.dropped);
+    mirrored('api_answer_cache_evictions_total', 'Kept GraphQL answers evicted to stay within ANSWER_CACHE_MAX_BYTES.', () => answers().stats.evictions);
+    gauge('api_answer_cache_entries', 'GraphQL answers kept.', () => answers().size);
+    gauge('api_answer_cache_bytes', 'Estimated bytes of the GraphQL answers kept.', () => answers().bytes);
+  }
   const replicas = sources.replicas;
   if (replicas) {
     new Gauge({

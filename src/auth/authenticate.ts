@@ -8,7 +8,7 @@ import {
   UnauthorizedError,
   UserNotFoundError,
 } from '../errors.js';
-import type { EntityCache } from '../db/entity-cache.js';
+import type { CacheReader } from '../db/entity-cache.js';
 import type { AccountRow } from '../db/accounts.js';
 import type { Loaders, OrganizationSettings } from '../loaders.js';
 import { bearerToken, isCanonicalJws } from './credentials.js';
@@ -29,7 +29,7 @@ export type Credentials = { authorization?: string | null; publicKey?: string | 
 export type AuthDependencies = {
   loaders: Loaders;
   /** Remembers verified tokens (dropped with their organization's key). */
-  cache: EntityCache;
+  cache: CacheReader;
   jwt: {
     issuer?: string;
     audience?: string;

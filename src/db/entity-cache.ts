@@ -2,6 +2,7 @@ import { LRUCache } from 'lru-cache';
 import type { ChangeFeed } from './change-feed.js';
 import type { Change, ChangedEntity } from './changes.js';
 import type { SqlDriver } from './database.js';
+import { TagIndex } from './tag-index.js';
 
 /**
  * What a read's snapshot saw (PostgreSQL's `pg_current_snapshot()`): every transaction below
@@ -97,6 +98,8 @@ export type ReadThroughOptions<V, Stored> = {
   share?: boolean;
   /** Whether a cached value may still be served (a count past its validity is read again). */
   usable?: (value: V) => boolean;
+  /** The request's record of what it read: every key's tags are added, hits and misses alike. */
+  reads?: ReadSet;
 };
 
 /** The cache's own bytes per entry: its slot in the LRU's map and lists, and the entry object. */
@@ -159,6 +162,52 @@ export function estimateBytes(value: unknown, depth = 0): number {
 /** A read that may be stored: taken before the query, so a change announced meanwhile wins (unless the read saw it). */
 export type CacheTicket = { readonly epoch: number };
 
+/**
+ * What one request read, for an answer computed from it that is kept (`answer-cache.ts`): the
+ * tags of everything read through the cache, whether anything was read around it (then the
+ * answer is not kept), and until when what was computed from the clock holds.
+ */
+export class ReadSet {
+  readonly tags = new Set<string>();
+  /** Something was read outside the cache: no announcement would tell that it changed. */
+  untracked = false;
+  /** Epoch milliseconds until which the answer's clock-dependent parts hold. */
+  validUntil = Number.POSITIVE_INFINITY;
+  /** Clock readings whose validity was not stated yet. */
+  private open = 0;
+
+  add(tags: readonly string[]): void {
+    for (const tag of tags) this.tags.add(tag);
+  }
+
+  /** The answer holds only at this instant (the default for anything computed from the clock). */
+  instant(at: number): void {
+    this.validUntil = Math.min(this.validUntil, at);
+  }
+
+  /** A clock reading whose consequence is stated later with `holdsUntil` (until then, not kept). */
+  clock(): (until: number) => void {
+    this.open += 1;
+    let stated = false;
+    return (until) => {
+      if (!stated) this.open -= 1;
+      stated = true;
+      this.validUntil = Math.min(this.validUntil, until);
+    };
+  }
+
+  /** Whether an answer made of these reads may be kept at `now`. */
+  reusable(now: number): boolean {
+    return !this.untracked && this.open === 0 && now < this.validUntil;
+  }
+}
+
+/** The read-through calls of the cache, as loaders and services use them. */
+export type CacheReader = Pick<EntityCache, 'through' | 'throughMany'>;
+
+/** Told of every invalidation: what keeps answers built on the cache's entries (`answer-cache.ts`). */
+export type InvalidationListener = { invalidated(tag: string): void; cleared(): void };
+
 /** Invalidated tags remembered, with when: enough for every read in flight, bounded. */
 const INVALIDATIONS_REMEMBERED = 10_000;
 
@@ -188,11 +237,8 @@ const INVALIDATIONS_REMEMBERED = 10_000;
 export class EntityCache {
   /** Undefined when the cache is turned off (no entries or no bytes allowed). */
   private readonly entries: LRUCache<string, Entry> | undefined;
-  /**
-   * Which keys carry a tag; kept in step with `entries` by its dispose hook. Most tags belong to
-   * one entry (an account's own): those hold the key itself rather than a set of one.
-   */
-  private readonly byTag = new Map<string, string | Set<string>>();
+  /** Which keys carry a tag; kept in step with `entries` by its dispose hook. */
+  private readonly byTag = new TagIndex();
   /** Counts invalidations; a ticket is the count when its read started. */
   private epoch = 0;
   /** When each recently invalidated tag was invalidated last, and by which transaction. */
@@ -209,6 +255,7 @@ export class EntityCache {
   /** Reads in flight (`track`), for callers arriving meanwhile (`join`). */
   private readonly reads = new Map<string, RunningRead>();
   private readonly unsubscribe: () => void;
+  private readonly listeners = new Set<InvalidationListener>();
   readonly stats = { hits: 0, misses: 0, invalidations: 0, evictions: 0, sharedReads: 0, announcements: 0 };
 
   constructor(
@@ -227,7 +274,7 @@ export class EntityCache {
         ttl: options.ttlMs,
         dispose: (entry, key, reason) => {
           if (reason === 'evict') this.stats.evictions += 1;
-          this.untag(key, entry.tags);
+          this.byTag.remove(key, entry.tags);
         },
       });
     }
@@ -235,6 +282,28 @@ export class EntityCache {
       change: (change) => this.onChange(change),
       reset: () => this.clear(),
     });
+  }
+
+  /** Whether entries may be served: the database's announcements are being heard. */
+  get live(): boolean {
+    return this.feed.live && this.entries !== undefined;
+  }
+
+  /** Tells `listener` of every tag invalidated and every clear, until the returned function is called. */
+  listen(listener: InvalidationListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /**
+   * The read-through calls with every read recorded in `reads`: what a request's loaders and
+   * services read through, so that an answer made of it can be kept and dropped with them.
+   */
+  recording(reads: ReadSet): CacheReader {
+    return {
+      throughMany: (namespace, keys, load, tags, options = {}) => this.throughMany(namespace, keys, load, tags, { ...options, reads }),
+      through: (key, tags, read, options = {}) => this.through(key, tags, read, { ...options, reads }),
+    };
   }
 
   /** Entries held now. */
@@ -280,13 +349,7 @@ export class EntityCache {
     if (!this.entries) return;
     // An entry larger than the whole bound is not stored (and any older one under the key is dropped).
     this.entries.set(key, entry);
-    if (this.entries.peek(key) !== entry) return;
-    for (const tag of entry.tags) {
-      const keys = this.byTag.get(tag);
-      if (keys === undefined) this.byTag.set(tag, key);
-      else if (typeof keys !== 'string') keys.add(key);
-      else if (keys !== key) this.byTag.set(tag, new Set([keys, key]));
-    }
+    if (this.entries.peek(key) === entry) this.byTag.add(key, entry.tags);
   }
 
   /**
@@ -303,7 +366,12 @@ export class EntityCache {
     tags: (key: string, value: V | null) => readonly string[],
     options: ReadThroughOptions<V, Stored> = {},
   ): Promise<(V | null)[]> {
-    const { form, share, usable } = options;
+    const { form, share, usable, reads } = options;
+    if (reads) {
+      const values = await this.throughMany(namespace, keys, load, tags, { form, share, usable });
+      keys.forEach((key, i) => reads.add(tags(key, values[i]!)));
+      return values;
+    }
     const keyOf = (key: string) => (namespace === '' ? key : `${namespace}:${key}`);
     const results: (V | null | undefined)[] = keys.map((key) => {
       const stored = this.get<Stored | null>(keyOf(key))?.value;
@@ -401,7 +469,7 @@ export class EntityCache {
    * Whether none of `tags` was invalidated (and nothing cleared) since `ticket` was taken, other
    * than by changes a read with snapshot `seen` saw.
    */
-  private unchangedSince(ticket: CacheTicket, tags: readonly string[], seen?: Snapshot): boolean {
+  unchangedSince(ticket: CacheTicket, tags: readonly string[], seen?: Snapshot): boolean {
     if (ticket.epoch < this.clearedAt || ticket.epoch < this.forgottenUpTo) return false;
     for (const tag of tags) {
       const last = this.invalidatedAt.peek(tag);
@@ -429,11 +497,9 @@ export class EntityCache {
     this.epoch += 1;
     this.invalidatedAt.set(tag, { epoch: this.epoch, version });
     this.stats.invalidations += 1;
+    for (const listener of this.listeners) listener.invalidated(tag);
     this.drop(tag, version);
-    const keys = this.byTag.get(tag);
-    if (keys === undefined) return;
-    if (typeof keys === 'string') this.drop(keys, version);
-    else for (const key of [...keys]) this.drop(key, version);
+    for (const key of this.byTag.keys(tag)) this.drop(key, version);
   }
 
   private drop(key: string, version: number | undefined): void {
@@ -448,22 +514,12 @@ export class EntityCache {
     this.clearedAt = this.epoch;
     this.entries?.clear();
     this.byTag.clear();
+    for (const listener of this.listeners) listener.cleared();
   }
 
   close(): void {
     this.unsubscribe();
     this.clear();
-  }
-
-  private untag(key: string, tags: readonly string[]): void {
-    for (const tag of tags) {
-      const keys = this.byTag.get(tag);
-      if (keys === key) this.byTag.delete(tag);
-      else if (typeof keys === 'object') {
-        keys.delete(key);
-        if (keys.size === 0) this.byTag.delete(tag);
-      }
-    }
   }
 
   /**

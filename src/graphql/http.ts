@@ -1,7 +1,8 @@
 import { GraphQLError, type ExecutionResult } from 'graphql';
 import { LRUCache } from 'lru-cache';
+import type { Answer } from '../db/answer-cache.js';
 import type { ApiError } from '../errors.js';
-import type { Exchange } from '../http/exchange.js';
+import { entityTag, type Exchange } from '../http/exchange.js';
 
 /*
  * GraphQL over HTTP's framing of a single result, as graphql-yoga frames it (its regular result
@@ -144,6 +145,13 @@ export function sendResult(exchange: Exchange, result: ExecutionResult, mediaTyp
   const contentType = `${mediaType}; charset=utf-8`;
   if (revalidatable(exchange, status, () => Boolean(result.errors?.length))) exchange.sendRevalidated(contentType, serialiseResult(result));
   else exchange.send(status, contentType, serialiseResult(result), { noStore: true });
+}
+
+/** A kept answer (no errors, so 200), as `sendResult` would send the result it was made from. */
+export function sendAnswer(exchange: Exchange, answer: Answer, mediaType: RegularMediaType): void {
+  const contentType = `${mediaType}; charset=utf-8`;
+  if (revalidatable(exchange, 200, () => false)) exchange.sendRevalidated(contentType, answer.body, (answer.etag ??= entityTag(answer.body)));
+  else exchange.send(200, contentType, answer.body, { noStore: true });
 }
 
 /**

@@ -1,6 +1,9 @@
 import { getOperationAST, type ExecutionResult } from 'graphql';
+import { LRUCache } from 'lru-cache';
+import type { RequestContext } from '../context.js';
+import { MAX_ANSWER_KEY_LENGTH, type Answer, type AnswerCache } from '../db/answer-cache.js';
 import type { Exchange } from '../http/exchange.js';
-import { regularMediaType, sendResult, type RegularMediaType } from './http.js';
+import { regularMediaType, sendAnswer, sendResult, serialiseResult, type RegularMediaType } from './http.js';
 import { resolvePersistedOperation, type GraphQLParams, type PersistedRule } from './persisted.js';
 import type { GraphQLPipeline } from './pipeline.js';
 
@@ -10,7 +13,17 @@ import type { GraphQLPipeline } from './pipeline.js';
  * or Response in between. Anything else it does not take, and the full server (yoga.ts) answers:
  * GraphiQL, event streams and multipart answers, form bodies, batches, and every malformed request
  * (so that its refusals are Yoga's own, word for word).
+ *
+ * A query's answer is kept (`db/answer-cache.ts`) under its document, variables and viewer when it
+ * has no errors and was computed from the cache's entries alone, and served again, as the bytes
+ * first sent, while none of them changed: the credentials are verified again for every request
+ * (the viewer is part of the key), the retrievals it shows are counted again, and nothing else of
+ * the pipeline runs.
  */
+
+/** Documents with answers kept, by their text: a short id instead of the text in every answer's key. */
+const DOCUMENTS_KEPT = 256;
+const DOCUMENT_BYTES = 4 * 1024 * 1024;
 
 const MEMBERS = new Set(['query', 'variables', 'operationName', 'extensions']);
 
@@ -62,7 +75,34 @@ function fromQueryString(query: string): GraphQLParams | undefined {
 
 export type LeanDoor = (exchange: Exchange, body: Buffer | undefined) => Promise<boolean>;
 
-export function createLeanDoor(pipeline: GraphQLPipeline, options: { graphiql: boolean; persisted: PersistedRule }): LeanDoor {
+export type LeanDoorOptions = {
+  graphiql: boolean;
+  persisted: PersistedRule;
+  /** Where answers are kept; none: every request runs the pipeline. */
+  answers?: AnswerCache;
+  /** The clock kept answers are checked against (epoch ms). */
+  now: () => number;
+};
+
+export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptions): LeanDoor {
+  const { answers, now } = options;
+  let documentIds = 0;
+  const documents = new LRUCache<string, number>({ max: DOCUMENTS_KEPT, maxSize: DOCUMENT_BYTES, sizeCalculation: (_id, text) => 2 * text.length + 64 });
+
+  /** The id of a document with answers kept (a new one for a document seen first). */
+  function documentId(query: string): number {
+    let id = documents.get(query);
+    if (id === undefined) documents.set(query, (id = ++documentIds));
+    return id;
+  }
+
+  /** The key of a query's answer for `viewer`; undefined when it is too long to be worth keeping. */
+  function answerKey(document: number, params: GraphQLParams, viewer: string): string | undefined {
+    const variables = params.variables == null ? '' : JSON.stringify(params.variables);
+    const key = `${document}\n${params.operationName ?? ''}\n${viewer}\n${variables}`;
+    return key.length <= MAX_ANSWER_KEY_LENGTH ? key : undefined;
+  }
+
   /** The request's operation and media type, when the lean door takes it. */
   function take(exchange: Exchange, body: Buffer | undefined): { params: GraphQLParams; mediaType: RegularMediaType } | undefined {
     const method = exchange.request.method;
@@ -80,34 +120,96 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: { graphiql: b
     return params && { params, mediaType };
   }
 
-  async function execute(exchange: Exchange, params: GraphQLParams): Promise<ExecutionResult | undefined> {
+  /** The result, and whether the operation was a query; undefined for a subscription (not the lean door's). */
+  async function execute(exchange: Exchange, params: GraphQLParams, prepared?: RequestContext): Promise<{ result: ExecutionResult; query: boolean } | undefined> {
     try {
-      params = resolvePersistedOperation(params, options.persisted, exchange.record);
-      const enveloped = pipeline.getEnveloped({ exchange, params } as never);
+      const enveloped = pipeline.getEnveloped({ exchange, params, prepared } as never);
       const document = enveloped.parse(params.query!);
       const errors = enveloped.validate(enveloped.schema, document);
-      if (errors.length > 0) return { errors };
+      if (errors.length > 0) return { result: { errors }, query: false };
+      const operation = getOperationAST(document, params.operationName)?.operation;
       // Subscriptions stream: the full server's transport answers them.
-      if (getOperationAST(document, params.operationName)?.operation === 'subscription') return undefined;
+      if (operation === 'subscription') return undefined;
       const contextValue = await enveloped.contextFactory();
-      return (await enveloped.execute({
+      const result = (await enveloped.execute({
         schema: enveloped.schema,
         document,
         contextValue,
         variableValues: params.variables,
         operationName: params.operationName,
       })) as ExecutionResult;
+      return { result, query: operation === 'query' };
     } catch (error) {
-      return { errors: [pipeline.maskError(error)] };
+      return { result: { errors: [pipeline.maskError(error)] }, query: false };
     }
+  }
+
+  /**
+   * The answer to keep: a query's result without errors, for the viewer the operation verified,
+   * computed from what the cache tracks alone.
+   */
+  function keepable(outcome: { result: ExecutionResult; query: boolean }, context: RequestContext, exchange: Exchange): Answer | undefined {
+    const { result, query } = outcome;
+    if (!query || result.errors?.length || result.extensions !== undefined || exchange.record.caller === undefined) return undefined;
+    if (!context.reads.reusable(now())) return undefined;
+    const text = serialiseResult(result);
+    // Its own memory, not a slice of a shared pool slab that one kept answer would hold whole.
+    const body = Buffer.allocUnsafeSlow(Buffer.byteLength(text));
+    body.write(text);
+    return { body, label: exchange.record.operation, retrievals: [...context.retrieved], validUntil: context.reads.validUntil };
+  }
+
+  /** A kept answer, for this request: its caller and label recorded and its retrievals counted again. */
+  async function serveKept(exchange: Exchange, context: RequestContext, answer: Answer, mediaType: RegularMediaType): Promise<void> {
+    await context.organizationViewer();
+    exchange.record.operation = answer.label;
+    for (const organizationId of answer.retrievals) context.services.retrievals.record(organizationId);
+    sendAnswer(exchange, answer, mediaType);
   }
 
   return async function serveLean(exchange, body) {
     const taken = take(exchange, body);
     if (!taken) return false;
-    const result = await execute(exchange, taken.params);
-    if (!result) return false;
-    sendResult(exchange, result, taken.mediaType);
-    return true;
+    let params: GraphQLParams;
+    try {
+      params = resolvePersistedOperation(taken.params, options.persisted, exchange.record);
+    } catch (error) {
+      sendResult(exchange, { errors: [pipeline.maskError(error)] }, taken.mediaType);
+      return true;
+    }
+    if (!answers?.enabled || !params.query) {
+      const outcome = await execute(exchange, params);
+      if (!outcome) return false;
+      sendResult(exchange, outcome.result, taken.mediaType);
+      return true;
+    }
+    const context = pipeline.context(exchange);
+    const viewer = await context.viewerKey();
+    const known = documents.get(params.query);
+    const key = viewer === undefined || known === undefined ? undefined : answerKey(known, params, viewer);
+    if (key !== undefined) {
+      let kept = answers.get(key, now());
+      if (!kept) {
+        const shared = await answers.shared(key);
+        if (shared && now() < shared.validUntil) kept = shared;
+      }
+      if (kept) {
+        await serveKept(exchange, context, kept, taken.mediaType);
+        return true;
+      }
+    }
+    const computation = viewer === undefined ? undefined : answers.begin(key);
+    try {
+      const outcome = await execute(exchange, params, context);
+      if (!outcome) return false;
+      const answer = computation && keepable(outcome, context, exchange);
+      // A document is given an id once an answer to it is kept.
+      if (answer) computation!.finish(answer, context.reads.tags, key ?? answerKey(documentId(params.query), params, viewer!));
+      if (answer) sendAnswer(exchange, answer, taken.mediaType);
+      else sendResult(exchange, outcome.result, taken.mediaType);
+      return true;
+    } finally {
+      computation?.finish(undefined, []);
+    }
   };
 }

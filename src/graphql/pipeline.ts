@@ -30,8 +30,11 @@ import { schema } from './schema.js';
  * door has.
  */
 
-/** What each door hands the pipeline: the request's exchange (credentials, request id, record). */
-export type GraphQLInitialContext = { exchange: Exchange };
+/**
+ * What each door hands the pipeline: the request's exchange (credentials, request id, record), and
+ * the request's context when the door made it already (the lean door does, to find a kept answer).
+ */
+export type GraphQLInitialContext = { exchange: Exchange; prepared?: RequestContext };
 export type GraphQLContext = GraphQLInitialContext & RequestContext;
 
 /**
@@ -166,6 +169,8 @@ export type GraphQLPipeline = {
   maskError: (error: unknown) => GraphQLError;
   /** Executions by engine since the start. */
   executions: ExecutionCounts;
+  /** The one context factory, for a door that needs the request's context before the pipeline runs. */
+  context: (exchange: Exchange) => RequestContext;
 };
 
 /**
@@ -199,8 +204,13 @@ export function createGraphQLPipeline(deps: AppDependencies, logger: Logger, opt
     useHttpSemantics(),
     useCompiledExecution({ compileAfter: options.compileAfter ?? COMPILE_AFTER_EXECUTIONS, logger, counts: executions }),
     useObserve(logger),
-    useExtendContext(({ exchange }: GraphQLInitialContext) => createRequestContext(deps, exchange)),
+    useExtendContext(({ exchange, prepared }: GraphQLInitialContext) => prepared ?? createRequestContext(deps, exchange)),
     useMaskedErrors({ maskError: (error) => maskError(error) }),
   ];
-  return { getEnveloped: envelop({ plugins }) as unknown as GetEnvelopedFn<GraphQLContext>, maskError, executions };
+  return {
+    getEnveloped: envelop({ plugins }) as unknown as GetEnvelopedFn<GraphQLContext>,
+    maskError,
+    executions,
+    context: (exchange) => createRequestContext(deps, exchange),
+  };
 }

@@ -6,6 +6,7 @@ import { createExports, EXPORT_PATH, type Exports } from '../rest/export.js';
 import { LiveUpdates } from '../live.js';
 import { RegisteredOperations } from '../graphql/persisted.js';
 import type { Database } from '../db/database.js';
+import { AnswerCache } from '../db/answer-cache.js';
 import { EntityCache } from '../db/entity-cache.js';
 import {
   ApiError,
@@ -141,6 +142,7 @@ export function createApp(options: AppOptions): App {
     unsavedRetrievals: () => deps.retrievals.unsaved,
     droppedLogLines: () => logger.dropped(),
     executions: () => pipeline.executions,
+    answers: () => answers,
     requestsInFlight: () => inFlight,
     liveSubscriptions: () => deps.live?.open ?? 0,
     livePushes: () => deps.live?.pushes ?? 0,
@@ -184,7 +186,11 @@ export function createApp(options: AppOptions): App {
   // One rule for both doors: stored operations, and in the default mode the ones clients register.
   const persisted = { persistedOnly: config.persistedOperationsOnly, registered: new RegisteredOperations() };
   const yoga = createYogaDoor(pipeline, config, { graphiqlHeaders: options.graphiqlHeaders, persisted });
-  const lean = options.graphqlDoor === 'full' ? undefined : createLeanDoor(pipeline, { graphiql: config.graphiql, persisted });
+  const answers = new AnswerCache(deps.cache, config.answerCache);
+  const lean =
+    options.graphqlDoor === 'full'
+      ? undefined
+      : createLeanDoor(pipeline, { graphiql: config.graphiql, persisted, answers, now: () => now().getTime() });
   const limiter = new RateLimiter(config.rateLimit, database.pgPool, (up, error) => {
     if (up) logger.info('rate-limit store connected; limits are shared');
     else logger.warn('rate-limit store unreachable; this instance limits in memory until it is back', { error });
@@ -320,6 +326,7 @@ export function createApp(options: AppOptions): App {
       await replicas?.close();
       await deps.retrievals.close();
       stopChildList();
+      answers.close();
       deps.cache.close();
       await feed.close();
     },

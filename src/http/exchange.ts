@@ -109,8 +109,7 @@ export class Exchange {
    * (a digest of the exact bytes), `Cache-Control: private, no-cache` (shared caches keep nothing),
    * `Vary` on the credentials, and 304 without a body when `If-None-Match` names the tag.
    */
-  sendRevalidated(contentType: string, payload: string | Buffer): void {
-    const tag = entityTag(payload);
+  sendRevalidated(contentType: string, payload: string | Buffer, tag = entityTag(payload)): void {
     this.addHeaders({ ETag: tag, 'Cache-Control': REVALIDATE, Vary: 'Authorization, X-Public-Key' });
     if (noneMatch(this.header('if-none-match'), tag)) this.send(200, contentType, payload);
     else this.send(304, undefined, '');

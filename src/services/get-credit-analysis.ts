@@ -1,5 +1,5 @@
 import type { Viewer } from '../auth/authenticate.js';
-import { analyseCredits, type CreditAnalysis } from '../domain/credit-analysis.js';
+import { analyseCredits, projectionHoldsUntil, type CreditAnalysis } from '../domain/credit-analysis.js';
 import { monthStart } from '../domain/dates.js';
 import { UserNotFoundError } from '../errors.js';
 import type { ServiceContext } from './context.js';
@@ -7,7 +7,7 @@ import type { ServiceContext } from './context.js';
 /** The parent's credit analysis (spec: GET /parent/credit-analysis, decisions §5). */
 export async function getCreditAnalysis(viewer: Viewer, context: ServiceContext): Promise<CreditAnalysis> {
   const { organization } = viewer;
-  const now = context.now();
+  const { now, holdsUntil } = context.clock();
   const totalChildAccounts = organization.childCount;
   const [usage, purchases, balances] = await Promise.all([
     context.loaders.monthlyUsage.load(`${organization.parentId}|${monthStart(now).toISOString()}`),
@@ -15,7 +15,7 @@ export async function getCreditAnalysis(viewer: Viewer, context: ServiceContext)
     context.loaders.balancesByParentId.load(organization.parentId),
   ]);
   if (!balances) throw new UserNotFoundError('The organization no longer exists.');
-  return analyseCredits({
+  const analysis = analyseCredits({
     creditBalance: balances.creditBalance,
     totalFreeUsers: organization.totalFreeUsers,
     totalChildAccounts,
@@ -23,4 +23,7 @@ export async function getCreditAnalysis(viewer: Viewer, context: ServiceContext)
     purchases,
     now,
   });
+  // The clock picks this month's usage and scales the projection: both hold until this.
+  holdsUntil(projectionHoldsUntil(analysis.totalCreditsUsed, now));
+  return analysis;
 }

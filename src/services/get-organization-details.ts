@@ -53,6 +53,6 @@ export async function getOrganizationDetails(viewer: Viewer, context: ServiceCon
       jwtSecret: isParentByJwt(viewer) ? organization.jwtSecret : MASKED_SECRET,
     },
   };
-  context.retrievals.record(organization.parentId, context.now());
+  context.retrievals.record(organization.parentId);
   return details;
 }

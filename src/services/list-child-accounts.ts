@@ -237,12 +237,15 @@ async function countChildren(
   context: ServiceContext,
 ): Promise<Stats> {
   const parentId = viewer.account.id;
-  const now = context.now().getTime();
+  const clock = context.clock();
+  const now = clock.now.getTime();
   // With the snapshot: a count that already saw a sign-in announced meanwhile is still stored.
   const counted = await context.cache.through(filters.cacheKey, [cacheTags.children(parentId)], (query) => queryCounts(filters, now, query), {
     share: true,
     usable: (hit) => now >= hit.computedAt && now < hit.validUntil,
   });
+  // The active count holds until its oldest login leaves the window.
+  clock.holdsUntil(counted.validUntil);
   // Unfiltered, the total is read from the organization each time, not kept with the count.
   return { total: counted.total ?? viewer.organization.childCount, active: counted.active };
 }

@@ -4,6 +4,12 @@ import { readFileSync } from 'node:fs';
  * The CPU of a server process split by layer, from a V8 CPU profile (node --cpu-prof): each
  * sample goes to the layer of the innermost frame on its stack that belongs to one, so that time
  * in a library or in V8's builtins counts for the code that called it.
+ *
+ * V8 samples by wall clock: a thread that the kernel deschedules inside a system call (a socket
+ * write that wakes the client on a shared core) goes on being sampled there. So idle samples are
+ * left out, and samples whose innermost frame is one of Node's native calls into the kernel are
+ * reported on their own ("system calls"), outside the split: the shares are of the rest, the
+ * samples spent running JavaScript, V8 and the garbage collector.
  */
 
 type ProfileNode = { id: number; callFrame: { functionName: string; url: string }; children?: number[] };
@@ -21,7 +27,14 @@ const LAYERS: [string, RegExp][] = [
 /** Node's own code counts for the layer that called it; only what nothing above claims is HTTP. */
 const HTTP = 'HTTP (node:http, net, streams, timers)';
 const SPECIAL: Record<string, string> = { '(garbage collector)': 'garbage collection', '(program)': 'V8 and native (no JS frame)', '(idle)': 'idle' };
+/** Node's native functions that enter the kernel (socket and file writes, reads, closes). */
+export const SYSTEM_CALLS = 'system calls (wall time in the kernel, outside the split)';
+const KERNEL_ENTRIES = new Set(['writev', 'writeBuffer', 'writeUtf8String', 'writeLatin1String', 'writeAsciiString', 'writeUcs2String', 'readStart', 'readStop', 'shutdown', 'close', 'read', 'write', 'fsync', 'accept', 'connect']);
 
+/**
+ * The busy samples by layer: `share` of the samples outside system calls and idle; the system
+ * calls' row has its share of all busy samples instead (in `share`), and comes last.
+ */
 export function layerSplit(file: string): { layer: string; ms: number; share: number }[] {
   const profile = JSON.parse(readFileSync(file, 'utf8')) as CpuProfile;
   const byId = new Map(profile.nodes.map((node) => [node.id, node]));
@@ -33,7 +46,11 @@ export function layerSplit(file: string): { layer: string; ms: number; share: nu
     const known = layerOf.get(id);
     if (known) return known;
     const { functionName, url } = byId.get(id)!.callFrame;
-    let layer = Object.hasOwn(SPECIAL, functionName) ? SPECIAL[functionName] : LAYERS.find(([, rule]) => rule.test(url))?.[0];
+    let layer = Object.hasOwn(SPECIAL, functionName)
+      ? SPECIAL[functionName]
+      : url === '' && KERNEL_ENTRIES.has(functionName)
+        ? SYSTEM_CALLS
+        : LAYERS.find(([, rule]) => rule.test(url))?.[0];
     if (!layer) {
       const up = parent.get(id);
       layer = up === undefined ? (url.startsWith('node:') ? HTTP : 'other') : claimed(up);
@@ -49,10 +66,13 @@ export function layerSplit(file: string): { layer: string; ms: number; share: nu
     totals.set(layer, (totals.get(layer) ?? 0) + (profile.timeDeltas[i] ?? 0));
   });
   totals.delete('idle');
-  const busy = [...totals.values()].reduce((a, b) => a + b, 0);
-  return [...totals.entries()]
-    .map(([layer, us]) => ({ layer, ms: Math.round(us / 1000), share: us / busy }))
-    .sort((a, b) => b.ms - a.ms);
+  const kernel = totals.get(SYSTEM_CALLS) ?? 0;
+  totals.delete(SYSTEM_CALLS);
+  const running = [...totals.values()].reduce((a, b) => a + b, 0);
+  return [
+    ...[...totals.entries()].map(([layer, us]) => ({ layer, ms: Math.round(us / 1000), share: us / running })).sort((a, b) => b.ms - a.ms),
+    { layer: SYSTEM_CALLS, ms: Math.round(kernel / 1000), share: kernel / (running + kernel) },
+  ];
 }
 
 /** `tsx test/bench/layers.ts <file.cpuprofile>`: prints the split. */

@@ -9,7 +9,7 @@ import { openDatabase } from '../../src/db/database.js';
 import { migrate } from '../../src/db/migrator.js';
 import { seed } from '../../src/dev/demo-data.js';
 import { freePort, postgresBinDir, startCluster, type Cluster } from '../helpers/postgres-cluster.js';
-import { layerSplit } from './layers.js';
+import { layerSplit, SYSTEM_CALLS } from './layers.js';
 
 /*
  * npm run bench: the product against the floor (one prepared pg query as JSON over node:http),
@@ -233,9 +233,11 @@ try {
   const childProfileFields = 'userID username email publicKey accountType parentAccount accountStatus emailVerified createdAt updatedAt lastLogin organizationName domainRestrictionEnabled emailVerificationRequired authProvider lastLoginProvider providerAId childSignupCount signInCount emailConfirmationCount providerAAuthCount providerBAuthCount providerCAuthCount providerDAuthCount lastPasswordChanged loginAttempts lastLoginAttempt lockedUntil lastResetPasswordRequestAt';
   const profileFields = 'userID username email publicKey accountType parentAccount accountStatus emailVerified createdAt updatedAt lastLogin organizationName domainRestrictionEnabled emailVerificationRequired authProvider lastLoginProvider providerAId childSignupCount signInCount emailConfirmationCount providerAAuthCount providerBAuthCount providerCAuthCount providerDAuthCount lastPasswordChanged loginAttempts lastLoginAttempt lockedUntil lastResetPasswordRequestAt ... on ParentAccount { organizationUrl authUrls { signin signup } creditBalance totalFreeUsers billableChildAccounts totalChildAccounts packagesHistory { packageType purchaseDate creditsAdded freeUsersAdded price transactionId } accountBalance availableBalance providerASsoConfig { enabled clientId } lastLowCreditNotificationAt lastCriticalCreditNotificationAt lastDepletedCreditNotificationAt }';
   const dashboard = `{ me { ${profileFields} } organization { organizationName credentials { publicKey jwtSecret } } creditAnalysis { creditBalance totalCreditsUsed projectedMonthlyUsage alerts { low critical depleted } } childAccounts(limit: 50) { edges { node { username email lastSeen registered } } pageInfo { hasNextPage endCursor } stats { total active } } }`;
+  const organizationQuery = '{ organization { organizationName organizationUrl authUrls { signin signup verify reset update resend successful } domainRestrictionEnabled emailVerificationRequired providerASsoConfig { enabled clientId } credentials { publicKey jwtSecret } } }';
   const scenarios: Scenario[] = [
     { name: 'floor: one prepared pg query', url: `http://127.0.0.1:${floorPort}/` },
     { name: 'ceiling: the same bytes from memory', url: `http://127.0.0.1:${ceilingPort}/` },
+    { name: 'healthz', url: `${base}/healthz` },
     { name: 'REST profile (parent)', url: `${base}/auth/user-profile`, headers: auth(parentToken), target: 0.5 },
     { name: 'REST profile (child)', url: `${base}/auth/user-profile`, headers: auth(childToken), target: 0.5 },
     { name: 'REST organization (JWT)', url: `${base}/auth/organization-details`, headers: auth(parentToken), target: 0.3 },
@@ -250,7 +252,7 @@ try {
     { name: 'REST child accounts, depth 10,000, 1 caller', url: `${base}/auth/child-accounts?lastKey=${encodeURIComponent(walk)}`, headers: auth(parentToken), connections: 1 },
     { name: 'REST credit analysis', url: `${base}/parent/credit-analysis`, headers: auth(parentToken), target: 0.3 },
     { name: 'GraphQL me (REST profile fields)', url: `${base}/graphql`, ...gql(`{ me { ${profileFields} } }`), target: 0.5 },
-    { name: 'GraphQL organization', url: `${base}/graphql`, ...gql('{ organization { organizationName organizationUrl authUrls { signin signup verify reset update resend successful } domainRestrictionEnabled emailVerificationRequired providerASsoConfig { enabled clientId } credentials { publicKey jwtSecret } } }') },
+    { name: 'GraphQL organization', url: `${base}/graphql`, ...gql(organizationQuery) },
     { name: 'GraphQL childAccounts', url: `${base}/graphql`, ...gql('{ childAccounts { edges { node { username email lastSeen registered } } pageInfo { hasNextPage endCursor } stats { total active } } }') },
     { name: 'GraphQL creditAnalysis', url: `${base}/graphql`, ...gql('{ creditAnalysis { creditBalance totalFreeUsers totalChildAccounts billableUsers monthlyRetentionCredits operationUsage { childSignups signIns emailVerifications socialSignIns { providerA providerB providerC providerD total } } totalCreditsUsed projectedMonthlyUsage alerts { low critical depleted } packageHistory { packageType purchaseDate creditsAdded freeUsersAdded price transactionId } } }') },
     { name: 'GraphQL dashboard (all four)', url: `${base}/graphql`, ...gql(dashboard) },
@@ -260,13 +262,15 @@ try {
       ? ([
           { name: `REST profile (child), ${crowd}`, url: `${base}/auth/user-profile`, ...many({}), target: 1.0 },
           { name: `REST organization (JWT), ${crowd}`, url: `${base}/auth/organization-details`, ...many({}), target: 1.0 },
-          { name: `GraphQL me, client Accept, ${crowd}`, url: `${base}/graphql`, ...many(gql(`{ me { ${childProfileFields} } }`, childToken, CLIENT_ACCEPT)), target: 0.5 },
+          { name: `GraphQL me, client Accept, ${crowd}`, url: `${base}/graphql`, ...many(gql(`{ me { ${childProfileFields} } }`, childToken, CLIENT_ACCEPT)), target: 0.8 },
+          { name: `GraphQL organization, client Accept, ${crowd}`, url: `${base}/graphql`, ...many(gql(organizationQuery, childToken, CLIENT_ACCEPT)), target: 0.8 },
           // The parent's own views while its organization's users sign in (its row, balance and usage change each time).
           { name: `REST credit analysis, ${signinsPerSecond} sign-ins/s`, url: `${base}/parent/credit-analysis`, headers: auth(parentToken), signins: signinsPerSecond > 0, target: 0.8 },
-          { name: `GraphQL dashboard, client Accept, ${signinsPerSecond} sign-ins/s`, url: `${base}/graphql`, ...gql(dashboard, parentToken, CLIENT_ACCEPT), signins: signinsPerSecond > 0, target: 0.3 },
+          { name: `GraphQL dashboard, client Accept, ${signinsPerSecond} sign-ins/s`, url: `${base}/graphql`, ...gql(dashboard, parentToken, CLIENT_ACCEPT), signins: signinsPerSecond > 0, target: 0.5 },
         ] as Scenario[])
       : []),
-  ].filter((s) => !args.only || s.name.includes(args.only) || s.name.startsWith('floor'));
+    // --only "a|b": the scenarios whose name contains any of the texts.
+  ].filter((s) => !args.only || args.only.split('|').some((text) => s.name.includes(text)) || s.name.startsWith('floor'));
 
   const stats = new pg.Client({ connectionString: databaseUrl });
   await stats.connect();
@@ -329,6 +333,19 @@ try {
     console.log(`${row.scenario.padEnd(38)} ${String(row.rps).padStart(6)} req/s  p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${String(row.cpuUsPerRequest).padStart(5)} µs CPU  ${String(row.dbTxPerRequest).padStart(5)} db tx  ${String(row.peakRssMb).padStart(4)} MB  ${row.cacheHitRatio === undefined ? '   -' : row.cacheHitRatio.toFixed(2)} hit  x${row.ratioToFloor.toFixed(2)}${row.target ? ` (target ${row.target})` : ''}${row.non2xx ? `  non-2xx ${row.non2xx}` : ''}`);
   }
   const row = (name: string) => rows.find((r) => r.scenario === name);
+  // GraphQL beside REST for the same data, in this run: CPU a request as a ratio.
+  const pairs: [string, string][] = [
+    ['GraphQL me (REST profile fields)', 'REST profile (parent)'],
+    ['GraphQL organization', 'REST organization (JWT)'],
+    [`GraphQL me, client Accept, ${crowd}`, `REST profile (child), ${crowd}`],
+    [`GraphQL organization, client Accept, ${crowd}`, `REST organization (JWT), ${crowd}`],
+  ];
+  for (const [graphql, rest] of pairs) {
+    const [g, r] = [row(graphql), row(rest)];
+    if (g && r) console.log(`${graphql} / ${rest}: ${(g.cpuUsPerRequest / r.cpuUsPerRequest).toFixed(2)}x the CPU a request (${g.cpuUsPerRequest} / ${r.cpuUsPerRequest} µs)`);
+  }
+  const [health, profile] = [row('healthz'), row('REST profile (parent)')];
+  if (health && profile) console.log(`REST profile (parent) - healthz: ${profile.cpuUsPerRequest - health.cpuUsPerRequest} µs CPU a request (target ≤ 40)`);
   const [first, deep] = [row('REST child accounts, first page'), row('REST child accounts, depth 10,000')];
   if (first && deep) {
     console.log(`depth 10,000 vs first page: ${(deep.cpuUsPerRequest / first.cpuUsPerRequest).toFixed(2)}x the server CPU, ${(first.rps / deep.rps).toFixed(2)}x the time per request (target ≤ 1.2)`);
@@ -358,8 +375,14 @@ try {
     const appRows = rows.filter((r) => !r.scenario.startsWith('floor') && !r.scenario.startsWith('ceiling'));
     const perRequest = appRows.length === 1 ? appRows[0]!.cpuUsPerRequest : undefined;
     console.log(`\nCPU by layer${perRequest ? ` (${appRows[0]!.scenario}, ${perRequest} µs a request)` : ' (every row measured)'}:`);
-    for (const { layer, share } of layerSplit(path.join(profileDir, file))) {
-      console.log(`  ${layer.padEnd(52)} ${(share * 100).toFixed(1).padStart(5)} %${perRequest ? `  ${String(Math.round(share * perRequest)).padStart(5)} µs` : ''}`);
+    // The shares are of the samples outside idle and system calls; the µs apply them to the CPU a
+    // request measured from /proc, less the system calls' share of the busy samples.
+    const split = layerSplit(path.join(profileDir, file));
+    const kernel = split.find((entry) => entry.layer === SYSTEM_CALLS)!;
+    const running = perRequest === undefined ? undefined : perRequest * (1 - kernel.share);
+    for (const { layer, share } of split) {
+      const us = layer === SYSTEM_CALLS ? (perRequest === undefined ? undefined : perRequest * share) : running === undefined ? undefined : running * share;
+      console.log(`  ${layer.padEnd(58)} ${(share * 100).toFixed(1).padStart(5)} %${us === undefined ? '' : `  ${String(Math.round(us)).padStart(5)} µs`}`);
     }
   }
   await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`).catch(() => {});

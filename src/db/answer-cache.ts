@@ -1,0 +1,172 @@
+import { LRUCache } from 'lru-cache';
+import type { CacheTicket, EntityCache } from './entity-cache.js';
+import { TagIndex } from './tag-index.js';
+
+/**
+ * A whole answer, kept as the bytes sent: what a request computed from the entity cache's entries,
+ * kept while none of them changed (see `AnswerCache`).
+ */
+export type Answer = {
+  readonly body: Buffer;
+  /** The request record's operation label, for its log line and metrics. */
+  readonly label: string | undefined;
+  /** Organizations whose details the answer shows: each serving counts a retrieval (decisions §3). */
+  readonly retrievals: readonly string[];
+  /** Epoch milliseconds until which what the answer computed from the clock holds. */
+  readonly validUntil: number;
+  /** The body's entity tag, made the first time a revalidatable answer needs it. */
+  etag?: string;
+};
+
+type Entry = { answer: Answer; tags: readonly string[] };
+
+export type AnswerCacheOptions = {
+  /** Estimated bytes kept at most (bodies, keys, tags); the least recently used go first. 0: off. */
+  maxBytes: number;
+  /** A safety net only, as the entity cache's. */
+  ttlMs: number;
+};
+
+/** The cache's own bytes per entry (its LRU slot, the entry and answer objects, the buffer's header). */
+const ENTRY_OVERHEAD_BYTES = 320;
+/** Bytes per tag an entry carries: its string in the entry and its place in the tag index. */
+const TAG_BYTES = 96;
+/** A key longer than this (large variables) is not kept: the bytes are better spent on answers. */
+export const MAX_ANSWER_KEY_LENGTH = 2048;
+
+export const ANSWER_CACHE_DEFAULTS: AnswerCacheOptions = { maxBytes: 32 * 1024 * 1024, ttlMs: 10 * 60_000 };
+
+/** An answer being computed, which callers missing the same key meanwhile may wait for. */
+export type Computation = {
+  readonly ticket: CacheTicket;
+  /**
+   * Ends the computation: keeps `answer` under the key begun with (or `key`, for a computation begun
+   * before its key was known) unless one of `tags` changed since it began; true when kept.
+   */
+  finish(answer: Answer | undefined, tags: Iterable<string>, key?: string): boolean;
+};
+
+/**
+ * Answers by key (the caller makes the key: the request's operation, variables and viewer), kept
+ * while every entity they were computed from is unchanged. The entity cache tells of each tag the
+ * database's announcements invalidate, and the answers carrying it go; an answer whose computation
+ * overlapped a change to what it read is not kept. Bounded in bytes; served only while the entity
+ * cache is (the change feed is live).
+ *
+ * Callers missing a key while another caller computes it wait for that computation and share its
+ * answer if it was kept (nothing it read changed before it ended, so it is at least as current as
+ * what the waiting caller knew when it came); otherwise they compute their own.
+ */
+export class AnswerCache {
+  private readonly entries: LRUCache<string, Entry> | undefined;
+  private readonly index = new TagIndex();
+  private readonly running = new Map<string, Promise<Answer | undefined>>();
+  private readonly unlisten: () => void;
+  readonly stats = { hits: 0, misses: 0, shared: 0, stored: 0, dropped: 0, evictions: 0 };
+
+  constructor(
+    private readonly cache: EntityCache,
+    options: AnswerCacheOptions = ANSWER_CACHE_DEFAULTS,
+  ) {
+    if (options.maxBytes > 0) {
+      this.entries = new LRUCache<string, Entry>({
+        maxSize: options.maxBytes,
+        sizeCalculation: (entry, key) => ENTRY_OVERHEAD_BYTES + entry.answer.body.length + 2 * key.length + TAG_BYTES * entry.tags.length,
+        ttl: options.ttlMs,
+        dispose: (entry, key, reason) => {
+          if (reason === 'evict') this.stats.evictions += 1;
+          this.index.remove(key, entry.tags);
+        },
+      });
+    }
+    this.unlisten = cache.listen({
+      invalidated: (tag) => {
+        for (const key of this.index.keys(tag)) {
+          this.stats.dropped += 1;
+          this.entries?.delete(key);
+        }
+      },
+      cleared: () => this.clear(),
+    });
+  }
+
+  /** Whether answers are kept and served now. */
+  get enabled(): boolean {
+    return this.entries !== undefined && this.cache.live;
+  }
+
+  get size(): number {
+    return this.entries?.size ?? 0;
+  }
+
+  /** Estimated bytes held now. */
+  get bytes(): number {
+    return this.entries?.calculatedSize ?? 0;
+  }
+
+  /** The kept answer to `key` that still holds at `now`. */
+  get(key: string, now: number): Answer | undefined {
+    if (!this.enabled) return undefined;
+    const answer = this.entries!.get(key)?.answer;
+    if (answer === undefined || now >= answer.validUntil) {
+      this.stats.misses += 1;
+      return undefined;
+    }
+    this.stats.hits += 1;
+    return answer;
+  }
+
+  /**
+   * Another caller's computation of `key` under way: resolves to its answer when it was kept
+   * (and still holds at the time given), else to undefined. Undefined when none runs.
+   */
+  shared(key: string): Promise<Answer | undefined> | undefined {
+    const running = this.running.get(key);
+    if (running) this.stats.shared += 1;
+    return running;
+  }
+
+  /**
+   * Begins computing an answer: callers missing `key` meanwhile wait for this one. Without a key
+   * (not known yet), nobody waits, and `finish` names it.
+   */
+  begin(key: string | undefined): Computation {
+    const ticket = this.cache.ticket();
+    let settle: ((answer: Answer | undefined) => void) | undefined;
+    const own = key !== undefined && !this.running.has(key) && key.length <= MAX_ANSWER_KEY_LENGTH;
+    if (own) this.running.set(key, new Promise<Answer | undefined>((resolve) => (settle = resolve)));
+    let finished = false;
+    return {
+      ticket,
+      finish: (answer, tags, named = key) => {
+        if (finished) return false;
+        finished = true;
+        if (own) this.running.delete(key);
+        const kept = answer !== undefined && named !== undefined && this.store(ticket, named, answer, [...tags]);
+        settle?.(kept ? answer : undefined);
+        return kept;
+      },
+    };
+  }
+
+  private store(ticket: CacheTicket, key: string, answer: Answer, tags: readonly string[]): boolean {
+    if (!this.enabled || key.length > MAX_ANSWER_KEY_LENGTH || !this.cache.unchangedSince(ticket, tags)) return false;
+    const entry: Entry = { answer, tags };
+    this.entries!.set(key, entry);
+    // Larger than the whole bound: not kept.
+    if (this.entries!.peek(key) !== entry) return false;
+    this.index.add(key, tags);
+    this.stats.stored += 1;
+    return true;
+  }
+
+  clear(): void {
+    this.entries?.clear();
+    this.index.clear();
+  }
+
+  close(): void {
+    this.unlisten();
+    this.clear();
+  }
+}
