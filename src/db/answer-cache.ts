@@ -34,6 +34,14 @@ const TAG_BYTES = 96;
 /** A key longer than this (large variables) is not kept: the bytes are better spent on answers. */
 export const MAX_ANSWER_KEY_LENGTH = 2048;
 
+/**
+ * Keys asked for recently: an answer is kept only for a key asked for before (the second request
+ * of a viewer for the same operation), so that answers asked for once (a new user's first
+ * request, one of many users each asking rarely) cost neither their memory nor the evictions of
+ * answers that are asked for again.
+ */
+const KEYS_REMEMBERED = 16_384;
+
 export const ANSWER_CACHE_DEFAULTS: AnswerCacheOptions = { maxBytes: 32 * 1024 * 1024, ttlMs: 10 * 60_000 };
 
 /** An answer being computed, which callers missing the same key meanwhile may wait for. */
@@ -61,8 +69,9 @@ export class AnswerCache {
   private readonly entries: LRUCache<string, Entry> | undefined;
   private readonly index = new TagIndex();
   private readonly running = new Map<string, Promise<Answer | undefined>>();
+  private readonly asked = new LRUCache<string, true>({ max: KEYS_REMEMBERED });
   private readonly unlisten: () => void;
-  readonly stats = { hits: 0, misses: 0, shared: 0, stored: 0, dropped: 0, evictions: 0 };
+  readonly stats = { hits: 0, misses: 0, shared: 0, stored: 0, firstAsked: 0, dropped: 0, evictions: 0 };
 
   constructor(
     private readonly cache: EntityCache,
@@ -151,6 +160,11 @@ export class AnswerCache {
 
   private store(ticket: CacheTicket, key: string, answer: Answer, tags: readonly string[]): boolean {
     if (!this.enabled || key.length > MAX_ANSWER_KEY_LENGTH || !this.cache.unchangedSince(ticket, tags)) return false;
+    if (!this.asked.has(key)) {
+      this.asked.set(key, true);
+      this.stats.firstAsked += 1;
+      return false;
+    }
     const entry: Entry = { answer, tags };
     this.entries!.set(key, entry);
     // Larger than the whole bound: not kept.
@@ -163,6 +177,7 @@ export class AnswerCache {
   clear(): void {
     this.entries?.clear();
     this.index.clear();
+    this.asked.clear();
   }
 
   close(): void {

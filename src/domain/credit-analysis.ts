@@ -95,9 +95,9 @@ export function projectedMonthlyUsage(used: number, retentionCredits: number, no
 
 /**
  * Until when (epoch ms) `projectedMonthlyUsage(used, retention, now)` keeps its value while
- * `used` stays as it is: the projection only falls as the month's days pass, by one when
- * used / elapsedDays x days drops below the next half (Math.round's step), and starts over with
- * the next month. Never later than the true moment (rounded down to the millisecond before it).
+ * `used` stays as it is (exclusive: the first millisecond at which it may differ): the projection
+ * only falls as the month's days pass, by one when used / elapsedDays x days drops below the next
+ * half (Math.round's step), and starts over with the next month. Never later than the true moment.
  */
 export function projectionHoldsUntil(used: number, now: Date): number {
   const start = monthStart(now);
@@ -109,7 +109,7 @@ export function projectionHoldsUntil(used: number, now: Date): number {
   if (rounded === 0) return nextMonth;
   // The value falls to rounded - 1 once rate / elapsed < rounded - 0.5, that is elapsed > rate / (rounded - 0.5).
   const changesAt = start.getTime() + (rate / (rounded - 0.5)) * DAY_MS;
-  return Math.min(nextMonth, Math.floor(changesAt) - 1);
+  return Math.min(nextMonth, Math.floor(changesAt));
 }
 
 export function analyseCredits(input: {

@@ -22,6 +22,7 @@ import {
 } from '../errors.js';
 import { sendGraphQLError } from '../graphql/http.js';
 import { createLeanDoor } from '../graphql/lean.js';
+import type { ExecutionCounts } from '../graphql/compiled.js';
 import { createGraphQLPipeline } from '../graphql/pipeline.js';
 import { createYogaDoor, type YogaDoor } from '../graphql/yoga.js';
 import type { Logger } from '../logger.js';
@@ -50,6 +51,10 @@ export type App = {
   deps: AppDependencies;
   /** The full GraphQL server (Yoga) behind /graphql. */
   graphql: YogaDoor;
+  /** GraphQL answers kept whole, served by the lean door. */
+  answers: AnswerCache;
+  /** GraphQL executions by engine since the start (kept answers served are none). */
+  executions(): ExecutionCounts;
   /** The child-list exports running. */
   exports: Pick<Exports, 'running'>;
   /** The Prometheus text of `GET /metrics`, wherever it is served (see METRICS_PORT). */
@@ -317,6 +322,8 @@ export function createApp(options: AppOptions): App {
   return {
     deps,
     graphql: yoga,
+    answers,
+    executions: () => pipeline.executions,
     exports,
     metricsText: async () => ({ contentType: metrics.registry.contentType, text: await metrics.registry.metrics() }),
     close: async () => {

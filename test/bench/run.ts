@@ -274,12 +274,12 @@ try {
 
   const stats = new pg.Client({ connectionString: databaseUrl });
   await stats.connect();
-  type Row = { scenario: string; rps: number; p50: number; p99: number; cpuUsPerRequest: number; dbTxPerRequest: number; peakRssMb: number; ratioToFloor: number; non2xx: number; cacheHitRatio?: number; target?: number };
+  type Row = { scenario: string; rps: number; p50: number; p99: number; cpuUsPerRequest: number; dbTxPerRequest: number; peakRssMb: number; ratioToFloor: number; non2xx: number; cacheHitRatio?: number; answerHitRatio?: number; target?: number };
   /** The server's entity-cache lookups so far, from its /metrics. */
   const cacheLookups = async () => {
     const text = await (await fetch(`${base}/metrics`)).text();
     const read = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
-    return { hits: read('api_cache_hits_total'), misses: read('api_cache_misses_total') };
+    return { hits: read('api_cache_hits_total'), misses: read('api_cache_misses_total'), answerHits: read('api_answer_cache_hits_total'), answerMisses: read('api_answer_cache_misses_total') };
   };
   const rows: Row[] = [];
   let floorRps = 0;
@@ -308,6 +308,8 @@ try {
     const lookupsAfter = ofApp ? await cacheLookups() : undefined;
     const hits = lookups && lookupsAfter ? lookupsAfter.hits - lookups.hits : 0;
     const misses = lookups && lookupsAfter ? lookupsAfter.misses - lookups.misses : 0;
+    const answerHits = lookups && lookupsAfter ? lookupsAfter.answerHits - lookups.answerHits : 0;
+    const answerMisses = lookups && lookupsAfter ? lookupsAfter.answerMisses - lookups.answerMisses : 0;
     if (writer) {
       writer.kill('SIGTERM');
       await new Promise((resolve) => writer.on('exit', resolve));
@@ -327,10 +329,12 @@ try {
       ratioToFloor: Number((result.rps / floorRps).toFixed(2)),
       non2xx: result.non2xx,
       ...(hits + misses > 0 ? { cacheHitRatio: Number((hits / (hits + misses)).toFixed(2)) } : {}),
+      // GraphQL requests answered with a kept answer, of those that looked for one.
+      ...(answerHits + answerMisses > 0 ? { answerHitRatio: Number((answerHits / (answerHits + answerMisses)).toFixed(2)) } : {}),
       target: scenario.target,
     };
     rows.push(row);
-    console.log(`${row.scenario.padEnd(38)} ${String(row.rps).padStart(6)} req/s  p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${String(row.cpuUsPerRequest).padStart(5)} µs CPU  ${String(row.dbTxPerRequest).padStart(5)} db tx  ${String(row.peakRssMb).padStart(4)} MB  ${row.cacheHitRatio === undefined ? '   -' : row.cacheHitRatio.toFixed(2)} hit  x${row.ratioToFloor.toFixed(2)}${row.target ? ` (target ${row.target})` : ''}${row.non2xx ? `  non-2xx ${row.non2xx}` : ''}`);
+    console.log(`${row.scenario.padEnd(38)} ${String(row.rps).padStart(6)} req/s  p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${String(row.cpuUsPerRequest).padStart(5)} µs CPU  ${String(row.dbTxPerRequest).padStart(5)} db tx  ${String(row.peakRssMb).padStart(4)} MB  ${row.cacheHitRatio === undefined ? '   -' : row.cacheHitRatio.toFixed(2)} hit  ${row.answerHitRatio === undefined ? '   -' : row.answerHitRatio.toFixed(2)} kept  x${row.ratioToFloor.toFixed(2)}${row.target ? ` (target ${row.target})` : ''}${row.non2xx ? `  non-2xx ${row.non2xx}` : ''}`);
   }
   const row = (name: string) => rows.find((r) => r.scenario === name);
   // GraphQL beside REST for the same data, in this run: CPU a request as a ratio.

@@ -1,0 +1,279 @@
+import pg from 'pg';
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { projectedMonthlyUsage, projectionHoldsUntil } from '../src/domain/credit-analysis.js';
+import { SIGN_IN_SQL, createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
+import { startServer, useServer, type TestServer } from './helpers/app.js';
+import { testMode, useTestDatabase } from './helpers/database.js';
+
+/**
+ * GraphQL answers kept whole (src/db/answer-cache.ts): served again only to the viewer they were
+ * computed for, only while nothing they read changed, with the credentials verified and the
+ * retrievals counted on every request.
+ */
+describe('GraphQL answers kept whole', () => {
+  const database = useTestDatabase();
+  /** The server's clock: real time, moved by the tests. */
+  let offset = 0;
+  const server = useServer(database, { now: () => new Date(Date.now() + offset), env: { JWT_MAX_LIFETIME_SECONDS: String(40 * 86_400) } });
+  let outside: (sql: string, params?: unknown[]) => Promise<void>;
+  let client: pg.Client | undefined;
+
+  beforeAll(async () => {
+    if (testMode === 'postgres') {
+      client = new pg.Client({ connectionString: database().url! });
+      await client.connect();
+      outside = async (sql, params) => {
+        await client!.query(sql, params);
+      };
+    } else {
+      outside = async (sql, params) => {
+        await database().sql.query(sql, params);
+      };
+    }
+  });
+  afterAll(async () => {
+    await client?.end();
+  });
+
+  const stats = () => server().app.answers.stats;
+  const executions = () => executed(server());
+
+  /** Makes a change outside the server and waits until its announcement has reached the cache. */
+  async function announced(change: () => Promise<void>): Promise<void> {
+    const cacheStats = server().app.deps.cache.stats;
+    const before = cacheStats.announcements;
+    await change();
+    await expect.poll(() => cacheStats.announcements, { timeout: 10_000, interval: 2 }).toBeGreaterThan(before);
+  }
+
+  let org: BuiltOrganization;
+  beforeAll(async () => {
+    org = await createOrganization(database());
+  });
+
+  it('serves a kept answer to the viewer it was computed for, and to no other', async () => {
+    const [a, b] = [await createChild(database(), org.parent, { username: 'kept-a' }), await createChild(database(), org.parent, { username: 'kept-b' })];
+    const [tokenA, tokenB, parentToken] = [await tokenFor(a, org), await tokenFor(b, org), await tokenFor(org.parent, org)];
+    const query = '{ me { userID username accountType } }';
+    await server().graphql(query, { token: tokenA });
+    const hits = stats().hits;
+    const ran = executions();
+    for (let i = 0; i < 3; i++) {
+      for (const [token, id, username] of [[tokenA, a.id, 'kept-a'], [tokenB, b.id, 'kept-b'], [parentToken, org.parent.id, org.parent.username]] as const) {
+        const answer = await server().graphql<{ me: { userID: string; username: string } }>(query, { token });
+        expect(answer.data?.me).toMatchObject({ userID: id, username });
+      }
+    }
+    // Nine requests: an answer is kept when its viewer asks for it a second time (a's first was
+    // before), so the first two of b and of the parent and the first here of a ran the pipeline.
+    expect(stats().hits - hits).toBe(4);
+    expect(executions() - ran).toBe(5);
+    // The same viewer with another token of its own shares the answer; the public key is another viewer.
+    const other = await tokenFor(a, org, { ttlSeconds: 1800 });
+    expect((await server().graphql<{ me: { username: string } }>(query, { token: other })).data?.me.username).toBe('kept-a');
+    expect(stats().hits - hits).toBe(5);
+    const secret = '{ organization { credentials { jwtSecret } } }';
+    const byKey = await server().graphql(secret, { publicKey: org.parent.publicKey });
+    await server().graphql(secret, { publicKey: org.parent.publicKey });
+    const byJwt = await server().graphql(secret, { token: parentToken });
+    await server().graphql(secret, { token: parentToken });
+    const again = await server().graphql(secret, { publicKey: org.parent.publicKey });
+    expect((await server().graphql(secret, { token: parentToken })).data).toEqual(byJwt.data);
+    expect(byKey.data).toEqual({ organization: { credentials: { jwtSecret: '********' } } });
+    expect(again.data).toEqual(byKey.data);
+    expect(byJwt.data).toEqual({ organization: { credentials: { jwtSecret: org.organization.jwtSecret } } });
+  });
+
+  it('serves the same bytes and headers as the answer first computed, by POST and by GET', async () => {
+    const token = await tokenFor(org.parent, org);
+    const query = 'query Profile($n: Int) { me { userID ... on ParentAccount { creditBalance packagesHistory { transactionId } } } childAccounts(first: $n) { edges { node { username } } } }';
+    const post = () =>
+      fetch(`${server().url}/graphql`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'application/graphql-response+json' },
+        body: JSON.stringify({ query, variables: { n: 2 } }),
+      });
+    const first = await post();
+    const firstText = await first.text();
+    expect(await (await post()).text()).toBe(firstText);
+    const hits = stats().hits;
+    const second = await post();
+    expect(stats().hits).toBe(hits + 1);
+    expect(await second.text()).toBe(firstText);
+    for (const name of ['content-type', 'cache-control', 'content-length']) expect(second.headers.get(name), name).toBe(first.headers.get(name));
+    const get = () => fetch(`${server().url}/graphql?query=${encodeURIComponent(query)}&variables=${encodeURIComponent('{"n":2}')}`, { headers: { authorization: `Bearer ${token}` } });
+    const [x, , y] = [await (await get()).text(), await (await get()).text(), await (await get()).text()];
+    expect(y).toBe(x);
+    expect(JSON.parse(x)).toEqual(JSON.parse(firstText));
+  });
+
+  it('each change the database announces to what an answer read shows on the next request', async () => {
+    const own = await createOrganization(database());
+    const child = await createChild(database(), own.parent);
+    const [childToken, parentToken] = [await tokenFor(child, own), await tokenFor(own.parent, own)];
+    const childMe = () => server().graphql<{ me: { username: string; organizationName: string; signInCount: number } }>('{ me { username organizationName signInCount } }', { token: childToken });
+    const parentMe = () =>
+      server().graphql<{ me: { creditBalance: number; signInCount: number; packagesHistory: unknown[] } }>('{ me { signInCount ... on ParentAccount { creditBalance packagesHistory { transactionId } } } }', { token: parentToken });
+    const analysis = () => server().graphql<{ creditAnalysis: { operationUsage: { signIns: number } } }>('{ creditAnalysis { operationUsage { signIns } } }', { token: parentToken });
+    const [c0, p0, u0] = [(await childMe()).data!.me, (await parentMe()).data!.me, (await analysis()).data!.creditAnalysis];
+    await childMe();
+    await parentMe();
+    await analysis();
+    // Kept: asked a third time, nothing ran.
+    const ran = executions();
+    await childMe();
+    await parentMe();
+    await analysis();
+    expect(executions()).toBe(ran);
+
+    await announced(() => outside(`UPDATE "Account" SET username = 'renamed-by-support' WHERE id = $1`, [child.id]));
+    expect((await childMe()).data!.me.username).toBe('renamed-by-support');
+    await announced(() => outside(`UPDATE "Organization" SET name = 'Renamed Org' WHERE "parentId" = $1`, [own.parent.id]));
+    expect((await childMe()).data!.me.organizationName).toBe('Renamed Org');
+    // A sign-in: the child's and the parent's counters, the balance and this month's usage.
+    await announced(() => outside(SIGN_IN_SQL, [child.id]));
+    await expect.poll(async () => (await childMe()).data!.me.signInCount, { timeout: 3000, interval: 0 }).toBe(c0.signInCount + 1);
+    await expect.poll(async () => (await parentMe()).data!.me, { timeout: 3000, interval: 0 }).toMatchObject({ signInCount: p0.signInCount + 1, creditBalance: p0.creditBalance - 1 });
+    await expect.poll(async () => (await analysis()).data!.creditAnalysis.operationUsage.signIns, { timeout: 3000, interval: 0 }).toBe(u0.operationUsage.signIns + 1);
+    await announced(() =>
+      outside(
+        `INSERT INTO "PackagePurchase" ("organizationId", "packageType", "purchasedAt", "creditsAdded", "freeUsersAdded", price, "transactionId") VALUES ($1, 'STARTER', now(), 55000, 5000, 50, 'txn_kept_answers')`,
+        [own.parent.id],
+      ),
+    );
+    await expect.poll(async () => (await parentMe()).data!.me.packagesHistory.length, { timeout: 3000, interval: 0 }).toBe(p0.packagesHistory.length + 1);
+    // Once shown, it stays: no kept answer from before comes back.
+    for (let i = 0; i < 10; i++) expect((await childMe()).data!.me.username).toBe('renamed-by-support');
+  });
+
+  it('verifies the credentials of every request: an expired token, a locked account, a depleted organization are refused', async () => {
+    const own = await createOrganization(database());
+    const child = await createChild(database(), own.parent);
+    const token = await tokenFor(child, own, { ttlSeconds: 60 });
+    const me = () => server().graphql('{ me { username } }', { token });
+    expect((await me()).errors).toBeUndefined();
+    expect((await me()).errors).toBeUndefined();
+    offset = 120_000;
+    try {
+      expect((await me()).errors?.[0]?.extensions?.code).toBe('UNAUTHORIZED');
+    } finally {
+      offset = 0;
+    }
+    expect((await me()).errors).toBeUndefined();
+    await announced(() => outside(`UPDATE "Account" SET status = 'locked', "lockedUntil" = now() + interval '1 hour' WHERE id = $1`, [child.id]));
+    await expect.poll(async () => (await me()).errors?.[0]?.extensions?.code, { timeout: 3000, interval: 0 }).toBe('ACCOUNT_INACTIVE');
+    await announced(() => outside(`UPDATE "Account" SET status = 'active', "lockedUntil" = NULL WHERE id = $1`, [child.id]));
+    await expect.poll(async () => (await me()).errors, { timeout: 3000, interval: 0 }).toBeUndefined();
+    await announced(() => outside(`UPDATE "Organization" SET "creditBalance" = 0 WHERE "parentId" = $1`, [own.parent.id]));
+    await expect.poll(async () => (await me()).errors?.[0]?.extensions?.code, { timeout: 3000, interval: 0 }).toBe('CREDITS_DEPLETED');
+    // Without credentials a kept answer is never found.
+    expect((await server().graphql('{ me { username } }')).errors?.[0]?.extensions?.code).toBe('UNAUTHORIZED');
+  });
+
+  it('counts a retrieval for every organization answer served, kept or not', async () => {
+    const own = await createOrganization(database());
+    const token = await tokenFor(own.parent, own);
+    const before = stats().hits;
+    for (let i = 0; i < 5; i++) expect((await server().graphql('{ organization { organizationName } }', { token })).errors, `request ${i}`).toBeUndefined();
+    // The second request's answer was kept: three served from it.
+    expect(stats().hits - before).toBe(3);
+    await server().app.deps.retrievals.flush();
+    const row = await database().prisma.organization.findUniqueOrThrow({ where: { parentId: own.parent.id } });
+    expect(row.detailsRetrievalCount).toBe(5n);
+  });
+
+  it('keeps an answer computed from the clock only as long as it holds, and none that reads around the cache', async () => {
+    const own = await createOrganization(database());
+    const child = await createChild(database(), own.parent);
+    const token = await tokenFor(own.parent, own, { ttlSeconds: 40 * 86_400 });
+    await announced(() => outside(SIGN_IN_SQL, [child.id]));
+    const analysis = async () => (await server().graphql<{ creditAnalysis: { projectedMonthlyUsage: number; totalCreditsUsed: number } }>('{ creditAnalysis { projectedMonthlyUsage totalCreditsUsed } }', { token })).data!.creditAnalysis;
+    const first = await analysis();
+    expect(await analysis()).toEqual(first);
+    const hits = stats().hits;
+    expect(await analysis()).toEqual(first);
+    expect(stats().hits).toBe(hits + 1);
+    // Past the moment the projection changes, the answer is computed again, as the clock has it.
+    const now = Date.now();
+    try {
+      offset = projectionHoldsUntil(first.totalCreditsUsed, new Date(now)) + 2 - now;
+      const later = await analysis();
+      expect(stats().hits).toBe(hits + 1);
+      expect(later.projectedMonthlyUsage).toBe(projectedMonthlyUsage(later.totalCreditsUsed, 0, new Date(Date.now() + offset)));
+      expect(later.projectedMonthlyUsage === first.projectedMonthlyUsage && later.totalCreditsUsed === first.totalCreditsUsed).toBe(false);
+    } finally {
+      offset = 0;
+    }
+    // The forecast is dated from the instant itself; a search reads around the cache: never kept.
+    for (const query of ['{ creditAnalysis { forecast { dailyBurn } } }', '{ childAccounts(search: "a") { stats { total } } }']) {
+      await server().graphql(query, { token });
+      const kept = stats().stored;
+      await server().graphql(query, { token });
+      await server().graphql(query, { token });
+      expect(stats().stored, query).toBe(kept);
+    }
+  });
+
+  it('requests missing the same answer at once share one computation', async () => {
+    const own = await createOrganization(database());
+    for (let i = 0; i < 3; i++) await createChild(database(), own.parent);
+    const token = await tokenFor(own.parent, own);
+    const dashboard = '{ me { username } organization { organizationName } creditAnalysis { creditBalance } childAccounts(limit: 5) { stats { total } } }';
+    // The document is known (an answer to it was kept for another viewer).
+    await server().graphql(dashboard, { token: await tokenFor(own.parent, own, { ttlSeconds: 600 }) });
+    await announced(() => outside(`UPDATE "Organization" SET name = 'Busy Org' WHERE "parentId" = $1`, [own.parent.id]));
+    const ran = executions();
+    const answers = await Promise.all(Array.from({ length: 20 }, () => server().graphql<{ organization: { organizationName: string } }>(dashboard, { token })));
+    expect(answers.every((a) => a.data?.organization.organizationName === 'Busy Org')).toBe(true);
+    expect(executions() - ran).toBeLessThan(20);
+  });
+
+  it('stays within ANSWER_CACHE_MAX_BYTES, and keeps nothing at 0', async () => {
+    const small = await startServer(database(), { env: { ANSWER_CACHE_MAX_BYTES: '20000' } });
+    const off = await startServer(database(), { env: { ANSWER_CACHE_MAX_BYTES: '0' } });
+    try {
+      const children = await Promise.all(Array.from({ length: 40 }, (_, i) => createChild(database(), org.parent, { username: `bounded-${i}` })));
+      for (const child of children) {
+        const token = await tokenFor(child, org);
+        for (const target of [small, small, off]) expect((await target.graphql('{ me { username email publicKey parentAccount } }', { token })).errors).toBeUndefined();
+        expect(small.app.answers.bytes).toBeLessThanOrEqual(20000);
+      }
+      expect(small.app.answers.stats.evictions).toBeGreaterThan(0);
+      expect(off.app.answers.size).toBe(0);
+      const token = await tokenFor(children[0]!, org);
+      const ran = executed(off);
+      await off.graphql('{ me { username } }', { token });
+      await off.graphql('{ me { username } }', { token });
+      expect(executed(off) - ran).toBe(2);
+    } finally {
+      await small.close();
+      await off.close();
+    }
+  });
+});
+
+describe('the projection holds until projectionHoldsUntil', () => {
+  it('keeps its value up to that moment and changes (or the month ends) just after it', () => {
+    const start = Date.UTC(2026, 0, 1);
+    fc.assert(
+      fc.property(fc.integer({ min: 0, max: 5_000_000 }), fc.integer({ min: 0, max: 365 * 86_400_000 }), (used, offset) => {
+        const now = new Date(start + offset);
+        const until = projectionHoldsUntil(used, now);
+        expect(until).toBeGreaterThanOrEqual(now.getTime());
+        const value = projectedMonthlyUsage(used, 0, now);
+        for (const at of [now.getTime(), Math.floor((now.getTime() + until) / 2), until - 1]) if (at >= now.getTime()) expect(projectedMonthlyUsage(used, 0, new Date(at))).toBe(value);
+        const nextMonth = Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1);
+        // Changes within a few milliseconds after, unless the month ends first.
+        if (until < nextMonth - 2) expect(projectedMonthlyUsage(used, 0, new Date(until + 2))).not.toBe(value);
+      }),
+      { numRuns: 500 },
+    );
+  });
+});
+
+/** Executions the pipeline ran, on either engine. */
+function executed(server: TestServer): number {
+  const counts = server.app.executions();
+  return counts.compiled + counts.reference;
+}
