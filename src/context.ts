@@ -6,6 +6,7 @@ import {
   type Viewer,
 } from './auth/authenticate.js';
 import type { Config } from './config.js';
+import type { Answer } from './db/answer-cache.js';
 import type { Database } from './db/database.js';
 import { ReadSet, type EntityCache } from './db/entity-cache.js';
 import type { ReadQuery } from './db/replicas.js';
@@ -48,6 +49,11 @@ export type RequestContext = {
    * how it signed in. Answers kept for reuse are kept under it. Not recorded on the request's record.
    */
   viewerKey: () => Promise<string | undefined>;
+  /**
+   * What serving a kept answer does beside sending it, as the operation that computed it did: the
+   * viewer recorded, the label recorded, the retrievals it shows counted.
+   */
+  replay: (answer: Answer, record: RequestRecord) => Promise<void>;
   /**
    * A new context for the same request (new loaders, the caller verified again): what a
    * subscription reads each answer with. Its retrievals are not counted (a push is not one).
@@ -156,6 +162,11 @@ export function createRequestContext(deps: AppDependencies, source: RequestSourc
       (viewer) => `${viewer.via}:${viewer.kind}:${viewer.account.id}`,
       () => undefined,
     ),
+    replay: async (answer, into) => {
+      await context.organizationViewer();
+      into.operation = answer.label;
+      for (const organizationId of answer.retrievals) services.retrievals.record(organizationId);
+    },
     renew: () => createRequestContext(deps, { credentials, requestId, record: {} }, { countRetrievals: false }),
   };
   return context;

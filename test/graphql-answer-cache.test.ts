@@ -3,11 +3,11 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { projectedMonthlyUsage, projectionHoldsUntil } from '../src/domain/credit-analysis.js';
 import { SIGN_IN_SQL, createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
-import { startServer, useServer, type TestServer } from './helpers/app.js';
+import { rest, startServer, useServer, type TestServer } from './helpers/app.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
 
 /**
- * GraphQL answers kept whole (src/db/answer-cache.ts): served again only to the viewer they were
+ * Answers kept whole (src/db/answer-cache.ts), GraphQL's and REST's: served again only to the viewer they were
  * computed for, only while nothing they read changed, with the credentials verified and the
  * retrievals counted on every request.
  */
@@ -227,6 +227,30 @@ describe('GraphQL answers kept whole', () => {
     const answers = await Promise.all(Array.from({ length: 20 }, () => server().graphql<{ organization: { organizationName: string } }>(dashboard, { token })));
     expect(answers.every((a) => a.data?.organization.organizationName === 'Busy Org')).toBe(true);
     expect(executions() - ran).toBeLessThan(20);
+  });
+
+  it('keeps REST answers the same way: per viewer and path, with their ETag, dropped by a change', async () => {
+    const own = await createOrganization(database());
+    const child = await createChild(database(), own.parent, { username: 'rest-kept' });
+    const token = await tokenFor(child, own);
+    const profile = () => rest(server(), '/auth/user-profile', { token });
+    const first = await profile();
+    await profile();
+    const hits = stats().hits;
+    const third = await profile();
+    expect(stats().hits).toBe(hits + 1);
+    expect(third.text).toBe(first.text);
+    expect(third.headers.get('etag')).toBe(first.headers.get('etag'));
+    const revalidated = await rest(server(), '/auth/user-profile', { token, headers: { 'if-none-match': first.headers.get('etag')! } });
+    expect(revalidated.status).toBe(304);
+    // Another path, another viewer: their own answers.
+    expect((await rest(server(), '/auth/organization-details', { token })).body.data.organizationName).toBe(own.organization.name);
+    const parent = await rest(server(), '/auth/user-profile', { token: await tokenFor(own.parent, own) });
+    expect(parent.body.data.user.userID).toBe(own.parent.id);
+    await announced(() => outside(`UPDATE "Account" SET username = 'rest-renamed' WHERE id = $1`, [child.id]));
+    const renamed = await profile();
+    expect(renamed.body.data.user.username).toBe('rest-renamed');
+    expect(renamed.headers.get('etag')).not.toBe(first.headers.get('etag'));
   });
 
   it('stays within ANSWER_CACHE_MAX_BYTES, and keeps nothing at 0', async () => {

@@ -1,5 +1,5 @@
 import { LRUCache } from 'lru-cache';
-import type { CacheTicket, EntityCache } from './entity-cache.js';
+import type { EntityCache } from './entity-cache.js';
 import { TagIndex } from './tag-index.js';
 
 /**
@@ -44,14 +44,22 @@ const KEYS_REMEMBERED = 16_384;
 
 export const ANSWER_CACHE_DEFAULTS: AnswerCacheOptions = { maxBytes: 32 * 1024 * 1024, ttlMs: 10 * 60_000 };
 
+/** An answer of these bytes, in memory of its own (not a slice of a pool slab that it would keep whole). */
+export function answerOf(text: string, kept: Omit<Answer, 'body' | 'etag'>): Answer {
+  const body = Buffer.allocUnsafeSlow(Buffer.byteLength(text));
+  body.write(text);
+  return { body, ...kept };
+}
+
 /** An answer being computed, which callers missing the same key meanwhile may wait for. */
 export type Computation = {
-  readonly ticket: CacheTicket;
   /**
-   * Ends the computation: keeps `answer` under the key begun with (or `key`, for a computation begun
-   * before its key was known) unless one of `tags` changed since it began; true when kept.
+   * Ends the computation, and gives the answer to keep (made by `answer` only when it will be kept)
+   * under the key begun with (or `key`, for a computation begun before its key was known), unless
+   * something it read (`reads`: each tag with the cache's epoch when it was read) changed after it
+   * was read. Returns the answer kept.
    */
-  finish(answer: Answer | undefined, tags: Iterable<string>, key?: string): boolean;
+  finish(answer: (() => Answer) | undefined, reads: ReadonlyMap<string, number>, key?: string): Answer | undefined;
 };
 
 /**
@@ -126,6 +134,18 @@ export class AnswerCache {
   }
 
   /**
+   * The kept answer to `key` that holds now, waiting for one being computed for another caller;
+   * undefined when there is none (the caller computes it, see `begin`).
+   */
+  async find(key: string | undefined, now: () => number): Promise<Answer | undefined> {
+    if (key === undefined || !this.enabled) return undefined;
+    const kept = this.get(key, now());
+    if (kept) return kept;
+    const shared = await this.shared(key);
+    return shared && now() < shared.validUntil ? shared : undefined;
+  }
+
+  /**
    * Another caller's computation of `key` under way: resolves to its answer when it was kept
    * (and still holds at the time given), else to undefined. Undefined when none runs.
    */
@@ -140,38 +160,37 @@ export class AnswerCache {
    * (not known yet), nobody waits, and `finish` names it.
    */
   begin(key: string | undefined): Computation {
-    const ticket = this.cache.ticket();
     let settle: ((answer: Answer | undefined) => void) | undefined;
     const own = key !== undefined && !this.running.has(key) && key.length <= MAX_ANSWER_KEY_LENGTH;
     if (own) this.running.set(key, new Promise<Answer | undefined>((resolve) => (settle = resolve)));
     let finished = false;
     return {
-      ticket,
-      finish: (answer, tags, named = key) => {
-        if (finished) return false;
+      finish: (answer, reads, named = key) => {
+        if (finished) return undefined;
         finished = true;
         if (own) this.running.delete(key);
-        const kept = answer !== undefined && named !== undefined && this.store(ticket, named, answer, [...tags]);
-        settle?.(kept ? answer : undefined);
+        const kept = answer !== undefined && named !== undefined ? this.store(named, answer, reads) : undefined;
+        settle?.(kept);
         return kept;
       },
     };
   }
 
-  private store(ticket: CacheTicket, key: string, answer: Answer, tags: readonly string[]): boolean {
-    if (!this.enabled || key.length > MAX_ANSWER_KEY_LENGTH || !this.cache.unchangedSince(ticket, tags)) return false;
+  private store(key: string, make: () => Answer, reads: ReadonlyMap<string, number>): Answer | undefined {
+    if (!this.enabled || key.length > MAX_ANSWER_KEY_LENGTH || !this.cache.unchangedSinceRead(reads)) return undefined;
     if (!this.asked.has(key)) {
       this.asked.set(key, true);
       this.stats.firstAsked += 1;
-      return false;
+      return undefined;
     }
-    const entry: Entry = { answer, tags };
+    const tags = [...reads.keys()];
+    const entry: Entry = { answer: make(), tags };
     this.entries!.set(key, entry);
     // Larger than the whole bound: not kept.
-    if (this.entries!.peek(key) !== entry) return false;
+    if (this.entries!.peek(key) !== entry) return undefined;
     this.index.add(key, tags);
     this.stats.stored += 1;
-    return true;
+    return entry.answer;
   }
 
   clear(): void {

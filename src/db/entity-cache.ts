@@ -168,7 +168,8 @@ export type CacheTicket = { readonly epoch: number };
  * answer is not kept), and until when what was computed from the clock holds.
  */
 export class ReadSet {
-  readonly tags = new Set<string>();
+  /** Each tag read, with the cache's epoch when it was first read: the value read is current as of then. */
+  readonly tags = new Map<string, number>();
   /** Something was read outside the cache: no announcement would tell that it changed. */
   untracked = false;
   /** Epoch milliseconds until which the answer's clock-dependent parts hold. */
@@ -176,8 +177,8 @@ export class ReadSet {
   /** Clock readings whose validity was not stated yet. */
   private open = 0;
 
-  add(tags: readonly string[]): void {
-    for (const tag of tags) this.tags.add(tag);
+  add(tags: readonly string[], epoch: number): void {
+    for (const tag of tags) if (!this.tags.has(tag)) this.tags.set(tag, epoch);
   }
 
   /** The answer holds only at this instant (the default for anything computed from the clock). */
@@ -368,8 +369,11 @@ export class EntityCache {
   ): Promise<(V | null)[]> {
     const { form, share, usable, reads } = options;
     if (reads) {
+      // What is read now is current as of now: a hit was not dropped, a miss reads (or joins a
+      // read) no older than this (see `unchangedSince`).
+      const epoch = this.epoch;
       const values = await this.throughMany(namespace, keys, load, tags, { form, share, usable });
-      keys.forEach((key, i) => reads.add(tags(key, values[i]!)));
+      keys.forEach((key, i) => reads.add(tags(key, values[i]!), epoch));
       return values;
     }
     const keyOf = (key: string) => (namespace === '' ? key : `${namespace}:${key}`);
@@ -463,6 +467,12 @@ export class EntityCache {
       if (this.reads.get(key) === running) this.reads.delete(key);
     };
     result.then(done, done);
+  }
+
+  /** Whether nothing that `reads` read was invalidated after it was read (see `ReadSet`). */
+  unchangedSinceRead(reads: ReadonlyMap<string, number>): boolean {
+    for (const [tag, epoch] of reads) if (!this.unchangedSince({ epoch }, [tag])) return false;
+    return true;
   }
 
   /**

@@ -1,7 +1,7 @@
 import { getOperationAST, type ExecutionResult } from 'graphql';
 import { LRUCache } from 'lru-cache';
 import type { RequestContext } from '../context.js';
-import { MAX_ANSWER_KEY_LENGTH, type Answer, type AnswerCache } from '../db/answer-cache.js';
+import { answerOf, MAX_ANSWER_KEY_LENGTH, type AnswerCache } from '../db/answer-cache.js';
 import type { Exchange } from '../http/exchange.js';
 import { regularMediaType, sendAnswer, sendResult, serialiseResult, type RegularMediaType } from './http.js';
 import { resolvePersistedOperation, type GraphQLParams, type PersistedRule } from './persisted.js';
@@ -20,6 +20,8 @@ import type { GraphQLPipeline } from './pipeline.js';
  * (the viewer is part of the key), the retrievals it shows are counted again, and nothing else of
  * the pipeline runs.
  */
+
+const NOTHING_READ: ReadonlyMap<string, number> = new Map();
 
 /** Documents with answers kept, by their text: a short id instead of the text in every answer's key. */
 const DOCUMENTS_KEPT = 256;
@@ -145,26 +147,12 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
   }
 
   /**
-   * The answer to keep: a query's result without errors, for the viewer the operation verified,
-   * computed from what the cache tracks alone.
+   * Whether the answer may be kept: a query's result without errors, for a request whose operation
+   * verified its viewer, computed from what the cache tracks alone.
    */
-  function keepable(outcome: { result: ExecutionResult; query: boolean }, context: RequestContext, exchange: Exchange): Answer | undefined {
+  function keepable(outcome: { result: ExecutionResult; query: boolean }, context: RequestContext, exchange: Exchange): boolean {
     const { result, query } = outcome;
-    if (!query || result.errors?.length || result.extensions !== undefined || exchange.record.caller === undefined) return undefined;
-    if (!context.reads.reusable(now())) return undefined;
-    const text = serialiseResult(result);
-    // Its own memory, not a slice of a shared pool slab that one kept answer would hold whole.
-    const body = Buffer.allocUnsafeSlow(Buffer.byteLength(text));
-    body.write(text);
-    return { body, label: exchange.record.operation, retrievals: [...context.retrieved], validUntil: context.reads.validUntil };
-  }
-
-  /** A kept answer, for this request: its caller and label recorded and its retrievals counted again. */
-  async function serveKept(exchange: Exchange, context: RequestContext, answer: Answer, mediaType: RegularMediaType): Promise<void> {
-    await context.organizationViewer();
-    exchange.record.operation = answer.label;
-    for (const organizationId of answer.retrievals) context.services.retrievals.record(organizationId);
-    sendAnswer(exchange, answer, mediaType);
+    return query && !result.errors?.length && result.extensions === undefined && exchange.record.caller !== undefined && context.reads.reusable(now());
   }
 
   return async function serveLean(exchange, body) {
@@ -187,29 +175,25 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
     const viewer = await context.viewerKey();
     const known = documents.get(params.query);
     const key = viewer === undefined || known === undefined ? undefined : answerKey(known, params, viewer);
-    if (key !== undefined) {
-      let kept = answers.get(key, now());
-      if (!kept) {
-        const shared = await answers.shared(key);
-        if (shared && now() < shared.validUntil) kept = shared;
-      }
-      if (kept) {
-        await serveKept(exchange, context, kept, taken.mediaType);
-        return true;
-      }
+    const kept = await answers.find(key, now);
+    if (kept) {
+      await context.replay(kept, exchange.record);
+      sendAnswer(exchange, kept, taken.mediaType);
+      return true;
     }
     const computation = viewer === undefined ? undefined : answers.begin(key);
     try {
       const outcome = await execute(exchange, params, context);
       if (!outcome) return false;
-      const answer = computation && keepable(outcome, context, exchange);
-      // A document is given an id once an answer to it is kept.
-      if (answer) computation!.finish(answer, context.reads.tags, key ?? answerKey(documentId(params.query), params, viewer!));
-      if (answer) sendAnswer(exchange, answer, taken.mediaType);
+      const make = () =>
+        answerOf(serialiseResult(outcome.result), { label: exchange.record.operation, retrievals: [...context.retrieved], validUntil: context.reads.validUntil });
+      // A document is given an id once an answer to it may be kept.
+      const kept = computation && keepable(outcome, context, exchange) ? computation.finish(make, context.reads.tags, key ?? answerKey(documentId(params.query), params, viewer!)) : undefined;
+      if (kept) sendAnswer(exchange, kept, taken.mediaType);
       else sendResult(exchange, outcome.result, taken.mediaType);
       return true;
     } finally {
-      computation?.finish(undefined, []);
+      computation?.finish(undefined, NOTHING_READ);
     }
   };
 }

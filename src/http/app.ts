@@ -185,17 +185,16 @@ export function createApp(options: AppOptions): App {
     now,
     live: new LiveUpdates(feed, config.live),
   };
+  // Answers kept whole, for both transports: dropped with the entity cache's entries they were made from.
+  const answers = new AnswerCache(deps.cache, config.answerCache);
+  const clock = () => now().getTime();
   // The clock the child counts are computed with decides which sign-ins leave them as they were.
   const stopChildList = keepChildListCurrent(feed, deps.cache, () => now().getTime());
   const pipeline = createGraphQLPipeline(deps, logger, { compileAfter: options.compileAfter });
   // One rule for both doors: stored operations, and in the default mode the ones clients register.
   const persisted = { persistedOnly: config.persistedOperationsOnly, registered: new RegisteredOperations() };
   const yoga = createYogaDoor(pipeline, config, { graphiqlHeaders: options.graphiqlHeaders, persisted });
-  const answers = new AnswerCache(deps.cache, config.answerCache);
-  const lean =
-    options.graphqlDoor === 'full'
-      ? undefined
-      : createLeanDoor(pipeline, { graphiql: config.graphiql, persisted, answers, now: () => now().getTime() });
+  const lean = options.graphqlDoor === 'full' ? undefined : createLeanDoor(pipeline, { graphiql: config.graphiql, persisted, answers, now: clock });
   const limiter = new RateLimiter(config.rateLimit, database.pgPool, (up, error) => {
     if (up) logger.info('rate-limit store connected; limits are shared');
     else logger.warn('rate-limit store unreachable; this instance limits in memory until it is back', { error });
@@ -214,7 +213,8 @@ export function createApp(options: AppOptions): App {
     methods: READ_ONLY,
     protocol: 'rest',
     limited: true,
-    handle: (exchange) => answerRest(exchange, operation, createRequestContext(deps, exchange), limits.maxQueryParameters, logger),
+    handle: (exchange) =>
+      answerRest(exchange, operation, createRequestContext(deps, exchange), { maxQueryParameters: limits.maxQueryParameters, logger, answers, now: clock }),
   });
   const probe = (path: string, handle: Route['handle']): Route => ({ path, label: path, methods: READ_ONLY, protocol: 'rest', limited: false, handle });
 

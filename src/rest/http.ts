@@ -1,6 +1,7 @@
 import type { RequestContext } from '../context.js';
+import { answerOf, type AnswerCache } from '../db/answer-cache.js';
 import { ApiError, MethodNotAllowedError, toApiError } from '../errors.js';
-import type { Exchange } from '../http/exchange.js';
+import { entityTag, type Exchange } from '../http/exchange.js';
 import type { Logger } from '../logger.js';
 
 /** decisions §6: `{ success: false, error: { code, message } }` everywhere. */
@@ -42,20 +43,36 @@ export async function answerRest(
   exchange: Exchange,
   operation: RestOperation,
   context: RequestContext,
-  maxQueryParameters: number,
-  logger: Logger,
+  options: { maxQueryParameters: number; logger: Logger; answers?: AnswerCache; now: () => number },
 ): Promise<void> {
+  const { answers, now, logger } = options;
+  // A success kept whole (db/answer-cache.ts) under the path, the query string as sent and the viewer.
+  const viewer = answers?.enabled ? await context.viewerKey() : undefined;
+  const key = viewer === undefined ? undefined : `${exchange.path}?${exchange.query}\n${viewer}`;
+  const kept = await answers?.find(key, now);
+  if (kept) {
+    await context.replay(kept, exchange.record);
+    return exchange.sendRevalidated(JSON_TYPE, kept.body, (kept.etag ??= entityTag(kept.body)));
+  }
+  const computation = key === undefined ? undefined : answers!.begin(key);
   try {
-    const body = await operation(context, queryParameters(exchange.query, maxQueryParameters));
-    exchange.sendRevalidated('application/json; charset=utf-8', JSON.stringify(body));
+    const text = JSON.stringify(await operation(context, queryParameters(exchange.query, options.maxQueryParameters)));
+    const make = () => answerOf(text, { label: undefined, retrievals: [...context.retrieved], validUntil: context.reads.validUntil });
+    const kept = computation && exchange.record.caller !== undefined && context.reads.reusable(now()) ? computation.finish(make, context.reads.tags) : undefined;
+    if (kept) exchange.sendRevalidated(JSON_TYPE, kept.body, (kept.etag = entityTag(kept.body)));
+    else exchange.sendRevalidated(JSON_TYPE, text);
   } catch (error) {
     const apiError = toApiError(error);
     if (!(error instanceof ApiError)) {
       logger.error('unexpected error in a REST route', { error, path: exchange.path, requestId: exchange.requestId, code: apiError.code });
     }
     sendRestError(exchange, apiError, { noStore: true });
+  } finally {
+    computation?.finish(undefined, new Map());
   }
 }
+
+const JSON_TYPE = 'application/json; charset=utf-8';
 
 
 /** Stands for a value that is not valid percent-encoded UTF-8: every parameter rule refuses it. */
