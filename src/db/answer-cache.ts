@@ -1,5 +1,5 @@
 import { LRUCache } from 'lru-cache';
-import type { EntityCache } from './entity-cache.js';
+import type { EntityCache, TagRead } from './entity-cache.js';
 import { TagIndex } from './tag-index.js';
 
 /**
@@ -40,9 +40,14 @@ export const MAX_ANSWER_KEY_LENGTH = 2048;
  * request, one of many users each asking rarely) cost neither their memory nor the evictions of
  * answers that are asked for again.
  */
-const KEYS_REMEMBERED = 16_384;
+const KEYS_REMEMBERED = 4096;
 
-export const ANSWER_CACHE_DEFAULTS: AnswerCacheOptions = { maxBytes: 32 * 1024 * 1024, ttlMs: 10 * 60_000 };
+/**
+ * 8 MiB: a few thousand answers, what the dashboards and users asking again and again need; beside
+ * the entity cache within the memory goal (250 MB resident), and small enough that churn among
+ * many users each asking rarely does not crowd the heap.
+ */
+export const ANSWER_CACHE_DEFAULTS: AnswerCacheOptions = { maxBytes: 8 * 1024 * 1024, ttlMs: 10 * 60_000 };
 
 /** An answer of these bytes, in memory of its own (not a slice of a pool slab that it would keep whole). */
 export function answerOf(text: string, kept: Omit<Answer, 'body' | 'etag'>): Answer {
@@ -59,7 +64,7 @@ export type Computation = {
    * something it read (`reads`: each tag with the cache's epoch when it was read) changed after it
    * was read. Returns the answer kept.
    */
-  finish(answer: (() => Answer) | undefined, reads: ReadonlyMap<string, number>, key?: string): Answer | undefined;
+  finish(answer: (() => Answer) | undefined, reads: ReadonlyMap<string, TagRead>, key?: string): Answer | undefined;
 };
 
 /**
@@ -176,7 +181,7 @@ export class AnswerCache {
     };
   }
 
-  private store(key: string, make: () => Answer, reads: ReadonlyMap<string, number>): Answer | undefined {
+  private store(key: string, make: () => Answer, reads: ReadonlyMap<string, TagRead>): Answer | undefined {
     if (!this.enabled || key.length > MAX_ANSWER_KEY_LENGTH || !this.cache.unchangedSinceRead(reads)) return undefined;
     if (!this.asked.has(key)) {
       this.asked.set(key, true);

@@ -168,8 +168,11 @@ export type CacheTicket = { readonly epoch: number };
  * answer is not kept), and until when what was computed from the clock holds.
  */
 export class ReadSet {
-  /** Each tag read, with the cache's epoch when it was first read: the value read is current as of then. */
-  readonly tags = new Map<string, number>();
+  /**
+   * Each tag read, with what the value read is known to be current as of: the cache's epoch when
+   * it was read, and the snapshot of the database read that it came from, when there was one.
+   */
+  readonly tags = new Map<string, TagRead>();
   /** Something was read outside the cache: no announcement would tell that it changed. */
   untracked = false;
   /** Epoch milliseconds until which the answer's clock-dependent parts hold. */
@@ -177,8 +180,8 @@ export class ReadSet {
   /** Clock readings whose validity was not stated yet. */
   private open = 0;
 
-  add(tags: readonly string[], epoch: number): void {
-    for (const tag of tags) if (!this.tags.has(tag)) this.tags.set(tag, epoch);
+  add(tags: readonly string[], read: TagRead): void {
+    for (const tag of tags) if (!this.tags.has(tag)) this.tags.set(tag, read);
   }
 
   /** The answer holds only at this instant (the default for anything computed from the clock). */
@@ -202,6 +205,9 @@ export class ReadSet {
     return !this.untracked && this.open === 0 && now < this.validUntil;
   }
 }
+
+/** When a value was read: the cache's epoch then, and the database snapshot it came from, if any. */
+export type TagRead = { readonly epoch: number; readonly seen?: Snapshot | undefined };
 
 /** The read-through calls of the cache, as loaders and services use them. */
 export type CacheReader = Pick<EntityCache, 'through' | 'throughMany'>;
@@ -368,20 +374,24 @@ export class EntityCache {
     options: ReadThroughOptions<V, Stored> = {},
   ): Promise<(V | null)[]> {
     const { form, share, usable, reads } = options;
-    if (reads) {
-      // What is read now is current as of now: a hit was not dropped, a miss reads (or joins a
-      // read) no older than this (see `unchangedSince`).
-      const epoch = this.epoch;
-      const values = await this.throughMany(namespace, keys, load, tags, { form, share, usable });
-      keys.forEach((key, i) => reads.add(tags(key, values[i]!), epoch));
-      return values;
-    }
+    // With `reads`, each value is recorded with what it is current as of: a hit as of now (it was
+    // not dropped) and its snapshot, a read as of its ticket and its snapshot, a shared read as of
+    // this call (it is at least that current, see `join`).
+    const called: TagRead = { epoch: this.epoch };
+    const record = (key: string, value: V | null, read: TagRead) => reads?.add(tags(key, value), read);
     const keyOf = (key: string) => (namespace === '' ? key : `${namespace}:${key}`);
     const results: (V | null | undefined)[] = keys.map((key) => {
-      const stored = this.get<Stored | null>(keyOf(key))?.value;
-      if (stored === undefined || stored === null) return stored as null | undefined;
+      const entry = this.get<Stored | null>(keyOf(key)) as Entry | undefined;
+      const stored = entry?.value as Stored | null | undefined;
+      if (stored === undefined) return undefined;
+      if (stored === null) {
+        record(key, null, { epoch: called.epoch, seen: entry!.seen });
+        return null;
+      }
       const value = form ? form.unpack(stored) : (stored as unknown as V);
-      return usable && !usable(value) ? undefined : value;
+      if (usable && !usable(value)) return undefined;
+      record(key, value, { epoch: called.epoch, seen: entry!.seen });
+      return value;
     });
     const misses = keys.filter((_, i) => results[i] === undefined);
     if (misses.length === 0) return results as (V | null)[];
@@ -411,12 +421,14 @@ export class EntityCache {
       for (const key of own) {
         const value = rows.get(key) ?? null;
         store(key, value, ticket, seen);
+        record(key, value, { epoch: ticket.epoch, seen });
         values.set(key, value);
       }
     }
     for (const [key, running] of joined) {
       const shared = await running;
       if (shared) {
+        record(key, shared.value, called);
         values.set(key, shared.value);
         continue;
       }
@@ -425,6 +437,7 @@ export class EntityCache {
       const { rows, seen } = await read([key]);
       const value = rows.get(key) ?? null;
       store(key, value, retryTicket, seen);
+      record(key, value, { epoch: retryTicket.epoch, seen });
       values.set(key, value);
     }
     return keys.map((key, i) => (results[i] !== undefined ? results[i] : values.get(key)!));
@@ -469,9 +482,9 @@ export class EntityCache {
     result.then(done, done);
   }
 
-  /** Whether nothing that `reads` read was invalidated after it was read (see `ReadSet`). */
-  unchangedSinceRead(reads: ReadonlyMap<string, number>): boolean {
-    for (const [tag, epoch] of reads) if (!this.unchangedSince({ epoch }, [tag])) return false;
+  /** Whether nothing that `reads` read was invalidated after it was read by a change it did not see (see `ReadSet`). */
+  unchangedSinceRead(reads: ReadonlyMap<string, TagRead>): boolean {
+    for (const [tag, read] of reads) if (!this.unchangedSince(read, [tag], read.seen)) return false;
     return true;
   }
 

@@ -1,6 +1,7 @@
 import { getOperationAST, type ExecutionResult } from 'graphql';
 import { LRUCache } from 'lru-cache';
 import type { RequestContext } from '../context.js';
+import type { TagRead } from '../db/entity-cache.js';
 import { answerOf, MAX_ANSWER_KEY_LENGTH, type AnswerCache } from '../db/answer-cache.js';
 import type { Exchange } from '../http/exchange.js';
 import { regularMediaType, sendAnswer, sendResult, serialiseResult, type RegularMediaType } from './http.js';
@@ -21,7 +22,7 @@ import type { GraphQLPipeline } from './pipeline.js';
  * the pipeline runs.
  */
 
-const NOTHING_READ: ReadonlyMap<string, number> = new Map();
+const NOTHING_READ: ReadonlyMap<string, TagRead> = new Map();
 
 /** Documents with answers kept, by their text: a short id instead of the text in every answer's key. */
 const DOCUMENTS_KEPT = 256;
