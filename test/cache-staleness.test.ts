@@ -1,8 +1,7 @@
-import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { SIGN_IN_SQL, createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { rest, useServer, type RestResult } from './helpers/app.js';
-import { testMode, useTestDatabase } from './helpers/database.js';
+import { testMode, useOutsideWriter, useTestDatabase } from './helpers/database.js';
 
 /**
  * The entity cache against changes made outside the server (another service writing the same
@@ -12,26 +11,8 @@ import { testMode, useTestDatabase } from './helpers/database.js';
 describe('changes made directly in the database reach the API', () => {
   const database = useTestDatabase();
   const server = useServer(database);
-  /** Another service: its own connection on PostgreSQL; on PGlite the one connection there is. */
-  let outside: (sql: string, params?: unknown[]) => Promise<void>;
-  let client: pg.Client | undefined;
-
-  beforeAll(async () => {
-    if (testMode === 'postgres') {
-      client = new pg.Client({ connectionString: database().url! });
-      await client.connect();
-      outside = async (sql, params) => {
-        await client!.query(sql, params);
-      };
-    } else {
-      outside = async (sql, params) => {
-        await database().sql.query(sql, params);
-      };
-    }
-  });
-  afterAll(async () => {
-    await client?.end();
-  });
+  /** Another service writing the same database. */
+  const outside = useOutsideWriter(database);
 
   /**
    * Makes the change, waits for its announcement to reach the server's cache (the event the cache

@@ -1,10 +1,9 @@
-import pg from 'pg';
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { projectedMonthlyUsage, projectionHoldsUntil } from '../src/domain/credit-analysis.js';
 import { SIGN_IN_SQL, createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { rest, startServer, useServer, type TestServer } from './helpers/app.js';
-import { testMode, useTestDatabase } from './helpers/database.js';
+import { useOutsideWriter, useTestDatabase } from './helpers/database.js';
 
 /**
  * Answers kept whole (src/db/answer-cache.ts), GraphQL's and REST's: served again only to the viewer they were
@@ -16,25 +15,7 @@ describe('GraphQL answers kept whole', () => {
   /** The server's clock: real time, moved by the tests. */
   let offset = 0;
   const server = useServer(database, { now: () => new Date(Date.now() + offset), env: { JWT_MAX_LIFETIME_SECONDS: String(40 * 86_400) } });
-  let outside: (sql: string, params?: unknown[]) => Promise<void>;
-  let client: pg.Client | undefined;
-
-  beforeAll(async () => {
-    if (testMode === 'postgres') {
-      client = new pg.Client({ connectionString: database().url! });
-      await client.connect();
-      outside = async (sql, params) => {
-        await client!.query(sql, params);
-      };
-    } else {
-      outside = async (sql, params) => {
-        await database().sql.query(sql, params);
-      };
-    }
-  });
-  afterAll(async () => {
-    await client?.end();
-  });
+  const outside = useOutsideWriter(database);
 
   const stats = () => server().app.answers.stats;
   const executions = () => executed(server());

@@ -65,3 +65,23 @@ export function useTestDatabase(): () => TestDatabase {
     return database;
   };
 }
+
+/**
+ * Another service writing this file's database: a connection of its own on PostgreSQL; on PGlite,
+ * the one connection there is. Opened before the file's tests and closed after them.
+ */
+export function useOutsideWriter(database: () => TestDatabase): (sql: string, params?: unknown[]) => Promise<void> {
+  let client: pg.Client | undefined;
+  beforeAll(async () => {
+    if (testMode !== 'postgres') return;
+    client = new pg.Client({ connectionString: database().url! });
+    await client.connect();
+  });
+  afterAll(async () => {
+    await client?.end();
+  });
+  return async (sql, params) => {
+    if (client) await client.query(sql, params);
+    else await database().sql.query(sql, params);
+  };
+}
