@@ -8,9 +8,9 @@ import type { MonthlyUsageTotals, PackagePurchase } from './domain/credit-analys
 /**
  * Per-request loaders: each batches the lookups of one request into one query and remembers them
  * for the request. Underneath, the process's entity cache answers what it holds (see
- * `db/entity-cache.ts`), so the hot paths usually make no query at all.
+ * `db/entity-cache.ts`), so the hot paths usually make no query at all. Each loader is made when
+ * the request first uses it: most requests use two or three of them.
  */
-export type Loaders = ReturnType<typeof createLoaders>;
 
 /** Columns that change with every sign-in (balances) or retrieval: not part of the settings. */
 const VOLATILE_ORGANIZATION_COLUMNS = {
@@ -30,183 +30,216 @@ export type OrganizationSettings = Omit<Organization, 'creditBalance' | keyof ty
 /** Accounts without their secrets (decisions §7), which are never loaded. */
 const ACCOUNT_COLUMNS = READ_ACCOUNT_COLUMNS.map((column) => `"${column}"`).join(', ');
 
-export function createLoaders(prisma: PrismaClient, cache: CacheReader) {
-  const accountForm = { pack: packAccount, unpack: unpackAccount };
-  // Accounts are what a new user's first request misses: one plain SQL statement on the pool
-  // (the driver types the columns as Prisma does), without the ORM's per-query cost.
-  // With the read's snapshot: a parent's row changes with every sign-in in its organization.
-  const accountsWhere = async (query: SnapshotQuery, column: 'id' | 'publicKey', values: string[]): Promise<Map<string, AccountRow>> => {
-    const rows = await query<AccountRow>(ACCOUNT_COLUMNS, `FROM "Account" WHERE "${column}" = ANY($1::text[])`, [values]);
-    return new Map(rows.map((a) => [a[column], a]));
-  };
+const accountForm = { pack: packAccount, unpack: unpackAccount };
 
-  const accountById = new DataLoader<string, AccountRow | null>((ids) =>
-    cache.throughMany(
-      'account',
-      ids,
-      (misses, query) => accountsWhere(query, 'id', misses),
-      // Any change to the row announces its id, whatever changed.
-      (id) => [cacheTags.account(id)],
-      { form: accountForm, share: true },
-    ),
-  );
-  const accountByPublicKey = new DataLoader<string, AccountRow | null>(async (keys) => {
-    const accounts = await cache.throughMany(
-      'accountByKey',
-      keys,
-      (misses, query) => accountsWhere(query, 'publicKey', misses),
-      // The key's row changing, or a row taking the key.
-      (key, account) => (account ? [cacheTags.account(account.id), cacheTags.publicKey(key)] : [cacheTags.publicKey(key)]),
-      { form: accountForm },
-    );
-    for (const account of accounts) if (account) accountById.prime(account.id, account);
-    return accounts;
-  });
+/**
+ * Accounts are what a new user's first request misses: one plain SQL statement on the pool (the
+ * driver types the columns as Prisma does), without the ORM's per-query cost. With the read's
+ * snapshot: a parent's row changes with every sign-in in its organization.
+ */
+async function accountsWhere(query: SnapshotQuery, column: 'id' | 'publicKey', values: string[]): Promise<Map<string, AccountRow>> {
+  const rows = await query<AccountRow>(ACCOUNT_COLUMNS, `FROM "Account" WHERE "${column}" = ANY($1::text[])`, [values]);
+  return new Map(rows.map((a) => [a[column], a]));
+}
+
+export class Loaders {
+  #accountById?: DataLoader<string, AccountRow | null>;
+  #accountByPublicKey?: DataLoader<string, AccountRow | null>;
+  #publicKeyByAccountId?: DataLoader<string, string | null>;
+  #organizationSettingsByParentId?: DataLoader<string, OrganizationSettings | null>;
+  #balancesByParentId?: DataLoader<string, OrganizationBalances | null>;
+  #signingKeyByPublicKey?: DataLoader<string, SigningKey | null>;
+  #packagePurchasesByOrganization?: DataLoader<string, PackagePurchase[]>;
+  #monthlyUsage?: DataLoader<string, MonthlyUsageTotals | null>;
+
+  constructor(
+    private readonly prisma: PrismaClient,
+    private readonly cache: CacheReader,
+  ) {}
+
+  get accountById(): DataLoader<string, AccountRow | null> {
+    return (this.#accountById ??= new DataLoader((ids) =>
+      this.cache.throughMany(
+        'account',
+        ids,
+        (misses, query) => accountsWhere(query, 'id', misses),
+        // Any change to the row announces its id, whatever changed.
+        (id) => [cacheTags.account(id)],
+        { form: accountForm, share: true },
+      ),
+    ));
+  }
+
+  get accountByPublicKey(): DataLoader<string, AccountRow | null> {
+    return (this.#accountByPublicKey ??= new DataLoader(async (keys) => {
+      const accounts = await this.cache.throughMany(
+        'accountByKey',
+        keys,
+        (misses, query) => accountsWhere(query, 'publicKey', misses),
+        // The key's row changing, or a row taking the key.
+        (key, account) => (account ? [cacheTags.account(account.id), cacheTags.publicKey(key)] : [cacheTags.publicKey(key)]),
+        { form: accountForm },
+      );
+      for (const account of accounts) if (account) this.accountById.prime(account.id, account);
+      return accounts;
+    }));
+  }
+
   /** An account's public key: identity, kept while the account's counters change (a parent's do on every sign-in). */
-  const publicKeyByAccountId = new DataLoader<string, string | null>((ids) =>
-    cache.throughMany(
-      'publicKeyOf',
-      ids,
-      async (misses) =>
-        new Map((await prisma.account.findMany({ where: { id: { in: misses } }, select: { id: true, publicKey: true } })).map((a) => [a.id, a.publicKey])),
-      (id) => [cacheTags.identity(id)],
-    ),
-  );
+  get publicKeyByAccountId(): DataLoader<string, string | null> {
+    return (this.#publicKeyByAccountId ??= new DataLoader((ids) =>
+      this.cache.throughMany(
+        'publicKeyOf',
+        ids,
+        async (misses) =>
+          new Map((await this.prisma.account.findMany({ where: { id: { in: misses } }, select: { id: true, publicKey: true } })).map((a) => [a.id, a.publicKey])),
+        (id) => [cacheTags.identity(id)],
+      ),
+    ));
+  }
+
   /**
    * The organization without its balances (settings, URLs, secret, child count) and whether it
    * still has credits: what authentication and most answers need, kept while sign-ins spend credits.
    */
-  const organizationSettingsByParentId = new DataLoader<string, OrganizationSettings | null>((ids) =>
-    cache.throughMany(
-      'organizationSettings',
-      ids,
-      async (misses) => {
-        const rows = await prisma.organization.findMany({ where: { parentId: { in: misses } }, omit: VOLATILE_ORGANIZATION_COLUMNS });
-        return new Map(rows.map(({ creditBalance, ...settings }) => [settings.parentId, { ...settings, funded: creditBalance > 0 }]));
-      },
-      (id) => [cacheTags.organizationSettings(id)],
-    ),
-  );
+  get organizationSettingsByParentId(): DataLoader<string, OrganizationSettings | null> {
+    return (this.#organizationSettingsByParentId ??= new DataLoader((ids) =>
+      this.cache.throughMany(
+        'organizationSettings',
+        ids,
+        async (misses) => {
+          const rows = await this.prisma.organization.findMany({ where: { parentId: { in: misses } }, omit: VOLATILE_ORGANIZATION_COLUMNS });
+          return new Map(rows.map(({ creditBalance, ...settings }) => [settings.parentId, { ...settings, funded: creditBalance > 0 }]));
+        },
+        (id) => [cacheTags.organizationSettings(id)],
+      ),
+    ));
+  }
+
   /**
    * The organization's balances, which every sign-in changes (credits spent): read by primary key
    * with the read's snapshot, shared by the callers that miss them at once.
    */
-  const balancesByParentId = new DataLoader<string, OrganizationBalances | null>((ids) =>
-    cache.throughMany(
-      'balances',
-      ids,
-      async (misses, query) => {
-        const rows = await query<OrganizationBalances & { parentId: string }>(
-          `"parentId", "creditBalance", "accountBalance"::float8 AS "accountBalance", "availableBalance"::float8 AS "availableBalance"`,
-          `FROM "Organization" WHERE "parentId" = ANY($1::text[])`,
-          [misses],
-        );
-        return new Map(rows.map((row) => [row.parentId, { creditBalance: row.creditBalance, accountBalance: row.accountBalance, availableBalance: row.availableBalance }]));
-      },
-      (id) => [cacheTags.organization(id)],
-      { share: true },
-    ),
-  );
+  get balancesByParentId(): DataLoader<string, OrganizationBalances | null> {
+    return (this.#balancesByParentId ??= new DataLoader((ids) =>
+      this.cache.throughMany(
+        'balances',
+        ids,
+        async (misses, query) => {
+          const rows = await query<OrganizationBalances & { parentId: string }>(
+            `"parentId", "creditBalance", "accountBalance"::float8 AS "accountBalance", "availableBalance"::float8 AS "availableBalance"`,
+            `FROM "Organization" WHERE "parentId" = ANY($1::text[])`,
+            [misses],
+          );
+          return new Map(rows.map((row) => [row.parentId, { creditBalance: row.creditBalance, accountBalance: row.accountBalance, availableBalance: row.availableBalance }]));
+        },
+        (id) => [cacheTags.organization(id)],
+        { share: true },
+      ),
+    ));
+  }
+
   /**
    * The HS256 key of the organization whose parent holds this public key (a token's `kid`);
    * null for an unknown key, a child's key, or a secret too short to be safe (decisions §2).
    */
-  const signingKeyByPublicKey = new DataLoader<string, SigningKey | null>((keys) =>
-    cache.throughMany<SigningKey | null>(
-      'signingKey',
-      keys,
-      async (misses) => {
-        const rows = await prisma.account.findMany({
-          where: { publicKey: { in: misses } },
-          select: { id: true, publicKey: true, type: true, organization: { select: { jwtSecret: true } } },
-        });
-        const entries = await Promise.all(
-          rows.map(async (row): Promise<[string, SigningKey | null]> => {
-            const secret = row.type === 'parent' && row.organization ? secretKey(row.organization.jwtSecret) : undefined;
-            const usable = secret !== undefined && secret.byteLength >= MIN_SECRET_BYTES;
-            if (!usable) return [row.publicKey, null];
-            const tokenTags = [cacheTags.identity(row.id), cacheTags.organizationSettings(row.id)];
-            return [row.publicKey, { parentId: row.id, key: await verificationKey(secret), tokenTags }];
-          }),
-        );
-        return new Map(entries);
-      },
-      // Stable tags only: sign-ins (counters, balance) do not drop the key.
-      (key, signingKey) => (signingKey ? [cacheTags.publicKey(key), ...signingKey.tokenTags] : [cacheTags.publicKey(key)]),
-    ),
-  );
-  const packagePurchasesByOrganization = new DataLoader<string, PackagePurchase[]>(async (ids) =>
-    (
-      await cache.throughMany(
-        'purchases',
-        ids,
+  get signingKeyByPublicKey(): DataLoader<string, SigningKey | null> {
+    return (this.#signingKeyByPublicKey ??= new DataLoader((keys) =>
+      this.cache.throughMany<SigningKey | null>(
+        'signingKey',
+        keys,
         async (misses) => {
-          const rows = await prisma.packagePurchase.findMany({
-            where: { organizationId: { in: misses } },
-            orderBy: [{ purchasedAt: 'desc' }, { transactionId: 'desc' }],
+          const rows = await this.prisma.account.findMany({
+            where: { publicKey: { in: misses } },
+            select: { id: true, publicKey: true, type: true, organization: { select: { jwtSecret: true } } },
           });
-          const lists = new Map(
-            misses.map((id) => [
-              id,
-              rows
-                .filter((row) => row.organizationId === id)
-                .map((row) => ({
-                  packageType: row.packageType,
-                  purchaseDate: row.purchasedAt,
-                  creditsAdded: row.creditsAdded,
-                  freeUsersAdded: row.freeUsersAdded,
-                  price: row.price.toNumber(),
-                  transactionId: row.transactionId,
-                })),
-            ]),
+          const entries = await Promise.all(
+            rows.map(async (row): Promise<[string, SigningKey | null]> => {
+              const secret = row.type === 'parent' && row.organization ? secretKey(row.organization.jwtSecret) : undefined;
+              const usable = secret !== undefined && secret.byteLength >= MIN_SECRET_BYTES;
+              if (!usable) return [row.publicKey, null];
+              const tokenTags = [cacheTags.identity(row.id), cacheTags.organizationSettings(row.id)];
+              return [row.publicKey, { parentId: row.id, key: await verificationKey(secret), tokenTags }];
+            }),
           );
-          return lists;
+          return new Map(entries);
         },
-        (id) => [cacheTags.purchases(id)],
-      )
-    ).map((list) => list ?? []),
-  );
-  /** Keyed by `${organizationId}|${first day of the month, ISO}`. */
-  const monthlyUsage = new DataLoader<string, MonthlyUsageTotals | null>((keys) =>
-    cache.throughMany(
-      'usage',
-      keys,
-      async (misses, query) => {
-        const organizations = misses.map((key) => key.split('|')[0]!);
-        const months = misses.map((key) => key.split('|')[1]!.slice(0, 10));
-        const rows = await query<MonthlyUsageTotals & { organizationId: string; month: string }>(
-          `u."organizationId", to_char(u.month, 'YYYY-MM-DD') AS month, u."childSignups", u."signIns",
-           u."emailVerifications", u."providerAAuths", u."providerBAuths", u."providerCAuths", u."providerDAuths"`,
-          `FROM "MonthlyUsage" u JOIN unnest($1::text[], $2::date[]) AS k(id, month)
-             ON u."organizationId" = k.id AND u.month = k.month`,
-          [organizations, months],
-        );
-        const totals = rows.map((row): [string, MonthlyUsageTotals] => [
-          `${row.organizationId}|${row.month}T00:00:00.000Z`,
-          {
-            childSignups: row.childSignups,
-            signIns: row.signIns,
-            emailVerifications: row.emailVerifications,
-            providerAAuths: row.providerAAuths,
-            providerBAuths: row.providerBAuths,
-            providerCAuths: row.providerCAuths,
-            providerDAuths: row.providerDAuths,
+        // Stable tags only: sign-ins (counters, balance) do not drop the key.
+        (key, signingKey) => (signingKey ? [cacheTags.publicKey(key), ...signingKey.tokenTags] : [cacheTags.publicKey(key)]),
+      ),
+    ));
+  }
+
+  get packagePurchasesByOrganization(): DataLoader<string, PackagePurchase[]> {
+    return (this.#packagePurchasesByOrganization ??= new DataLoader(async (ids) =>
+      (
+        await this.cache.throughMany(
+          'purchases',
+          ids,
+          async (misses) => {
+            const rows = await this.prisma.packagePurchase.findMany({
+              where: { organizationId: { in: misses } },
+              orderBy: [{ purchasedAt: 'desc' }, { transactionId: 'desc' }],
+            });
+            return new Map(
+              misses.map((id) => [
+                id,
+                rows
+                  .filter((row) => row.organizationId === id)
+                  .map((row) => ({
+                    packageType: row.packageType,
+                    purchaseDate: row.purchasedAt,
+                    creditsAdded: row.creditsAdded,
+                    freeUsersAdded: row.freeUsersAdded,
+                    price: row.price.toNumber(),
+                    transactionId: row.transactionId,
+                  })),
+              ]),
+            );
           },
-        ]);
-        return new Map(totals);
-      },
-      (key) => [cacheTags.usage(key.split('|')[0]!)],
-      { share: true },
-    ),
-  );
-  return {
-    accountById,
-    accountByPublicKey,
-    publicKeyByAccountId,
-    organizationSettingsByParentId,
-    balancesByParentId,
-    signingKeyByPublicKey,
-    packagePurchasesByOrganization,
-    monthlyUsage,
-  };
+          (id) => [cacheTags.purchases(id)],
+        )
+      ).map((list) => list ?? []),
+    ));
+  }
+
+  /** Keyed by `${organizationId}|${first day of the month, ISO}`. */
+  get monthlyUsage(): DataLoader<string, MonthlyUsageTotals | null> {
+    return (this.#monthlyUsage ??= new DataLoader((keys) =>
+      this.cache.throughMany(
+        'usage',
+        keys,
+        async (misses, query) => {
+          const organizations = misses.map((key) => key.split('|')[0]!);
+          const months = misses.map((key) => key.split('|')[1]!.slice(0, 10));
+          const rows = await query<MonthlyUsageTotals & { organizationId: string; month: string }>(
+            `u."organizationId", to_char(u.month, 'YYYY-MM-DD') AS month, u."childSignups", u."signIns",
+             u."emailVerifications", u."providerAAuths", u."providerBAuths", u."providerCAuths", u."providerDAuths"`,
+            `FROM "MonthlyUsage" u JOIN unnest($1::text[], $2::date[]) AS k(id, month)
+               ON u."organizationId" = k.id AND u.month = k.month`,
+            [organizations, months],
+          );
+          const totals = rows.map((row): [string, MonthlyUsageTotals] => [
+            `${row.organizationId}|${row.month}T00:00:00.000Z`,
+            {
+              childSignups: row.childSignups,
+              signIns: row.signIns,
+              emailVerifications: row.emailVerifications,
+              providerAAuths: row.providerAAuths,
+              providerBAuths: row.providerBAuths,
+              providerCAuths: row.providerCAuths,
+              providerDAuths: row.providerDAuths,
+            },
+          ]);
+          return new Map(totals);
+        },
+        (key) => [cacheTags.usage(key.split('|')[0]!)],
+        { share: true },
+      ),
+    ));
+  }
+}
+
+export function createLoaders(prisma: PrismaClient, cache: CacheReader): Loaders {
+  return new Loaders(prisma, cache);
 }

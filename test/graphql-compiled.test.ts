@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { seed } from '../src/dev/demo-data.js';
-import { useServer, type TestServer } from './helpers/app.js';
+import { useCapturedLog, useServer, type TestServer } from './helpers/app.js';
 import { createChild, createOrganization, tokenFor } from './helpers/builders.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
 import { isSubscription, STORED_OPERATIONS } from '../src/graphql/operations.js';
@@ -120,5 +120,36 @@ describe(`GraphQL answers are the same before and after a document is compiled (
     }
     expect(answer.data).toBeNull();
     expect(answer.errors?.map((e) => [e.extensions?.code, e.path])).toEqual([['ACCOUNT_INACTIVE', ['me']]]);
+  });
+});
+
+/**
+ * A query that runs compiled runs, from then on, without the pipeline's hooks for parsing and
+ * validating it again (lean door, `GraphQLPipeline.runPlanned`): what the hooks record must not
+ * change with it.
+ */
+describe(`a compiled query's request log line and metrics are those of its first executions (${testMode})`, () => {
+  const database = useTestDatabase();
+  const server = useServer(database, { now: () => now, env: { ANSWER_CACHE_MAX_BYTES: '0', LOG_LEVEL: 'info', LOG_FORMAT: 'json' } });
+  const log = useCapturedLog();
+
+  it('names the same operation, caller and error code on every repeat, and counts each execution', async () => {
+    const built = await createOrganization(database());
+    const child = await createChild(database(), built.parent);
+    const [parentToken, childToken] = [await tokenFor(built.parent, built, { now }), await tokenFor(child, built, { now })];
+    const executions = async () => Number(/^api_graphql_executions_total\{engine="compiled"\} (\d+)$/m.exec((await server().app.metricsText()).text)?.[1] ?? 0);
+    const before = await executions();
+    for (let i = 0; i < REPEATS; i++) {
+      // The parent reads it; the child is refused the credit analysis, field by field.
+      expect((await server().graphql(DOCUMENTS.credits!, { token: parentToken })).errors).toBeUndefined();
+      expect((await server().graphql(DOCUMENTS.credits!, { token: childToken })).errors?.[0]?.extensions?.code).toBe('UNAUTHORIZED_ACCESS');
+    }
+    expect(await executions()).toBe(before + 2 * REPEATS - 20);
+    const lines = (await log.lines()).filter((line) => line['message'] === 'request').map(({ caller, operation, code, status }) => ({ caller, operation, code, status }));
+    expect(lines).toHaveLength(2 * REPEATS);
+    for (let i = 0; i < REPEATS; i++) {
+      expect(lines[2 * i]).toEqual({ caller: 'parent', operation: 'creditAnalysis', code: undefined, status: 200 });
+      expect(lines[2 * i + 1]).toEqual({ caller: 'child', operation: 'creditAnalysis', code: 'UNAUTHORIZED_ACCESS', status: 200 });
+    }
   });
 });

@@ -21,7 +21,7 @@ export type ExecutionCounts = { compiled: number; reference: number; compileFail
  * The result in the reference executor's shape: `errors` before `data` (graphql-js' order, which
  * is the order of the bytes clients receive), and nothing else added.
  */
-function asReference(result: ExecutionResult): ExecutionResult {
+export function asReference(result: ExecutionResult): ExecutionResult {
   if (!result.errors?.length) return result.extensions === undefined ? { data: result.data } : { data: result.data, extensions: result.extensions };
   return { errors: result.errors, data: result.data, ...(result.extensions === undefined ? {} : { extensions: result.extensions }) };
 }
@@ -68,7 +68,10 @@ function fieldsInReferenceOrder(schema: GraphQLSchema, document: DocumentNode, s
  * documents whose fields graphql-jit would give in another order (see above).
  * Compiled functions live as long as their parsed document (the parser cache bounds those).
  */
-export function useCompiledExecution(options: { compileAfter: number; logger: Logger; counts: ExecutionCounts }): Plugin {
+export function useCompiledExecution(options: { compileAfter: number; logger: Logger; counts: ExecutionCounts }): Plugin & {
+  /** The operation's compiled query, once an execution compiled it. */
+  compiledQuery(document: DocumentNode, operationName: string | null | undefined): CompiledQuery | undefined;
+} {
   const { compileAfter, logger, counts } = options;
   const executions = new WeakMap<DocumentNode, number>();
   /** Per document, per operation name: the compiled query, or null when it did not compile. */
@@ -109,6 +112,7 @@ export function useCompiledExecution(options: { compileAfter: number; logger: Lo
   }
 
   return {
+    compiledQuery: (document, operationName) => compiled.get(document)?.get(operationName ?? '') ?? undefined,
     onExecute({ args, setExecuteFn }) {
       const query = wanted(args) ? compiledFor(args) : null;
       if (!query) {

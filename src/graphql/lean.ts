@@ -6,7 +6,7 @@ import { answerOf, MAX_ANSWER_KEY_LENGTH, type AnswerCache } from '../db/answer-
 import type { Exchange } from '../http/exchange.js';
 import { regularMediaType, sendAnswer, sendResult, serialiseResult, type RegularMediaType } from './http.js';
 import { resolvePersistedOperation, type GraphQLParams, type PersistedRule } from './persisted.js';
-import type { GraphQLPipeline } from './pipeline.js';
+import type { GraphQLPipeline, PlannedQuery } from './pipeline.js';
 
 /*
  * The lean GraphQL door: what API clients send (a JSON operation by POST, or a query string by
@@ -24,9 +24,14 @@ import type { GraphQLPipeline } from './pipeline.js';
 
 const NOTHING_READ: ReadonlyMap<string, TagRead> = new Map();
 
-/** Documents with answers kept, by their text: a short id instead of the text in every answer's key. */
-const DOCUMENTS_KEPT = 256;
+/**
+ * Documents the door knows, by their text: a short id for the keys of their kept answers, and
+ * the plans of their operations that run compiled.
+ */
+const DOCUMENTS_KNOWN = 256;
 const DOCUMENT_BYTES = 4 * 1024 * 1024;
+
+type KnownDocument = { id: number; plans: Map<string, PlannedQuery> };
 
 const MEMBERS = new Set(['query', 'variables', 'operationName', 'extensions']);
 
@@ -90,13 +95,13 @@ export type LeanDoorOptions = {
 export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptions): LeanDoor {
   const { answers, now } = options;
   let documentIds = 0;
-  const documents = new LRUCache<string, number>({ max: DOCUMENTS_KEPT, maxSize: DOCUMENT_BYTES, sizeCalculation: (_id, text) => 2 * text.length + 64 });
+  const documents = new LRUCache<string, KnownDocument>({ max: DOCUMENTS_KNOWN, maxSize: DOCUMENT_BYTES, sizeCalculation: (_known, text) => 2 * text.length + 64 });
 
-  /** The id of a document with answers kept (a new one for a document seen first). */
-  function documentId(query: string): number {
-    let id = documents.get(query);
-    if (id === undefined) documents.set(query, (id = ++documentIds));
-    return id;
+  /** What the door knows of a document (a new entry for a document first known). */
+  function known(query: string): KnownDocument {
+    let entry = documents.get(query);
+    if (entry === undefined) documents.set(query, (entry = { id: ++documentIds, plans: new Map() }));
+    return entry;
   }
 
   /** The key of a query's answer for `viewer`; undefined when it is too long to be worth keeping. */
@@ -123,9 +128,17 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
     return params && { params, mediaType };
   }
 
-  /** The result, and whether the operation was a query; undefined for a subscription (not the lean door's). */
+  /**
+   * The result, and whether the operation was a query; undefined for a subscription (not the lean
+   * door's). A query operation that runs compiled runs as planned from then on: the pipeline's
+   * parse and validation outcomes for its document are known, and its hooks' orchestration is
+   * what the plan saves.
+   */
   async function execute(exchange: Exchange, params: GraphQLParams, prepared?: RequestContext): Promise<{ result: ExecutionResult; query: boolean } | undefined> {
     try {
+      const planned = params.query == null ? undefined : documents.get(params.query)?.plans.get(params.operationName ?? '');
+      const ran = planned && pipeline.runPlanned(planned, { exchange, params, prepared });
+      if (ran) return { result: await ran, query: true };
       const enveloped = pipeline.getEnveloped({ exchange, params, prepared } as never);
       const document = enveloped.parse(params.query!);
       const errors = enveloped.validate(enveloped.schema, document);
@@ -141,6 +154,10 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
         variableValues: params.variables,
         operationName: params.operationName,
       })) as ExecutionResult;
+      if (operation === 'query' && !planned) {
+        const plan = pipeline.plan(document, params.operationName);
+        if (plan) known(params.query!).plans.set(params.operationName ?? '', plan);
+      }
       return { result, query: operation === 'query' };
     } catch (error) {
       return { result: { errors: [pipeline.maskError(error)] }, query: false };
@@ -174,8 +191,8 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
     }
     const context = pipeline.context(exchange);
     const viewer = await context.viewerKey();
-    const known = documents.get(params.query);
-    const key = viewer === undefined || known === undefined ? undefined : answerKey(known, params, viewer);
+    const document = documents.get(params.query);
+    const key = viewer === undefined || document === undefined ? undefined : answerKey(document.id, params, viewer);
     const kept = await answers.find(key, now);
     if (kept) {
       await context.replay(kept, exchange.record);
@@ -189,7 +206,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
       const make = () =>
         answerOf(serialiseResult(outcome.result), { label: exchange.record.operation, retrievals: [...context.retrieved], validUntil: context.reads.validUntil });
       // A document is given an id once an answer to it may be kept.
-      const kept = computation && keepable(outcome, context, exchange) ? computation.finish(make, context.reads.tags, key ?? answerKey(documentId(params.query), params, viewer!)) : undefined;
+      const kept = computation && keepable(outcome, context, exchange) ? computation.finish(make, context.reads.tags, key ?? answerKey(known(params.query).id, params, viewer!)) : undefined;
       if (kept) sendAnswer(exchange, kept, taken.mediaType);
       else sendResult(exchange, outcome.result, taken.mediaType);
       return true;

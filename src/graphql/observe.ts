@@ -24,7 +24,8 @@ export function operationLabel(document: DocumentNode, operationName: string | n
   return operation.operation === 'query' ? label : `${operation.operation}:${label}`;
 }
 
-function observedIn(context: unknown): RequestRecord | undefined {
+/** The request's record, when the context carries one (on its exchange). */
+export function observedIn(context: unknown): RequestRecord | undefined {
   return (context as { exchange?: { record: RequestRecord } } | undefined)?.exchange?.record;
 }
 
@@ -65,16 +66,25 @@ export function useObserve(logger: Logger): Plugin {
       if (observed) observed.operation = operationLabel(args.document, args.operationName);
       return {
         onExecuteDone({ result }) {
-          if (!('errors' in result) || !result.errors?.length) return;
-          if (observed) observed.code ??= codeOf(result.errors[0]);
-          const requestId = (args.contextValue as { requestId?: string }).requestId;
-          for (const error of result.errors) {
-            const original = innermostError(error);
-            if (error.path === undefined || original instanceof ApiError) continue;
-            logger.error('unexpected error in a GraphQL resolver', { error: original, requestId, path: error.path.join('.'), code: toApiError(original).code });
-          }
+          if ('errors' in result) observeErrors(logger, args.contextValue, result.errors);
         },
       };
     },
   };
+}
+
+/**
+ * What an execution's errors leave in the request's record and the log (before they are masked):
+ * the first one's code, and each resolver error that is not one of the API's own.
+ */
+export function observeErrors(logger: Logger, contextValue: unknown, errors: readonly GraphQLError[] | undefined): void {
+  if (!errors?.length) return;
+  const observed = observedIn(contextValue);
+  if (observed) observed.code ??= codeOf(errors[0]);
+  const requestId = (contextValue as { requestId?: string }).requestId;
+  for (const error of errors) {
+    const original = innermostError(error);
+    if (error.path === undefined || original instanceof ApiError) continue;
+    logger.error('unexpected error in a GraphQL resolver', { error: original, requestId, path: error.path.join('.'), code: toApiError(original).code });
+  }
 }

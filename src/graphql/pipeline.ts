@@ -6,20 +6,25 @@ import {
   specifiedRules,
   validate,
   type DocumentNode,
-  type ExecutionArgs,
+  type ExecutionResult,
+  type VariableDefinitionNode,
 } from 'graphql';
+import { getVariableValues } from 'graphql/execution/values.js';
+import type { CompiledQuery } from 'graphql-jit';
 import { envelop, useEngine, useExtendContext, useMaskedErrors, useSchema, type GetEnvelopedFn, type Plugin } from '@envelop/core';
 import { useParserCache } from '@envelop/parser-cache';
 import { useValidationCache } from '@envelop/validation-cache';
 import { normalizedExecutor } from '@graphql-tools/executor';
 import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
 import { LRUCache } from 'lru-cache';
+import { RequestCache } from '@pothos/plugin-scope-auth';
 import { createRequestContext, type AppDependencies, type RequestContext } from '../context.js';
 import { ApiError, innermostError, toApiError } from '../errors.js';
 import type { Exchange } from '../http/exchange.js';
 import type { Logger } from '../logger.js';
-import { useCompiledExecution, type ExecutionCounts } from './compiled.js';
-import { useObserve } from './observe.js';
+import { asReference, useCompiledExecution, type ExecutionCounts } from './compiled.js';
+import { observeErrors, observedIn, operationLabel, useObserve } from './observe.js';
+import type { GraphQLParams } from './persisted.js';
 import { schema } from './schema.js';
 
 /*
@@ -107,6 +112,30 @@ function useHttpSemantics(): Plugin<GraphQLInitialContext> {
   };
 }
 
+/**
+ * Scope-auth's per-request cache is dropped once the operation's result is known. It lives in a
+ * WeakMap keyed by the request's context and refers to that context: V8's young-generation
+ * collector keeps such an entry's value alive while the map holds it, so, left to the WeakMap,
+ * every GraphQL request's objects (context, loaders, results) would survive until the next full
+ * collection. Measured: several times the garbage collection of a REST request, and a full
+ * collection every second under load (test/bench/README.md).
+ */
+export function releaseRequestCaches(contextValue: unknown): void {
+  if (typeof contextValue === 'object' && contextValue !== null) RequestCache.clearForContext(contextValue);
+}
+
+function useReleaseRequestCaches(): Plugin {
+  return {
+    onExecute() {
+      return {
+        onExecuteDone({ args }) {
+          releaseRequestCaches(args.contextValue);
+        },
+      };
+    },
+  };
+}
+
 /** Introspection off (production default): the validation rule refuses `__schema` and `__type`. */
 function useNoIntrospection(): Plugin {
   return {
@@ -163,8 +192,33 @@ export function createErrorMask(): (error: unknown) => GraphQLError {
   };
 }
 
+/**
+ * A query operation that went through the whole pipeline before and runs compiled: parsed,
+ * refused by none of the parse and validation rules (all of which depend on the document
+ * alone), its label computed. See `GraphQLPipeline.runPlanned`.
+ */
+export type PlannedQuery = {
+  readonly label: string;
+  readonly variables: readonly VariableDefinitionNode[];
+  readonly query: CompiledQuery;
+};
+
 export type GraphQLPipeline = {
   getEnveloped: GetEnvelopedFn<GraphQLContext>;
+  /**
+   * The plan of a query operation of a document that this pipeline parsed, validated and executed
+   * compiled; undefined for anything else (a mutation, a document not compiled yet or that does
+   * not compile).
+   */
+  plan: (document: DocumentNode, operationName: string | null | undefined) => PlannedQuery | undefined;
+  /**
+   * Runs a planned query for a request as the pipeline's execute phase does, without the hooks'
+   * orchestration (whose parse and validation outcomes the plan holds): the same context, the
+   * operation's label and first error code recorded, unexpected resolver errors logged, compiled
+   * execution counted, errors masked. Undefined when the variables do not fit the operation
+   * (the whole pipeline answers those, in the reference executor's words).
+   */
+  runPlanned: (plan: PlannedQuery, initial: GraphQLInitialContext & { params: GraphQLParams }) => Promise<ExecutionResult> | undefined;
   /** The error mask, for what fails outside execution (a door's own refusals, a thrown parse error). */
   maskError: (error: unknown) => GraphQLError;
   /** Executions by engine since the start. */
@@ -183,6 +237,9 @@ const validateOnce: typeof validate = (schema, document, rules, options, typeInf
 export function createGraphQLPipeline(deps: AppDependencies, logger: Logger, options: { compileAfter?: number } = {}): GraphQLPipeline {
   const maskError = createErrorMask();
   const executions: ExecutionCounts = { compiled: 0, reference: 0, compileFailures: 0 };
+  const compiledExecution = useCompiledExecution({ compileAfter: options.compileAfter ?? COMPILE_AFTER_EXECUTIONS, logger, counts: executions });
+  const contextOf = ({ exchange, prepared }: GraphQLInitialContext): RequestContext => prepared ?? createRequestContext(deps, exchange);
+  const plans = new WeakMap<DocumentNode, Map<string, PlannedQuery>>();
   const plugins: Plugin<any>[] = [
     useEngine({ parse, validate: validateOnce, specifiedRules, execute: normalizedExecutor, subscribe: normalizedExecutor }),
     useSchema(schema),
@@ -202,13 +259,47 @@ export function createGraphQLPipeline(deps: AppDependencies, logger: Logger, opt
     }),
     useValidationCache({ cache: new LRUCache<string, readonly GraphQLError[]>({ max: DOCUMENTS_KEPT, ttl: DOCUMENT_TTL_MS }) }),
     useHttpSemantics(),
-    useCompiledExecution({ compileAfter: options.compileAfter ?? COMPILE_AFTER_EXECUTIONS, logger, counts: executions }),
+    compiledExecution,
     useObserve(logger),
-    useExtendContext(({ exchange, prepared }: GraphQLInitialContext) => prepared ?? createRequestContext(deps, exchange)),
+    useReleaseRequestCaches(),
+    useExtendContext(contextOf),
     useMaskedErrors({ maskError: (error) => maskError(error) }),
   ];
+  function plan(document: DocumentNode, operationName: string | null | undefined): PlannedQuery | undefined {
+    const name = operationName ?? '';
+    const known = plans.get(document)?.get(name);
+    if (known) return known;
+    const query = compiledExecution.compiledQuery(document, operationName);
+    const operation = query && getOperationAST(document, operationName);
+    if (!query || operation?.operation !== 'query') return undefined;
+    const planned: PlannedQuery = { label: operationLabel(document, operationName), variables: operation.variableDefinitions ?? [], query };
+    let byName = plans.get(document);
+    if (!byName) plans.set(document, (byName = new Map()));
+    byName.set(name, planned);
+    return planned;
+  }
+
+  function runPlanned(planned: PlannedQuery, initial: GraphQLInitialContext & { params: GraphQLParams }): Promise<ExecutionResult> | undefined {
+    const variables = initial.params.variables ?? {};
+    if (planned.variables.length > 0 && getVariableValues(schema, planned.variables, variables).errors !== undefined) return undefined;
+    // The context as envelop builds it: the initial one, extended with the request's.
+    const contextValue = Object.assign(initial, contextOf(initial));
+    const observed = observedIn(contextValue);
+    if (observed) observed.operation = planned.label;
+    executions.compiled += 1;
+    return Promise.resolve(planned.query.query(undefined, contextValue, variables)).then((raw) => {
+      releaseRequestCaches(contextValue);
+      const result = asReference(raw);
+      if (!result.errors?.length) return result;
+      observeErrors(logger, contextValue, result.errors);
+      return { ...result, errors: result.errors.map((error) => maskError(error)) };
+    });
+  }
+
   return {
     getEnveloped: envelop({ plugins }) as unknown as GetEnvelopedFn<GraphQLContext>,
+    plan,
+    runPlanned,
     maskError,
     executions,
     context: (exchange) => createRequestContext(deps, exchange),

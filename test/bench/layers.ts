@@ -13,7 +13,7 @@ import { readFileSync } from 'node:fs';
  */
 
 type ProfileNode = { id: number; callFrame: { functionName: string; url: string }; children?: number[] };
-type CpuProfile = { nodes: ProfileNode[]; samples: number[]; timeDeltas: number[] };
+type CpuProfile = { nodes: ProfileNode[]; samples: number[]; timeDeltas: number[]; startTime: number };
 
 /** Layers in the order they are printed; the first rule that matches a frame's URL decides. */
 const LAYERS: [string, RegExp][] = [
@@ -33,9 +33,11 @@ const KERNEL_ENTRIES = new Set(['writev', 'writeBuffer', 'writeUtf8String', 'wri
 
 /**
  * The busy samples by layer: `share` of the samples outside system calls and idle; the system
- * calls' row has its share of all busy samples instead (in `share`), and comes last.
+ * calls' row has its share of all busy samples instead (in `share`), and comes last. With
+ * `windows` (µs of the monotonic clock, which is the profile's own: `process.hrtime`), only the
+ * samples taken inside one of them count.
  */
-export function layerSplit(file: string): { layer: string; ms: number; share: number }[] {
+export function layerSplit(file: string, windows?: readonly [number, number][]): { layer: string; ms: number; share: number }[] {
   const profile = JSON.parse(readFileSync(file, 'utf8')) as CpuProfile;
   const byId = new Map(profile.nodes.map((node) => [node.id, node]));
   const parent = new Map<number, number>();
@@ -61,7 +63,10 @@ export function layerSplit(file: string): { layer: string; ms: number; share: nu
   };
   const classify = claimed;
   const totals = new Map<string, number>();
+  let at = profile.startTime;
   profile.samples.forEach((id, i) => {
+    at += profile.timeDeltas[i] ?? 0;
+    if (windows && !windows.some(([from, to]) => at >= from && at <= to)) return;
     const layer = classify(id);
     totals.set(layer, (totals.get(layer) ?? 0) + (profile.timeDeltas[i] ?? 0));
   });

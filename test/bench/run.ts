@@ -1,5 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
@@ -196,7 +196,9 @@ try {
   ];
   // And with the environment the script sets before `node` (NAME=value words).
   const startEnv = Object.fromEntries(startScript.split(/\s+/).filter((word) => /^[A-Z_]+=/.test(word)).map((word) => word.split('=', 2) as [string, string]));
-  const app = spawn(process.execPath, [...nodeFlags, path.join(root, 'dist', 'main.js')], { env: { ...env, ...startEnv }, stdio: ['ignore', 'ignore', 'inherit'] });
+  // BENCH_APP_STDOUT: a file for the server's standard output (where --trace-gc writes).
+  const appStdout = process.env.BENCH_APP_STDOUT ? openSync(process.env.BENCH_APP_STDOUT, 'w') : 'ignore';
+  const app = spawn(process.execPath, [...nodeFlags, path.join(root, 'dist', 'main.js')], { env: { ...env, ...startEnv }, stdio: ['ignore', appStdout, 'inherit'] });
   const floor = spawn(process.execPath, [path.join(root, 'test', 'bench', 'floor.mjs')], { env: { ...env, PORT: String(floorPort), FLOOR_ACCOUNT_ID: big!.parent.userID }, stdio: ['ignore', 'ignore', 'inherit'] });
   processes.push(app, floor);
   const base = `http://127.0.0.1:${appPort}`;
@@ -274,7 +276,7 @@ try {
 
   const stats = new pg.Client({ connectionString: databaseUrl });
   await stats.connect();
-  type Row = { scenario: string; rps: number; p50: number; p99: number; cpuUsPerRequest: number; dbTxPerRequest: number; peakRssMb: number; ratioToFloor: number; non2xx: number; cacheHitRatio?: number; answerHitRatio?: number; target?: number };
+  type Row = { scenario: string; measuredUs: [number, number]; rps: number; p50: number; p99: number; cpuUsPerRequest: number; dbTxPerRequest: number; peakRssMb: number; ratioToFloor: number; non2xx: number; cacheHitRatio?: number; answerHitRatio?: number; target?: number };
   /** The server's entity-cache lookups so far, from its /metrics. */
   const cacheLookups = async () => {
     const text = await (await fetch(`${base}/metrics`)).text();
@@ -282,6 +284,8 @@ try {
     return { hits: read('api_cache_hits_total'), misses: read('api_cache_misses_total'), answerHits: read('api_answer_cache_hits_total'), answerMisses: read('api_answer_cache_misses_total') };
   };
   const rows: Row[] = [];
+  /** The measured runs of the server's rows, in µs of the monotonic clock the CPU profile's timestamps use. */
+  const measured: [number, number][] = [];
   let floorRps = 0;
   for (const scenario of scenarios) {
     const pid = scenario.name.startsWith('floor') ? floor.pid! : scenario.name.startsWith('ceiling') ? ceiling.pid! : app.pid!;
@@ -303,7 +307,10 @@ try {
     const ofApp = pid === app.pid;
     const [ticks, tx] = [cpuTicks(pid), await transactions(stats, dbName)];
     const lookups = ofApp ? await cacheLookups() : undefined;
+    const started = Number(process.hrtime.bigint() / 1000n);
     const result = autocannon(scenario, duration);
+    const window: [number, number] = [started, Number(process.hrtime.bigint() / 1000n)];
+    if (ofApp) measured.push(window);
     const [ticksAfter, txAfter] = [cpuTicks(pid), await transactions(stats, dbName)];
     const lookupsAfter = ofApp ? await cacheLookups() : undefined;
     const hits = lookups && lookupsAfter ? lookupsAfter.hits - lookups.hits : 0;
@@ -319,6 +326,7 @@ try {
     if (scenario.name.startsWith('floor')) floorRps = result.rps;
     const row: Row = {
       scenario: scenario.name,
+      measuredUs: window,
       rps: Math.round(result.rps),
       p50: result.p50,
       p99: result.p99,
@@ -374,14 +382,14 @@ try {
   if (args.profile) {
     const file = readdirSync(profileDir).find((name) => name.endsWith('.cpuprofile'));
     if (!file) throw new Error('the server wrote no CPU profile');
-    // Only the rows measured count: the warm-up and priming are in the profile too, so the split
-    // is of shares, applied to the measured CPU per request of the one server row.
+    // Only the samples taken during the measured runs count (not the priming, warm-up or start);
+    // the split is of shares, applied to the measured CPU per request of the one server row.
     const appRows = rows.filter((r) => !r.scenario.startsWith('floor') && !r.scenario.startsWith('ceiling'));
     const perRequest = appRows.length === 1 ? appRows[0]!.cpuUsPerRequest : undefined;
     console.log(`\nCPU by layer${perRequest ? ` (${appRows[0]!.scenario}, ${perRequest} µs a request)` : ' (every row measured)'}:`);
     // The shares are of the samples outside idle and system calls; the µs apply them to the CPU a
     // request measured from /proc, less the system calls' share of the busy samples.
-    const split = layerSplit(path.join(profileDir, file));
+    const split = layerSplit(path.join(profileDir, file), measured);
     const kernel = split.find((entry) => entry.layer === SYSTEM_CALLS)!;
     const running = perRequest === undefined ? undefined : perRequest * (1 - kernel.share);
     for (const { layer, share } of split) {
