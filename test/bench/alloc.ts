@@ -155,7 +155,7 @@ session.connect();
 const collections = { minor: { count: 0, ms: 0 }, major: { count: 0, ms: 0 } };
 new PerformanceObserver((list) => {
   for (const entry of list.getEntries()) {
-    const kind = (entry.detail as { kind?: number } | undefined)?.kind === constants.NODE_PERFORMANCE_GC_MINOR ? collections.minor : collections.major;
+    const kind = ((entry as { detail?: unknown }).detail as { kind?: number } | undefined)?.kind === constants.NODE_PERFORMANCE_GC_MINOR ? collections.minor : collections.major;
     kind.count += 1;
     kind.ms += entry.duration;
   }
