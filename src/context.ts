@@ -5,6 +5,7 @@ import {
   type Credentials,
   type Viewer,
 } from './auth/authenticate.js';
+import { isParentByJwt } from './auth/authorize.js';
 import type { Config } from './config.js';
 import type { Answer } from './db/answer-cache.js';
 import type { Database } from './db/database.js';
@@ -73,7 +74,31 @@ export type RequestRecord = {
   organizationId?: string;
   /** GraphQL: the operation was a stored one, named by its id. */
   persisted?: boolean;
+  /** The verified caller's credential (`via:kind:account`), once verified: what budgets are kept by. */
+  viewer?: string;
+  /** GraphQL: a document sent with its APQ hash, registered once answered if the caller verified. */
+  registration?: { id: string; document: string };
+  /**
+   * Set once the caller is verified as a parent by JWT, the one caller shown its organization's
+   * signing secret (decisions §3): whether an answer's bytes carry that secret. The edge sends such
+   * an answer `no-store`, with no ETag (`Exchange.send`). A function, so that no log line or
+   * serialised record can carry the secret itself.
+   */
+  carriesSecret?: (payload: string | Buffer) => boolean;
 };
+
+/** Who a viewer is, as kept answers and registration budgets are keyed: how it signed in, as whom. */
+function viewerKeyOf(viewer: Viewer): string {
+  return `${viewer.via}:${viewer.kind}:${viewer.account.id}`;
+}
+
+/** Whether a payload holds `secret`, as sent or as escaped in a JSON string. */
+export function secretDetector(secret: string): (payload: string | Buffer) => boolean {
+  const forms = [...new Set([secret, JSON.stringify(secret).slice(1, -1)])];
+  const bytes = forms.map((form) => Buffer.from(form));
+  return (payload) =>
+    typeof payload === 'string' ? forms.some((form) => payload.includes(form)) : bytes.some((form) => payload.includes(form));
+}
 
 /** What a request context is made from: the credentials as sent, the request id, and its record. */
 export type RequestSource = {
@@ -147,6 +172,8 @@ export function createRequestContext(deps: AppDependencies, source: RequestSourc
   const noted = (viewer: Viewer): Viewer => {
     record.caller = viewer.kind;
     record.organizationId = viewer.organization.parentId;
+    record.viewer = viewerKeyOf(viewer);
+    if (isParentByJwt(viewer) && viewer.organization.jwtSecret) record.carriesSecret = secretDetector(viewer.organization.jwtSecret);
     return viewer;
   };
   const context: RequestContext = {
@@ -158,10 +185,7 @@ export function createRequestContext(deps: AppDependencies, source: RequestSourc
     live: deps.live,
     reads,
     retrieved: counted,
-    viewerKey: () => organizationCaller().then(
-      (viewer) => `${viewer.via}:${viewer.kind}:${viewer.account.id}`,
-      () => undefined,
-    ),
+    viewerKey: () => organizationCaller().then(viewerKeyOf, () => undefined),
     replay: async (answer, into) => {
       await context.organizationViewer();
       into.operation = answer.label;

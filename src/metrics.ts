@@ -29,6 +29,8 @@ export type MetricSources = {
   executions: () => { compiled: number; reference: number; compileFailures: number };
   /** GraphQL answers kept whole. */
   answers?: () => AnswerCache;
+  /** Automatic persisted queries: documents registered, and offers refused by reason. */
+  registrations?: () => { registered: number; unverified: number; overBudget: number };
 };
 
 /** One answered request, as its log line and metrics see it. */
@@ -120,6 +122,22 @@ export function createMetrics(sources: MetricSources): Metrics {
     mirrored('api_answer_cache_evictions_total', 'Kept GraphQL answers evicted to stay within ANSWER_CACHE_MAX_BYTES.', () => answers().stats.evictions);
     gauge('api_answer_cache_entries', 'GraphQL answers kept.', () => answers().size);
     gauge('api_answer_cache_bytes', 'Estimated bytes of the GraphQL answers kept.', () => answers().bytes);
+  }
+  const registrations = sources.registrations;
+  if (registrations) {
+    new Counter({
+      name: 'api_graphql_registrations_total',
+      help: 'Automatic persisted queries: documents registered, and offers refused because the caller was not verified (unverified) or its budget was spent (over_budget).',
+      labelNames: ['outcome'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        const counts = registrations();
+        this.inc({ outcome: 'registered' }, counts.registered);
+        this.inc({ outcome: 'unverified' }, counts.unverified);
+        this.inc({ outcome: 'over_budget' }, counts.overBudget);
+      },
+    });
   }
   const replicas = sources.replicas;
   if (replicas) {

@@ -20,9 +20,11 @@ describe(`HTTP caching (${testMode})`, () => {
 
   it('REST answers carry a strong ETag and private, no-cache; If-None-Match gets 304 without a body', async () => {
     const org = await createOrganization(database());
-    await createChild(database(), org.parent);
-    const token = await tokenFor(org.parent, org);
+    const child = await createChild(database(), org.parent);
+    const [parentToken, childToken] = [await tokenFor(org.parent, org), await tokenFor(child, org)];
+    // The organization details as the child sees them (the secret masked); the parent's are below.
     for (const path of PATHS) {
+      const token = path === '/auth/organization-details' ? childToken : parentToken;
       const first = await rest(lean(), path, { token });
       expect(first.status, path).toBe(200);
       const tag = first.headers.get('etag')!;
@@ -47,16 +49,49 @@ describe(`HTTP caching (${testMode})`, () => {
     }
   });
 
+  it('an answer that carries the signing secret is no-store with no ETag, by any method; masked ones stay revalidatable', async () => {
+    const org = await createOrganization(database());
+    const child = await createChild(database(), org.parent);
+    const [parentToken, childToken] = [await tokenFor(org.parent, org), await tokenFor(child, org)];
+    const secret = org.organization.jwtSecret;
+    for (const method of ['GET', 'HEAD']) {
+      for (const ifNoneMatch of [undefined, '*', '"stale"']) {
+        const answer = await rest(lean(), '/auth/organization-details', { token: parentToken, method, headers: ifNoneMatch ? { 'if-none-match': ifNoneMatch } : {} });
+        expect(answer.status, `${method} ${ifNoneMatch}`).toBe(200);
+        expect(answer.headers.get('cache-control'), `${method} ${ifNoneMatch}`).toBe('no-store');
+        expect(answer.headers.get('etag'), `${method} ${ifNoneMatch}`).toBeNull();
+        if (method === 'GET') expect((answer.body as { data: { credentials: { jwtSecret: string } } }).data.credentials.jwtSecret).toBe(secret);
+      }
+    }
+    // Kept whole and served again (db/answer-cache.ts): the same rule.
+    const again = await rest(lean(), '/auth/organization-details', { token: parentToken });
+    expect(again.headers.get('cache-control')).toBe('no-store');
+    // The child and the public-key caller see the secret masked: revalidatable.
+    for (const caller of [{ token: childToken }, { publicKey: org.parent.publicKey }]) {
+      const masked = await rest(lean(), '/auth/organization-details', caller);
+      expect(masked.status).toBe(200);
+      expect(masked.text).not.toContain(secret);
+      expect(masked.headers.get('cache-control')).toBe('private, no-cache');
+      const tag = masked.headers.get('etag')!;
+      expect(tag).toMatch(STRONG_TAG);
+      expect((await rest(lean(), '/auth/organization-details', { ...caller, headers: { 'if-none-match': tag } })).status).toBe(304);
+    }
+    // The parent's other answers keep their tags.
+    const profile = await rest(lean(), '/auth/user-profile', { token: parentToken });
+    expect(profile.headers.get('cache-control')).toBe('private, no-cache');
+    expect(profile.headers.get('etag')).toMatch(STRONG_TAG);
+  });
+
   it('a changed answer gets a new tag; another caller never gets a 304 on someone else\'s tag', async () => {
     const org = await createOrganization(database());
     const child = await createChild(database(), org.parent);
     const [parentToken, childToken] = [await tokenFor(org.parent, org), await tokenFor(child, org)];
-    const parent = await rest(lean(), '/auth/organization-details', { token: parentToken });
+    const parent = await rest(lean(), '/auth/user-profile', { token: parentToken });
     const tag = parent.headers.get('etag')!;
-    // The child sees the masked secret: another answer, another tag.
-    const masked = await rest(lean(), '/auth/organization-details', { token: childToken, headers: { 'if-none-match': tag } });
-    expect(masked.status).toBe(200);
-    expect(masked.headers.get('etag')).not.toBe(tag);
+    // The child's own profile: another answer, another tag.
+    const own = await rest(lean(), '/auth/user-profile', { token: childToken, headers: { 'if-none-match': tag } });
+    expect(own.status).toBe(200);
+    expect(own.headers.get('etag')).not.toBe(tag);
     const before = await rest(lean(), '/parent/credit-analysis', { token: parentToken });
     await database().prisma.organization.update({ where: { parentId: org.parent.id }, data: { creditBalance: { decrement: 1 } } });
     await expect
@@ -73,7 +108,7 @@ describe(`HTTP caching (${testMode})`, () => {
 
   it('a 304 is not a retrieval: the details were counted when they were sent', async () => {
     const org = await createOrganization(database());
-    const token = await tokenFor(org.parent, org);
+    const token = await tokenFor(await createChild(database(), org.parent), org);
     const first = await rest(lean(), '/auth/organization-details', { token });
     expect(await retrievals(lean(), org.parent.id)).toBe(1n);
     for (let i = 0; i < 5; i++) {
@@ -87,7 +122,8 @@ describe(`HTTP caching (${testMode})`, () => {
   for (const [door, server] of [['lean', lean], ['Yoga', full]] as const) {
     it(`GraphQL (${door} door): a GET of a stored operation by id is revalidated; nothing else is kept`, async () => {
       const org = await createOrganization(database());
-      const token = await tokenFor(org.parent, org);
+      // The child: the stored operation selects the secret, which the child sees masked.
+      const token = await tokenFor(await createChild(database(), org.parent), org);
       const stored = STORED_OPERATIONS.find((o) => o.name === 'Organization')!;
       const extensions = encodeURIComponent(JSON.stringify({ persistedQuery: { version: 1, sha256Hash: operationId(stored.document) } }));
       const get = (headers: Record<string, string> = {}) =>
@@ -119,6 +155,33 @@ describe(`HTTP caching (${testMode})`, () => {
       const refused = await fetch(`${server().url}/graphql?operationName=Organization&extensions=${extensions}`, { headers: { authorization: 'Bearer nope', accept: 'application/json', 'if-none-match': tag } });
       expect(refused.headers.get('cache-control')).toBe('no-store');
       expect(refused.headers.get('etag')).toBeNull();
+    });
+
+    it(`GraphQL (${door} door): an answer with the real signing secret is no-store with no ETag, by GET and POST`, async () => {
+      const org = await createOrganization(database());
+      const token = await tokenFor(org.parent, org);
+      const secret = org.organization.jwtSecret;
+      const stored = STORED_OPERATIONS.find((o) => o.name === 'Organization')!;
+      const extensions = encodeURIComponent(JSON.stringify({ persistedQuery: { version: 1, sha256Hash: operationId(stored.document) } }));
+      const headers = { authorization: `Bearer ${token}`, accept: 'application/graphql-response+json', 'if-none-match': '*' };
+      const answers = [
+        await fetch(`${server().url}/graphql?operationName=Organization&extensions=${extensions}`, { headers }),
+        await fetch(`${server().url}/graphql?query=${encodeURIComponent('{ organization { credentials { jwtSecret } } }')}`, { headers }),
+        await fetch(`${server().url}/graphql`, { method: 'POST', headers: { ...headers, 'content-type': 'application/json' }, body: JSON.stringify({ query: '{ organization { credentials { jwtSecret } } }' }) }),
+      ];
+      for (const [index, answer] of answers.entries()) {
+        expect(answer.status, String(index)).toBe(200);
+        expect(answer.headers.get('cache-control'), String(index)).toBe('no-store');
+        expect(answer.headers.get('etag'), String(index)).toBeNull();
+        expect(await answer.text(), String(index)).toContain(secret);
+      }
+      // The same stored operation without the secret in it (the parent's profile) keeps its tag.
+      const profile = STORED_OPERATIONS.find((o) => o.name === 'Me')!;
+      const profileExtensions = encodeURIComponent(JSON.stringify({ persistedQuery: { version: 1, sha256Hash: operationId(profile.document) } }));
+      const kept = await fetch(`${server().url}/graphql?operationName=${profile.name}&extensions=${profileExtensions}`, { headers: { authorization: `Bearer ${token}`, accept: 'application/json' } });
+      expect(kept.status).toBe(200);
+      expect(kept.headers.get('cache-control')).toBe('private, no-cache');
+      expect(kept.headers.get('etag')).toMatch(STRONG_TAG);
     });
   }
 });

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { buildSchema, parse, validate } from 'graphql';
 import { describe, expect, it } from 'vitest';
 import { operationId, persistedOperationsManifest, STORED_OPERATIONS } from '../src/graphql/operations.js';
+import { DEFAULT_REGISTRATION_BUDGET } from '../src/graphql/persisted.js';
 import { possibleTypes } from '../src/graphql/schema.js';
 import { createChild, createOrganization, tokenFor } from './helpers/builders.js';
 import { useServer, type TestServer } from './helpers/app.js';
@@ -47,6 +48,7 @@ describe(`persisted operations (${testMode})`, () => {
   const database = useTestDatabase();
   const open = useServer(database);
   const strict = useServer(database, { env: { GRAPHQL_PERSISTED_ONLY: 'true' } });
+  const yoga = useServer(database, { graphqlDoor: 'full' });
 
   it('by default, a stored id and an arbitrary document both run, with the same answer', async () => {
     const org = await createOrganization(database());
@@ -95,6 +97,47 @@ describe(`persisted operations (${testMode})`, () => {
     expect((await ask(strict(), { query })).body.errors?.[0]?.extensions?.code).toBe('PERSISTED_QUERY_ONLY');
     expect((await ask(strict(), {})).body.errors?.[0]?.extensions?.code).toBe('PERSISTED_QUERY_NOT_FOUND');
   });
+
+  for (const [door, server] of [['lean', open], ['Yoga', yoga]] as const) {
+    it(`(${door} door) registers a document only for a caller whose credential verified, within its budget, counted in /metrics`, async () => {
+      const org = await createOrganization(database());
+      const [parentToken, childToken] = [await tokenFor(org.parent, org), await tokenFor(await createChild(database(), org.parent), org)];
+      const registrations = async () =>
+        Object.fromEntries(
+          [...(await server().app.metricsText()).text.matchAll(/^api_graphql_registrations_total\{outcome="(\w+)"\} (\d+)$/gm)].map((m) => [m[1], Number(m[2])]),
+        );
+      const before = await registrations();
+      const offer = (query: string, token?: string) =>
+        fetch(`${server().url}/graphql`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', accept: 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
+          body: JSON.stringify({ query, extensions: { persistedQuery: { version: 1, sha256Hash: operationId(query) } } }),
+        });
+      const known = async (query: string, token: string) =>
+        (await post(server(), { extensions: { persistedQuery: { version: 1, sha256Hash: operationId(query) } } }, token)).body.errors?.[0]?.extensions?.code !== 'PERSISTED_QUERY_NOT_FOUND';
+      // No credential, a forged one, and a document that asks for nothing a credential guards.
+      const anonymous = [`{ me { userID } } # ${door} anonymous`, `{ me { email } } # ${door} forged`, `{ __typename } # ${door} typename`];
+      expect((await offer(anonymous[0]!)).status).toBeLessThan(500);
+      await offer(anonymous[1]!, 'forged.token.value');
+      expect((await offer(anonymous[2]!)).status).toBe(200);
+      for (const query of anonymous) expect(await known(query, parentToken), query).toBe(false);
+      // A verified caller registers, up to its budget a window; another credential has its own.
+      const { perCredential } = DEFAULT_REGISTRATION_BUDGET;
+      const documents = Array.from({ length: perCredential + 1 }, (_, i) => `query Q${i} { me { userID } } # ${door}`);
+      for (const query of documents) expect((await offer(query, parentToken)).status).toBe(200);
+      expect(await known(documents[0]!, parentToken)).toBe(true);
+      expect(await known(documents[perCredential - 1]!, parentToken)).toBe(true);
+      expect(await known(documents[perCredential]!, parentToken)).toBe(false);
+      // Offering a document already registered spends nothing.
+      const childQuery = `{ me { userID } } # ${door} child`;
+      expect((await offer(childQuery, childToken)).status).toBe(200);
+      expect(await known(childQuery, childToken)).toBe(true);
+      const after = await registrations();
+      expect((after['registered'] ?? 0) - (before['registered'] ?? 0)).toBe(perCredential + 1);
+      expect((after['unverified'] ?? 0) - (before['unverified'] ?? 0)).toBe(3);
+      expect((after['over_budget'] ?? 0) - (before['over_budget'] ?? 0)).toBe(1);
+    });
+  }
 
   it('an unknown or malformed id is a 400 with a code, not a 500', async () => {
     const org = await createOrganization(database());

@@ -21,7 +21,9 @@ describe(`GET ${PATH} (${testMode})`, () => {
   it('the parent by JWT: every field of the table, the real secret', async () => {
     const result = await rest(server(), PATH, { token: await tokenFor(org.parent, org) });
     expect(result.status).toBe(200);
-    expect(result.headers.get('cache-control')).toBe('private, no-cache');
+    // The real secret: kept by no cache (see test/http-caching.test.ts).
+    expect(result.headers.get('cache-control')).toBe('no-store');
+    expect(result.headers.get('etag')).toBeNull();
     expect(Object.keys(result.body)).toEqual(['success', 'data']);
     const o = org.organization;
     expect(result.body.data).toEqual({

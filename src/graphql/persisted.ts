@@ -7,12 +7,21 @@ import { operationId, PERSISTED_OPERATIONS } from './operations.js';
 const REGISTERED_BYTES = 4 * 1024 * 1024;
 const MAX_DOCUMENT_BYTES = 64 * 1024;
 
+/** What a credential may register: this many documents a window. */
+export type RegistrationBudget = { perCredential: number; windowMs: number };
+export const DEFAULT_REGISTRATION_BUDGET: RegistrationBudget = { perCredential: 50, windowMs: 10 * 60_000 };
+/** Credentials whose spent budget is remembered at once (least recently registering forgotten first). */
+const BUDGETS_TRACKED = 20_000;
+
 /**
  * Automatic Persisted Queries as Apollo's link speaks them: a client sends an operation's hash
- * alone; unknown, it is told PERSISTED_QUERY_NOT_FOUND and sends the document with the hash, which
- * is registered once the hash is verified to be the document's, so that its next requests carry the
- * hash alone. Kept per instance, bounded in bytes (the least recently used go first); a client
- * whose hash another instance does not know just sends its document there once.
+ * alone; unknown, it is told PERSISTED_QUERY_NOT_FOUND and sends the document with the hash. Once
+ * that request is answered, the document is registered under its hash, so that the client's next
+ * requests carry the hash alone, but only when the request's credential verified (every field
+ * needs one; an anonymous caller must not fill the store and evict everyone's documents) and
+ * within that credential's budget of registrations a window. Kept per instance, bounded in bytes
+ * (the least recently used go first); a client whose hash another instance does not know just
+ * sends its document there once.
  */
 export class RegisteredOperations {
   private readonly documents = new LRUCache<string, string>({
@@ -20,13 +29,41 @@ export class RegisteredOperations {
     maxEntrySize: MAX_DOCUMENT_BYTES,
     sizeCalculation: (document, id) => document.length * 2 + id.length + 64,
   });
+  /** Registrations spent by each credential in its current window. */
+  private readonly spent: LRUCache<string, { count: number }>;
+  /** Documents registered, and offers refused: the caller was not verified, or its budget was spent. */
+  readonly stats = { registered: 0, unverified: 0, overBudget: 0 };
+
+  constructor(private readonly budget: RegistrationBudget = DEFAULT_REGISTRATION_BUDGET) {
+    this.spent = new LRUCache({ max: BUDGETS_TRACKED, ttl: budget.windowMs, noUpdateTTL: true });
+  }
 
   get(id: string): string | undefined {
     return this.documents.get(id);
   }
 
-  register(id: string, document: string): void {
-    if (document.length <= MAX_DOCUMENT_BYTES / 2) this.documents.set(id, document);
+  /**
+   * Settles the offer a request made (`resolvePersistedOperation` noted it on its record) once the
+   * request is answered: registered when its caller verified (`record.viewer`) and has budget left.
+   */
+  settle(record: RequestRecord): void {
+    const offer = record.registration;
+    if (offer === undefined) return;
+    record.registration = undefined;
+    if (this.documents.has(offer.id)) return;
+    if (record.viewer === undefined) {
+      this.stats.unverified += 1;
+      return;
+    }
+    const spent = this.spent.get(record.viewer) ?? { count: 0 };
+    if (spent.count >= this.budget.perCredential) {
+      this.stats.overBudget += 1;
+      return;
+    }
+    spent.count += 1;
+    if (spent.count === 1) this.spent.set(record.viewer, spent);
+    if (offer.document.length <= MAX_DOCUMENT_BYTES / 2) this.documents.set(offer.id, offer.document);
+    this.stats.registered += 1;
   }
 
   get size(): number {
@@ -76,7 +113,8 @@ export function resolvePersistedOperation(params: GraphQLParams, rule: Persisted
       if (!/^[0-9a-f]{64}$/.test(sent) || operationId(params.query) !== sent) {
         throw refuse('PERSISTED_QUERY_HASH_MISMATCH', 'extensions.persistedQuery.sha256Hash is not the hex SHA-256 of the query sent.');
       }
-      if (!PERSISTED_OPERATIONS.has(sent)) rule.registered.register(sent, params.query);
+      // Registered once the request is answered, if its caller verified (RegisteredOperations.settle).
+      if (!PERSISTED_OPERATIONS.has(sent)) record.registration = { id: sent, document: params.query };
     }
     return params;
   }

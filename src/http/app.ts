@@ -148,6 +148,7 @@ export function createApp(options: AppOptions): App {
     droppedLogLines: () => logger.dropped(),
     executions: () => pipeline.executions,
     answers: () => answers,
+    registrations: () => persisted.registered.stats,
     requestsInFlight: () => inFlight,
     liveSubscriptions: () => deps.live?.open ?? 0,
     livePushes: () => deps.live?.pushes ?? 0,
@@ -223,8 +224,8 @@ export function createApp(options: AppOptions): App {
     // GET carries the operation in the query string: the same bound as a POSTed body.
     if (exchange.query.length > limits.maxBodyBytes) throw new PayloadTooLargeError('The GraphQL request in the query string is too large.');
     const body = method === 'GET' || method === 'HEAD' ? undefined : await readBody(exchange.request, limits.maxBodyBytes);
-    if (lean && (method === 'GET' || method === 'POST') && (await lean(exchange, body))) return;
-    await yoga.serve(exchange, body);
+    if (!(lean && (method === 'GET' || method === 'POST') && (await lean(exchange, body)))) await yoga.serve(exchange, body);
+    persisted.registered.settle(exchange.record);
   }
 
   const routes: Route[] = [

@@ -84,9 +84,19 @@ export class Exchange {
     // A 304 has no body, and its headers update the stored answer's: no length of its own.
     if (status !== 304) response.setHeader('Content-Length', Buffer.byteLength(payload));
     response.setHeader('X-Request-Id', this.requestId);
-    if (options.noStore) response.setHeader('Cache-Control', 'no-store');
-    for (const [name, value] of this.extra.values()) response.setHeader(name, value);
+    const secret = this.carriesSecret(payload);
+    if (options.noStore || secret) response.setHeader('Cache-Control', 'no-store');
+    for (const [key, [name, value]] of this.extra) if (!secret || !STORAGE_HEADERS.has(key)) response.setHeader(name, value);
     response.end(payload);
+  }
+
+  /**
+   * The one rule for secrets: an answer whose bytes carry the organization's signing secret (shown
+   * to its parent by JWT only) is never written to any cache, a browser's included. It leaves
+   * `no-store`, without an ETag, and is never answered by a 304, whichever door or field made it.
+   */
+  private carriesSecret(payload: string | Buffer): boolean {
+    return payload.length > 0 && this.record.carriesSecret !== undefined && this.record.carriesSecret(payload);
   }
 
   /**
@@ -107,9 +117,12 @@ export class Exchange {
   /**
    * A successful answer that the caller's browser may keep and must revalidate: a strong `ETag`
    * (a digest of the exact bytes), `Cache-Control: private, no-cache` (shared caches keep nothing),
-   * `Vary` on the credentials, and 304 without a body when `If-None-Match` names the tag.
+   * `Vary` on the credentials, and 304 without a body when `If-None-Match` names the tag. An answer
+   * that carries a secret is sent `no-store` instead (see `carriesSecret`).
    */
-  sendRevalidated(contentType: string, payload: string | Buffer, tag = entityTag(payload)): void {
+  sendRevalidated(contentType: string, payload: string | Buffer, tag?: string): void {
+    if (this.carriesSecret(payload)) return this.send(200, contentType, payload);
+    tag ??= entityTag(payload);
     this.addHeaders({ ETag: tag, 'Cache-Control': REVALIDATE, Vary: 'Authorization, X-Public-Key' });
     if (noneMatch(this.header('if-none-match'), tag)) this.send(200, contentType, payload);
     else this.send(304, undefined, '');
@@ -134,6 +147,9 @@ export async function drained(response: ServerResponse, stallMs: number, signal?
     throw error;
   }
 }
+
+/** Headers that would let a cache keep or revalidate an answer: never sent with a secret. */
+const STORAGE_HEADERS = new Set(['cache-control', 'etag', 'last-modified', 'expires']);
 
 /** What cacheable answers carry: browsers keep them and revalidate every time; shared caches keep nothing. */
 export const REVALIDATE = 'private, no-cache';

@@ -261,12 +261,18 @@ const notModified: ZodOpenApiResponseObject = {
   headers: z.object({ 'X-Request-Id': requestId, ETag: entityTag, 'Cache-Control': z.literal('private, no-cache') }),
 };
 
-const ok = (description: string, schema: z.ZodType, examples: Record<string, unknown>): ZodOpenApiResponseObject => ({
+const REVALIDATED_DESCRIPTION = "The caller's own data: browsers may keep it and revalidate every time; shared caches keep nothing.";
+
+const ok = (description: string, schema: z.ZodType, examples: Record<string, unknown>, { secret = false } = {}): ZodOpenApiResponseObject => ({
   description,
   headers: z.object({
     'X-Request-Id': requestId,
-    'Cache-Control': z.literal('private, no-cache').meta({ description: "The caller's own data: browsers may keep it and revalidate every time; shared caches keep nothing." }),
-    ETag: entityTag,
+    'Cache-Control': secret
+      ? z.enum(['private, no-cache', 'no-store']).meta({
+          description: `${REVALIDATED_DESCRIPTION} \`no-store\`, with no \`ETag\`, when the answer carries the real signing secret (the parent by JWT): no cache keeps it, a browser's included.`,
+        })
+      : z.literal('private, no-cache').meta({ description: REVALIDATED_DESCRIPTION }),
+    ETag: secret ? entityTag.optional() : entityTag,
   }),
   content: { 'application/json': { schema, examples: Object.fromEntries(Object.entries(examples).map(([name, value]) => [name, { value }])) } },
 });
@@ -431,7 +437,7 @@ const operations: Record<string, ZodOpenApiOperationObject> = {
     security: [{ bearerAuth: [] }, { publicKey: [] }],
     requestParams: { header: conditional },
     responses: {
-      '200': ok('The details.', OrganizationDetailsResponse, { publicKeyCaller: ORGANIZATION_EXAMPLE }),
+      '200': ok('The details.', OrganizationDetailsResponse, { publicKeyCaller: ORGANIZATION_EXAMPLE }, { secret: true }),
       '400': badRequest(['MISSING_PARENT_PUBLIC_KEY', 'INVALID_PARENT_ACCOUNT', 'BAD_REQUEST']),
       '401': unauthorized,
       '403': forbidden,
