@@ -156,6 +156,7 @@ export function createYogaDoor(pipeline: GraphQLPipeline, config: Config, option
     const reader = body.getReader();
     const gone = () => void reader.cancel().catch(() => {});
     response.once('close', gone);
+    let complete = false;
     try {
       for (;;) {
         const { done, value } = await reader.read();
@@ -168,10 +169,14 @@ export function createYogaDoor(pipeline: GraphQLPipeline, config: Config, option
         }
       }
       response.end();
+      complete = true;
     } catch {
       response.destroy();
     } finally {
       response.off('close', gone);
+      // Cut off or failed: the subscription ends now. (The connection's own 'close' comes later,
+      // when nothing listens for it any more.)
+      if (!complete) gone();
     }
   }
 

@@ -96,8 +96,11 @@ export function createHttpServer(
     connections.add(socket);
     socket.on('close', () => connections.delete(socket));
   });
-  // One more than allowed is kept, so that a request with too many can be told apart and refused.
-  server.maxHeadersCount = limits.maxHeaderCount + 1;
+  // No count limit in the parser: the head is bounded in bytes (maxHeaderSize), and the edge refuses
+  // more than MAX_HEADER_COUNT fields itself (http/app.ts), with CORS and in the route's protocol.
+  // (Node 24's parser fails a head with more than maxHeadersCount fields outright, before any
+  // handler, where Node 20 cut the list.)
+  server.maxHeadersCount = 0;
   server.on('clientError', (error, socket) => {
     // Node reports the parser's error again for every further chunk: answered once.
     if (refused.has(socket)) return;
