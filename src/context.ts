@@ -9,10 +9,11 @@ import { isParentByJwt } from './auth/authorize.js';
 import type { Config } from './config.js';
 import type { Answer } from './db/answer-cache.js';
 import type { Database } from './db/database.js';
-import { ReadSet, type EntityCache } from './db/entity-cache.js';
+import { ReadSet } from './db/read-set.js';
+import type { EntityCache } from './db/entity-cache.js';
 import type { ReadQuery } from './db/replicas.js';
-import type { LiveUpdates } from './live.js';
-import { createLoaders } from './loaders.js';
+import type { LiveUpdates } from './live/live-updates.js';
+import { createLoaders } from './db/loaders.js';
 import type { ServiceContext } from './services/context.js';
 import type { RetrievalCounter } from './services/retrieval-counter.js';
 

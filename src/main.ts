@@ -12,7 +12,7 @@ import type { DemoAccess } from './dev/demo.js';
 import { ServiceUnavailableError } from './errors.js';
 import { createLogger } from './logger.js';
 import { sendRestError } from './rest/http.js';
-import { describeStartFailure, StartFailure } from './start-failure.js';
+import { describeStartFailure, StartFailure } from './ops/start-failure.js';
 
 const config = loadConfigOrExit();
 const logger = createLogger(config.logLevel, { format: config.logFormat });

@@ -2,12 +2,14 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ChangeFeed, ChangeListener } from '../src/db/change-feed.js';
 import { parseChange } from '../src/db/changes.js';
-import { EntityCache, cacheTags, parseSnapshot, sees } from '../src/db/entity-cache.js';
+import { cacheTags } from '../src/db/cache-tags.js';
+import { EntityCache } from '../src/db/entity-cache.js';
+import { parseSnapshot, sees } from '../src/db/snapshots.js';
 import { childCountsKey, keepChildListCurrent, type ChildCounts } from '../src/services/child-counts.js';
 import { ACTIVE_WINDOW_MS } from '../src/domain/activity.js';
 import { SIGN_IN_SQL, createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { rest, useServer } from './helpers/app.js';
-import { createLoaders } from '../src/loaders.js';
+import { createLoaders } from '../src/db/loaders.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
 
 /** A feed the test drives: always live, announcements sent by hand. */

@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { secretKey } from '../src/auth/tokens.js';
 import { loadConfig } from '../src/config.js';
 import { parseDateBound } from '../src/domain/dates.js';
-import { RateLimiter } from '../src/rate-limit.js';
+import { RateLimiter } from '../src/http/rate-limit.js';
 import { queryParameters } from '../src/rest/http.js';
 import { expectError, rest, startServer, useServer } from './helpers/app.js';
 import { createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { authenticateForOrganization, authenticateJwt, type AuthDependencies } from '../src/auth/authenticate.js';
 import { mintAccessToken } from '../src/auth/tokens.js';
 import { EntityCache } from '../src/db/entity-cache.js';
-import { createLoaders } from '../src/loaders.js';
+import { createLoaders } from '../src/db/loaders.js';
 import { createOrganization, tokenFor } from './helpers/builders.js';
 import { rest, startServer } from './helpers/app.js';
 import { testMode, useTestDatabase } from './helpers/database.js';

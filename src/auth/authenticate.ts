@@ -10,7 +10,7 @@ import {
 } from '../errors.js';
 import type { CacheReader } from '../db/entity-cache.js';
 import type { AccountRow } from '../db/accounts.js';
-import type { Loaders, OrganizationSettings } from '../loaders.js';
+import type { Loaders, OrganizationSettings } from '../db/loaders.js';
 import { bearerToken, isCanonicalJws } from './credentials.js';
 import { TOKEN_ALGORITHM } from './tokens.js';
 

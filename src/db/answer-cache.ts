@@ -1,5 +1,6 @@
 import { LRUCache } from 'lru-cache';
-import type { EntityCache, TagRead } from './entity-cache.js';
+import type { EntityCache } from './entity-cache.js';
+import type { TagRead } from './read-set.js';
 import { TagIndex } from './tag-index.js';
 
 /**

@@ -2,72 +2,11 @@ import { LRUCache } from 'lru-cache';
 import type { ChangeFeed } from './change-feed.js';
 import type { Change, ChangedEntity } from './changes.js';
 import type { SqlDriver } from './database.js';
+import { estimateBytes } from './estimate-bytes.js';
 import { TagIndex } from './tag-index.js';
-
-/**
- * What a read's snapshot saw (PostgreSQL's `pg_current_snapshot()`): every transaction below
- * `xmin`, and those below `xmax` not listed in `xip`, had committed (or rolled back) before it.
- */
-export type Snapshot = { readonly xmin: number; readonly xmax: number; readonly xip: readonly number[] };
-
-/** The snapshot column a read for the cache adds to its select list (see `SnapshotQuery`). */
-const SNAPSHOT_COLUMN = 'pg_current_snapshot()::text AS "readSnapshot"';
-
-const NO_TRANSACTIONS: readonly number[] = Object.freeze([]);
-
-/** `xmin:xmax:xip,...` as PostgreSQL prints a snapshot; undefined for anything else. */
-export function parseSnapshot(text: unknown): Snapshot | undefined {
-  if (typeof text !== 'string') return undefined;
-  const match = /^(\d+):(\d+):([\d,]*)$/.exec(text);
-  if (!match) return undefined;
-  const xip = match[3] === '' ? NO_TRANSACTIONS : match[3]!.split(',').map(Number);
-  return { xmin: Number(match[1]), xmax: Number(match[2]), xip };
-}
-
-/**
- * Snapshots of recent reads by their text: reads made while no transaction committed see the same
- * snapshot, and the entries they fill share one object instead of holding one each.
- */
-const recentSnapshots = new LRUCache<string, Snapshot>({ max: 64 });
-
-function sharedSnapshot(text: unknown): Snapshot | undefined {
-  if (typeof text !== 'string' || text.length > 256) return parseSnapshot(text);
-  let snapshot = recentSnapshots.get(text);
-  if (snapshot === undefined) {
-    snapshot = parseSnapshot(text);
-    if (snapshot) recentSnapshots.set(text, snapshot);
-  }
-  return snapshot;
-}
-
-/** Whether the change of transaction `version` was visible to a read with this snapshot. */
-export function sees(snapshot: Snapshot, version: number): boolean {
-  return version < snapshot.xmin || (version < snapshot.xmax && !snapshot.xip.includes(version));
-}
-
-/**
- * A statement for the cache, `SELECT <columns> <rest>`: the cache adds the snapshot column to the
- * select list and takes it off the rows, and keeps the snapshot with what is stored, so that a
- * read that already saw a change announced meanwhile is kept (see `EntityCache`).
- */
-export type SnapshotQuery = <T extends Record<string, unknown>>(columns: string, rest: string, params?: unknown[]) => Promise<T[]>;
-
-/** A read's query function and what its statements saw (one statement: its snapshot; more: none). */
-function snapshotQuery(sql: SqlDriver | undefined): { query: SnapshotQuery; seen: () => Snapshot | undefined } {
-  let statements = 0;
-  let seen: Snapshot | undefined;
-  const query: SnapshotQuery = async <T extends Record<string, unknown>>(columns: string, rest: string, params?: unknown[]) => {
-    if (!sql) throw new Error('this cache was made without a database to read');
-    statements += 1;
-    const rows = await sql.query<T & { readSnapshot?: unknown }>(`SELECT ${columns}, ${SNAPSHOT_COLUMN} ${rest}`, params);
-    seen = sharedSnapshot(rows[0]?.readSnapshot);
-    // Copies without the column rather than `delete`, which would leave each row a slow, larger
-    // dictionary-mode object (and some are kept in the cache as they are).
-    return rows.map(({ readSnapshot: _snapshot, ...row }) => row as unknown as T);
-  };
-  // Several statements saw several snapshots: none of them stands for the whole read.
-  return { query, seen: () => (statements === 1 ? seen : undefined) };
-}
+import { sees, snapshotQuery, type Snapshot, type SnapshotQuery } from './snapshots.js';
+import { ReadSet, type TagRead } from './read-set.js';
+import { cacheTags, announcedTags } from './cache-tags.js';
 
 type Entry = { value: unknown; tags: readonly string[]; seen?: Snapshot };
 
@@ -117,97 +56,8 @@ const NO_TAGS: readonly string[] = [];
  */
 export const CACHE_DEFAULTS: EntityCacheOptions = { maxEntries: 150_000, maxBytes: 80 * 1024 * 1024, ttlMs: 10 * 60_000 };
 
-/** Bytes that an opaque object (a WebCrypto key) is counted as. */
-const OPAQUE_BYTES = 256;
-
-/** Strings V8 holds at one byte a character (Latin-1 only). */
-const ONE_BYTE = /^[\u0000-\u00ff]*$/;
-
-/**
- * An estimate of the heap a cached value holds, from V8's layout on 64 bits: strings at their
- * header plus one byte a character (two outside Latin-1), numbers beyond a small integer at a
- * boxed double, dates at 96, objects and arrays at a header plus a slot per member. Rounded up
- * rather than down, so that the configured byte bound is an upper bound in practice (the cache's
- * memory test holds it to the heap measured for cached users).
- */
-export function estimateBytes(value: unknown, depth = 0): number {
-  switch (typeof value) {
-    case 'string':
-      return 16 + 8 * Math.ceil((ONE_BYTE.test(value) ? value.length : 2 * value.length) / 8);
-    case 'number':
-      return Number.isInteger(value) && Math.abs(value) < 2 ** 31 ? 8 : 16;
-    case 'boolean':
-    case 'bigint':
-      return 8;
-    case 'object': {
-      if (value === null) return 8;
-      if (value instanceof Date) return 96;
-      if (ArrayBuffer.isView(value)) return 64 + value.byteLength;
-      if (depth > 6) return OPAQUE_BYTES;
-      const prototype = Object.getPrototypeOf(value) as unknown;
-      if (!Array.isArray(value) && prototype !== Object.prototype && prototype !== null && !('toNumber' in (value as object))) {
-        return OPAQUE_BYTES;
-      }
-      let bytes = 32;
-      if (Array.isArray(value)) for (const item of value) bytes += 8 + estimateBytes(item, depth + 1);
-      // Property names live in the shape V8 shares between objects of one layout (rows alike).
-      else for (const member of Object.values(value)) bytes += 8 + estimateBytes(member, depth + 1);
-      return bytes;
-    }
-    default:
-      return 8;
-  }
-}
-
 /** A read that may be stored: taken before the query, so a change announced meanwhile wins (unless the read saw it). */
 export type CacheTicket = { readonly epoch: number };
-
-/**
- * What one request read, for an answer computed from it that is kept (`answer-cache.ts`): the
- * tags of everything read through the cache, whether anything was read around it (then the
- * answer is not kept), and until when what was computed from the clock holds.
- */
-export class ReadSet {
-  /**
-   * Each tag read, with what the value read is known to be current as of: the cache's epoch when
-   * it was read, and the snapshot of the database read that it came from, when there was one.
-   */
-  readonly tags = new Map<string, TagRead>();
-  /** Something was read outside the cache: no announcement would tell that it changed. */
-  untracked = false;
-  /** Epoch milliseconds until which the answer's clock-dependent parts hold. */
-  validUntil = Number.POSITIVE_INFINITY;
-  /** Clock readings whose validity was not stated yet. */
-  private open = 0;
-
-  add(tags: readonly string[], read: TagRead): void {
-    for (const tag of tags) if (!this.tags.has(tag)) this.tags.set(tag, read);
-  }
-
-  /** The answer holds only at this instant (the default for anything computed from the clock). */
-  instant(at: number): void {
-    this.validUntil = Math.min(this.validUntil, at);
-  }
-
-  /** A clock reading whose consequence is stated later with `holdsUntil` (until then, not kept). */
-  clock(): (until: number) => void {
-    this.open += 1;
-    let stated = false;
-    return (until) => {
-      if (!stated) this.open -= 1;
-      stated = true;
-      this.validUntil = Math.min(this.validUntil, until);
-    };
-  }
-
-  /** Whether an answer made of these reads may be kept at `now`. */
-  reusable(now: number): boolean {
-    return !this.untracked && this.open === 0 && now < this.validUntil;
-  }
-}
-
-/** When a value was read: the cache's epoch then, and the database snapshot it came from, if any. */
-export type TagRead = { readonly epoch: number; readonly seen?: Snapshot | undefined };
 
 /** The read-through calls of the cache, as loaders and services use them. */
 export type CacheReader = Pick<EntityCache, 'through' | 'throughMany'>;
@@ -239,7 +89,9 @@ const INVALIDATIONS_REMEMBERED = 10_000;
  * Callers read through `through` and `throughMany`, which take the ticket, add the snapshot to
  * their statements, share reads in flight and store with the tags: none of that protocol is
  * theirs to handle. `ticket`, `set`, `join` and `track` are its steps, public for the cache's own
- * tests.
+ * tests. This file is that one protocol; beside it: the snapshots reads carry (`snapshots.ts`),
+ * what a request read (`read-set.ts`), the tags (`cache-tags.ts`) and size estimates
+ * (`estimate-bytes.ts`).
  */
 export class EntityCache {
   /** Undefined when the cache is turned off (no entries or no bytes allowed). */
@@ -563,31 +415,3 @@ export class EntityCache {
     if (stable && publicKey !== undefined) this.invalidate(cacheTags.publicKey(publicKey), version);
   }
 }
-
-/** The tags an entry carries: the rows whose change must drop it. */
-export const cacheTags = {
-  /** Any change to the account row. */
-  account: (id: string) => `account:${id}`,
-  /** A change to the account's identity (not its activity counters): type, status, keys, ... */
-  identity: (id: string) => `identity:${id}`,
-  /** The account holding this key, or its identity, changed (or one with this key appeared). */
-  publicKey: (key: string) => `publicKey:${key}`,
-  /** Any change to the organization row but the retrieval counter. */
-  organization: (parentId: string) => `organization:${parentId}`,
-  /** A change to the organization other than its balances (its signing secret among others), or its balance reaching or leaving zero. */
-  organizationSettings: (parentId: string) => `organizationSettings:${parentId}`,
-  purchases: (organizationId: string) => `purchases:${organizationId}`,
-  usage: (organizationId: string) => `usage:${organizationId}`,
-  /** A change to a child of this parent that alters its counts (see `services/child-counts.ts`). */
-  children: (parentId: string) => `children:${parentId}`,
-  /** Any change to any child of this parent, activity included: what a page of the list shows. */
-  childRows: (parentId: string) => `childRows:${parentId}`,
-};
-
-/** The announced entities, each with the tag of its key. */
-const announcedTags: Record<ChangedEntity, (key: string) => string> = {
-  account: cacheTags.account,
-  organization: cacheTags.organization,
-  purchases: cacheTags.purchases,
-  usage: cacheTags.usage,
-};

@@ -1,7 +1,7 @@
 import { getOperationAST, type ExecutionResult } from 'graphql';
 import { LRUCache } from 'lru-cache';
 import type { RequestContext } from '../context.js';
-import type { TagRead } from '../db/entity-cache.js';
+import type { TagRead } from '../db/read-set.js';
 import { answerOf, MAX_ANSWER_KEY_LENGTH, type AnswerCache } from '../db/answer-cache.js';
 import type { Exchange } from '../http/exchange.js';
 import { regularMediaType, sendAnswer, sendResult, serialiseResult, type RegularMediaType } from './http.js';

@@ -4,7 +4,7 @@ import { bearerToken, credentialKey } from '../auth/credentials.js';
 import type { RequestContext } from '../context.js';
 import type { RowChange } from '../db/changes.js';
 import { ApiError, ServiceUnavailableError, UnauthorizedError } from '../errors.js';
-import type { Topic } from '../live.js';
+import type { Topic } from '../live/live-updates.js';
 import { getCreditAnalysis } from '../services/get-credit-analysis.js';
 import { getOrganizationDetails } from '../services/get-organization-details.js';
 import { builder, viewerOf } from './builder.js';
@@ -14,7 +14,7 @@ import { Organization } from './organization.js';
 /*
  * Live updates over Server-Sent Events (GraphQL over SSE, as graphql-sse and Yoga's own client
  * speak it): each subscription answers at once, then again when the database announces a change
- * that alters its answer, at most once per LIVE_MIN_INTERVAL_MS (see `live.ts`). Each answer is read
+ * that alters its answer, at most once per LIVE_MIN_INTERVAL_MS (see `live/live-updates.ts`). Each answer is read
  * afresh (new loaders, the caller verified again); an answer equal to the last one is not sent.
  */
 

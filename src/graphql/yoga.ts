@@ -1,5 +1,5 @@
 import { createYoga, useEnvelop, type Plugin } from 'graphql-yoga';
-import { acceptsGzip, CompressedPayload } from '../compression.js';
+import { acceptsGzip, CompressedPayload } from '../http/compression.js';
 import type { Config } from '../config.js';
 import { drained, type Exchange } from '../http/exchange.js';
 import { revalidatable } from './http.js';
@@ -147,7 +147,7 @@ export function createYogaDoor(pipeline: GraphQLPipeline, config: Config, option
   /**
    * Writes an event stream: each piece once the socket has taken the last, so that a client that
    * does not read leaves the stream unread (the subscription holds one pending answer at most, see
-   * live.ts) and is cut off after LIVE_STALL_MS. The client leaving cancels the stream, which ends
+   * live/live-updates.ts) and is cut off after LIVE_STALL_MS. The client leaving cancels the stream, which ends
    * the subscription at once.
    */
   async function streamEvents(exchange: Exchange, status: number, contentType: string, body: ReadableStream<Uint8Array>): Promise<void> {

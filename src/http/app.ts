@@ -1,24 +1,20 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { LRUCache } from 'lru-cache';
 import type { Config } from '../config.js';
 import { createRequestContext, type AppDependencies } from '../context.js';
 import { createExports, EXPORT_PATH, type Exports } from '../rest/export.js';
-import { LiveUpdates } from '../live.js';
+import { LiveUpdates } from '../live/live-updates.js';
 import { RegisteredOperations } from '../graphql/persisted.js';
 import type { Database } from '../db/database.js';
 import { AnswerCache } from '../db/answer-cache.js';
 import { EntityCache } from '../db/entity-cache.js';
 import {
   ApiError,
-  BadRequestError,
   ClientClosedError,
-  HeaderTooLargeError,
   NotFoundError,
   PayloadTooLargeError,
   RateLimitedError,
   ServiceUnavailableError,
   toApiError,
-  UriTooLongError,
 } from '../errors.js';
 import { sendGraphQLError } from '../graphql/http.js';
 import { createLeanDoor } from '../graphql/lean.js';
@@ -26,10 +22,10 @@ import type { ExecutionCounts } from '../graphql/compiled.js';
 import { createGraphQLPipeline } from '../graphql/pipeline.js';
 import { createYogaDoor, type YogaDoor } from '../graphql/yoga.js';
 import type { Logger } from '../logger.js';
-import { createMetrics } from '../metrics.js';
+import { createMetrics } from '../ops/metrics.js';
 import { Replicas } from '../db/replicas.js';
-import { RateLimiter } from '../rate-limit.js';
-import { Readiness } from '../readiness.js';
+import { RateLimiter } from './rate-limit.js';
+import { Readiness } from './readiness.js';
 import { childAccounts } from '../rest/child-accounts.js';
 import { creditAnalysis } from '../rest/credit-analysis.js';
 import { DOCS_PATHS, OPENAPI_PATH, serveDocs } from '../rest/docs.js';
@@ -41,6 +37,7 @@ import { RetrievalCounter } from '../services/retrieval-counter.js';
 import { readBody } from './body.js';
 import { createCorsPolicy } from './cors.js';
 import { Exchange } from './exchange.js';
+import { headChecker } from './request-head.js';
 
 export type App = {
   handle(request: IncomingMessage, response: ServerResponse): void;
@@ -79,48 +76,6 @@ type Route = {
 
 /** How long a readiness check waits for the database. */
 const READINESS_TIMEOUT_MS = 1000;
-/** Host values already found valid, so that the check runs once per value, not once per request. */
-const KNOWN_HOSTS = 64;
-
-/** The first header value longer than allowed (Authorization is judged by the token check). */
-function oversizedHeader(request: IncomingMessage, maxBytes: number): string | undefined {
-  for (let i = 0; i < request.rawHeaders.length; i += 2) {
-    const value = request.rawHeaders[i + 1]!;
-    // Bytes are at most three per UTF-16 unit: most values are judged by their length alone.
-    if (value.length * 3 <= maxBytes) continue;
-    const name = request.rawHeaders[i]!;
-    if (name.toLowerCase() === 'authorization') continue;
-    if (Buffer.byteLength(value) > maxBytes) return name;
-  }
-  return undefined;
-}
-
-/**
- * What is wrong with the request's Host headers, if anything (RFC 9112 §3.2): HTTP/1.1 requires
- * exactly one; more than one is refused, since a proxy in front may have read the other.
- */
-function hostCountProblem(request: IncomingMessage): string | undefined {
-  let count = 0;
-  const raw = request.rawHeaders;
-  for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i]!;
-    if (name.length === 4 && name.toLowerCase() === 'host') count += 1;
-  }
-  if (count > 1) return 'The request has more than one Host header.';
-  if (count === 0 && (request.httpVersionMajor > 1 || request.httpVersionMinor >= 1)) return 'The request has no Host header.';
-  return undefined;
-}
-
-/** A Host header as RFC 9110 has it: a host name, an IPv4 address or a bracketed IPv6 one, and an optional port. */
-function isValidHost(host: string): boolean {
-  if (host.length === 0 || host.length > 255 || /[\s/?#@\\%]/.test(host)) return false;
-  try {
-    return new URL(`http://${host}`).host !== '';
-  } catch {
-    return false;
-  }
-}
-
 export type AppOptions = {
   config: Config;
   database: Database;
@@ -136,7 +91,8 @@ export type AppOptions = {
 /**
  * The edge: one route table, one CORS policy, the bounds every request is held to, and the
  * per-request exchange handed to REST and to both GraphQL doors. Every answer leaves through the
- * exchange, and every answer is counted and logged once, when it is finished.
+ * exchange, and every answer is counted and logged once, when it is finished. One idea, the
+ * edge's wiring, so one file; the head's bounds are in request-head.ts, the framing in exchange.ts.
  */
 export function createApp(options: AppOptions): App {
   const { config, database, logger } = options;
@@ -203,7 +159,7 @@ export function createApp(options: AppOptions): App {
   const readiness = new Readiness(database, READINESS_TIMEOUT_MS);
   const cors = createCorsPolicy(config.corsOrigins);
   const exports = createExports({ ...config.export, maxQueryParameters: config.limits.maxQueryParameters }, logger);
-  const knownHosts = new LRUCache<string, true>({ max: KNOWN_HOSTS });
+  const checkHead = headChecker(config.limits);
   const { limits } = config;
   let draining = false;
   let inFlight = 0;
@@ -299,18 +255,9 @@ export function createApp(options: AppOptions): App {
         return refuse(exchange, route, new RateLimitedError(verdict.retryAfterSeconds));
       }
     }
-    // Bounded before anything reads them: the request target, the number and size of headers.
-    if ((request.url ?? '').length > limits.maxUrlBytes) return refuse(exchange, route, new UriTooLongError());
-    if (request.rawHeaders.length / 2 > limits.maxHeaderCount) return refuse(exchange, route, new HeaderTooLargeError('The request has too many header fields.'));
-    const tooLong = oversizedHeader(request, limits.maxHeaderBytes);
-    if (tooLong) return refuse(exchange, route, HeaderTooLargeError.forHeader(tooLong));
-    const hostProblem = hostCountProblem(request);
-    if (hostProblem) return refuse(exchange, route, new BadRequestError(hostProblem));
-    const host = request.headers.host;
-    if (host !== undefined && !knownHosts.has(host)) {
-      if (!isValidHost(host)) return refuse(exchange, route, new BadRequestError('The Host header is malformed.'));
-      knownHosts.set(host, true);
-    }
+    // Bounded before anything reads them: the request target, the number and size of headers, Host.
+    const headProblem = checkHead(request);
+    if (headProblem) return refuse(exchange, route, headProblem);
     if (!route) return sendRestError(exchange, new NotFoundError(exchange.path));
     if (preflight) {
       exchange.addHeaders(cors.preflight(exchange.header('origin'), route.methods));

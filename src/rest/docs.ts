@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import { acceptsGzip, CompressedPayload } from '../compression.js';
+import { acceptsGzip, CompressedPayload } from '../http/compression.js';
 import type { Exchange } from '../http/exchange.js';
 import { openApiDocument } from './openapi.js';
 

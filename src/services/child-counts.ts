@@ -1,6 +1,7 @@
 import type { ChangeFeed } from '../db/change-feed.js';
 import type { RowChange } from '../db/changes.js';
-import { cacheTags, type EntityCache } from '../db/entity-cache.js';
+import { cacheTags } from '../db/cache-tags.js';
+import type { EntityCache } from '../db/entity-cache.js';
 import { activeAt } from '../domain/activity.js';
 
 /**

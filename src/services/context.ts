@@ -1,6 +1,6 @@
 import type { CacheReader } from '../db/entity-cache.js';
 import type { ReadQuery } from '../db/replicas.js';
-import type { Loaders } from '../loaders.js';
+import type { Loaders } from '../db/loaders.js';
 
 /** What every service needs for one request: the database, this request's loaders, the clock. */
 export type ServiceContext = {

@@ -1,5 +1,5 @@
 import type { Viewer } from '../auth/authenticate.js';
-import { cacheTags } from '../db/entity-cache.js';
+import { cacheTags } from '../db/cache-tags.js';
 import { totalCreditsUsed, operationUsage, type CreditAnalysis } from '../domain/credit-analysis.js';
 import { monthStart } from '../domain/dates.js';
 import { forecastCredits, type Forecast } from '../domain/forecast.js';

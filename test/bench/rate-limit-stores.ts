@@ -3,7 +3,7 @@ import pg from 'pg';
 import { loadConfig } from '../../src/config.js';
 import { openDatabase } from '../../src/db/database.js';
 import { migrate } from '../../src/db/migrator.js';
-import { RateLimiter } from '../../src/rate-limit.js';
+import { RateLimiter } from '../../src/http/rate-limit.js';
 import { postgresBinDir, startCluster } from '../helpers/postgres-cluster.js';
 import { redisBinary, startRedis } from '../helpers/redis-server.js';
 

@@ -1,7 +1,7 @@
-import type { ChangeFeed } from './db/change-feed.js';
-import type { Change, RowChange } from './db/changes.js';
+import type { ChangeFeed } from '../db/change-feed.js';
+import type { Change, RowChange } from '../db/changes.js';
 import { Repeater } from '@repeaterjs/repeater';
-import { ApiError } from './errors.js';
+import { ApiError } from '../errors.js';
 
 /*
  * Live updates (GraphQL subscriptions over Server-Sent Events): which open subscription a change

@@ -1,7 +1,7 @@
-import type { Config } from './config.js';
-import { redactUrl } from './db/database.js';
-import { DataDirInUseError } from './db/data-dir-lock.js';
-import { MigrationError } from './db/migrator.js';
+import type { Config } from '../config.js';
+import { redactUrl } from '../db/database.js';
+import { DataDirInUseError } from '../db/data-dir-lock.js';
+import { MigrationError } from '../db/migrator.js';
 
 /** A failure whose message is already the line to print (it says what failed and what to do). */
 export class StartFailure extends Error {}

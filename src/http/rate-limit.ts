@@ -2,8 +2,8 @@ import type { IncomingMessage } from 'node:http';
 import proxyAddr from 'proxy-addr';
 import { Redis } from 'ioredis';
 import { RateLimiterMemory, RateLimiterPostgres, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
-import { credentialKey } from './auth/credentials.js';
-import type { Config } from './config.js';
+import { credentialKey } from '../auth/credentials.js';
+import type { Config } from '../config.js';
 
 export type RateLimitVerdict =
   | { allowed: true; headers: Record<string, string> }

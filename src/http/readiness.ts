@@ -1,5 +1,5 @@
-import type { Database } from './db/database.js';
-import { readMigrations } from './db/migrator.js';
+import type { Database } from '../db/database.js';
+import { readMigrations } from '../db/migrator.js';
 
 export type ReadinessState =
   | { ready: true }

@@ -1,9 +1,11 @@
 import DataLoader from 'dataloader';
-import { MIN_SECRET_BYTES, secretKey, verificationKey, type SigningKey } from './auth/tokens.js';
-import { cacheTags, type CacheReader, type SnapshotQuery } from './db/entity-cache.js';
-import { packAccount, READ_ACCOUNT_COLUMNS, unpackAccount, type AccountRow } from './db/accounts.js';
-import type { Organization, PrismaClient } from './generated/prisma/client.js';
-import type { MonthlyUsageTotals, PackagePurchase } from './domain/credit-analysis.js';
+import { MIN_SECRET_BYTES, secretKey, verificationKey, type SigningKey } from '../auth/tokens.js';
+import { cacheTags } from './cache-tags.js';
+import type { CacheReader } from './entity-cache.js';
+import type { SnapshotQuery } from './snapshots.js';
+import { packAccount, READ_ACCOUNT_COLUMNS, unpackAccount, type AccountRow } from './accounts.js';
+import type { Organization, PrismaClient } from '../generated/prisma/client.js';
+import type { MonthlyUsageTotals, PackagePurchase } from '../domain/credit-analysis.js';
 
 /**
  * Per-request loaders: each batches the lookups of one request into one query and remembers them

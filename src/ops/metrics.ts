@@ -1,8 +1,8 @@
 import type pg from 'pg';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { ChangeFeed } from './db/change-feed.js';
-import type { AnswerCache } from './db/answer-cache.js';
-import type { EntityCache } from './db/entity-cache.js';
+import type { ChangeFeed } from '../db/change-feed.js';
+import type { AnswerCache } from '../db/answer-cache.js';
+import type { EntityCache } from '../db/entity-cache.js';
 
 /** What the metrics read when scraped; given as functions, since some are made after the metrics. */
 export type MetricSources = {

@@ -1,0 +1,29 @@
+import type { ChangedEntity } from './changes.js';
+
+/** The tags an entry carries: the rows whose change must drop it. */
+export const cacheTags = {
+  /** Any change to the account row. */
+  account: (id: string) => `account:${id}`,
+  /** A change to the account's identity (not its activity counters): type, status, keys, ... */
+  identity: (id: string) => `identity:${id}`,
+  /** The account holding this key, or its identity, changed (or one with this key appeared). */
+  publicKey: (key: string) => `publicKey:${key}`,
+  /** Any change to the organization row but the retrieval counter. */
+  organization: (parentId: string) => `organization:${parentId}`,
+  /** A change to the organization other than its balances (its signing secret among others), or its balance reaching or leaving zero. */
+  organizationSettings: (parentId: string) => `organizationSettings:${parentId}`,
+  purchases: (organizationId: string) => `purchases:${organizationId}`,
+  usage: (organizationId: string) => `usage:${organizationId}`,
+  /** A change to a child of this parent that alters its counts (see `services/child-counts.ts`). */
+  children: (parentId: string) => `children:${parentId}`,
+  /** Any change to any child of this parent, activity included: what a page of the list shows. */
+  childRows: (parentId: string) => `childRows:${parentId}`,
+};
+
+/** The announced entities, each with the tag of its key. */
+export const announcedTags: Record<ChangedEntity, (key: string) => string> = {
+  account: cacheTags.account,
+  organization: cacheTags.organization,
+  purchases: cacheTags.purchases,
+  usage: cacheTags.usage,
+};
