@@ -13,7 +13,7 @@ import { testMode, useTestDatabase } from './helpers/database.js';
 
 /*
  * Apollo Client and urql (with its normalised cache, graphcache) against the server, configured
- * only as the README's "Using Apollo Client, urql and codegen" says: the published interface map,
+ * only as src/graphql/README.md's "Using Apollo Client, urql and codegen" says: the published interface map,
  * and nothing else.
  */
 const possibleTypes = JSON.parse(readFileSync(new URL('../src/graphql/possible-types.json', import.meta.url), 'utf8')) as Record<string, string[]>;
