@@ -111,12 +111,14 @@ describe(`live updates, probed from outside (${testMode})`, () => {
   it('a client that never reads is cut off after LIVE_STALL_MS, and its subscription ends', async () => {
     // Large answers (a long purchase history, about 1 MB), pushed as fast as changes arrive: the socket fills.
     const built = await createOrganization(database());
-    await database().sql.query(
-      `INSERT INTO "PackagePurchase" ("transactionId", "organizationId", "packageType", "purchasedAt", "creditsAdded", "freeUsersAdded", price)
-       SELECT 'TXN_' || $1 || '_' || i, $1, 'STARTER', timestamptz '2024-01-01T00:00:00Z' + i * interval '1 minute', 10000, 1000, 10
-       FROM generate_series(1, 30000) AS i`,
-      [built.parent.id],
-    );
+    for (let from = 0; from < 30_000; from += 5_000) {
+      await database().sql.query(
+        `INSERT INTO "PackagePurchase" ("transactionId", "organizationId", "packageType", "purchasedAt", "creditsAdded", "freeUsersAdded", price)
+         SELECT 'TXN_' || $1 || '_' || i, $1, 'STARTER', timestamptz '2024-01-01T00:00:00Z' + i * interval '1 minute', 10000, 1000, 10
+         FROM generate_series($2::int, $2::int + 4999) AS i`,
+        [built.parent.id, from],
+      );
+    }
     const child = await createChild(database(), built.parent);
     const query = 'subscription { creditAnalysisChanged { creditBalance packageHistory { packageType purchaseDate creditsAdded freeUsersAdded price transactionId } } }';
     const stream = await openStream(wide(), await tokenFor(built.parent, built), query);
@@ -337,14 +339,17 @@ describe(`the export, probed from outside (${testMode})`, () => {
   // A long stall bound: a slot freed in less than that was freed by the abort itself.
   const server = useServer(database, { env: { EXPORT_STALL_MS: '60000', EXPORT_RATE_COST: '1' } });
 
+  /** `count` children with long emails, inserted 5,000 a statement (each well within the statement timeout on a busy machine). */
   async function manyChildren(built: BuiltOrganization, count: number, prefix: string): Promise<void> {
-    await database().sql.query(
-      `INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey", "createdAt", "updatedAt")
-       SELECT 'USR_' || $2 || i, 'child', $1, $2 || i, $2 || i || repeat('x', 400) || '@example.com', 'APK_' || $2 || i || '_1',
-              timestamptz '2025-01-01T00:00:00Z' + i * interval '1 second', timestamptz '2025-01-01T00:00:00Z' + i * interval '1 second'
-       FROM generate_series(0, $3::int - 1) AS i`,
-      [built.parent.id, `${prefix}${built.parent.id.slice(4, 12)}x`, count],
-    );
+    for (let from = 0; from < count; from += 5_000) {
+      await database().sql.query(
+        `INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey", "createdAt", "updatedAt")
+         SELECT 'USR_' || $2 || i, 'child', $1, $2 || i, $2 || i || repeat('x', 400) || '@example.com', 'APK_' || $2 || i || '_1',
+                timestamptz '2025-01-01T00:00:00Z' + i * interval '1 second', timestamptz '2025-01-01T00:00:00Z' + i * interval '1 second'
+         FROM generate_series($3::int, $4::int - 1) AS i`,
+        [built.parent.id, `${prefix}${built.parent.id.slice(4, 12)}x`, from, Math.min(count, from + 5_000)],
+      );
+    }
   }
 
   it("an aborted download frees the organization's slot at once, not after the stall bound", async () => {
