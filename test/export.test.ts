@@ -2,24 +2,11 @@ import { connect } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { EXPORT_BATCH_ROWS } from '../src/services/export-child-accounts.js';
 import { csvField } from '../src/rest/export.js';
-import { createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
+import { createChild, createOrganization, manyChildren, tokenFor } from './helpers/builders.js';
 import { useCapturedLog, useServer } from './helpers/app.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
-import type { Database } from '../src/db/database.js';
 
 const PATH = '/auth/parent/child-accounts/export';
-
-/** `count` children registered a second apart from 2025-01-01, named `${prefix}${i}`, by one statement. */
-async function manyChildren(database: Database, built: BuiltOrganization, count: number, prefix = 'bulk', padding = 0): Promise<void> {
-  const tag = `${prefix}${built.parent.id.slice(4, 12)}x`;
-  await database.sql.query(
-    `INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey", "createdAt", "updatedAt")
-     SELECT 'USR_' || $2 || i, 'child', $1, $3 || i, $3 || i || repeat('x', $5::int) || '@example.com', 'APK_' || $2 || i || '_1',
-            timestamptz '2025-01-01T00:00:00Z' + i * interval '1 second', timestamptz '2025-01-01T00:00:00Z' + i * interval '1 second'
-     FROM generate_series(0, $4::int - 1) AS i`,
-    [built.parent.id, tag, prefix, count, padding],
-  );
-}
 
 describe(`the child-list export (${testMode})`, () => {
   const database = useTestDatabase();

@@ -2,7 +2,7 @@ import { connect, type Socket } from 'node:net';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
-import { createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
+import { createChild, createOrganization, manyChildren, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { rest, useServer, type TestServer } from './helpers/app.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
 
@@ -339,22 +339,9 @@ describe(`the export, probed from outside (${testMode})`, () => {
   // A long stall bound: a slot freed in less than that was freed by the abort itself.
   const server = useServer(database, { env: { EXPORT_STALL_MS: '60000', EXPORT_RATE_COST: '1' } });
 
-  /** `count` children with long emails, inserted 5,000 a statement (each well within the statement timeout on a busy machine). */
-  async function manyChildren(built: BuiltOrganization, count: number, prefix: string): Promise<void> {
-    for (let from = 0; from < count; from += 5_000) {
-      await database().sql.query(
-        `INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey", "createdAt", "updatedAt")
-         SELECT 'USR_' || $2 || i, 'child', $1, $2 || i, $2 || i || repeat('x', 400) || '@example.com', 'APK_' || $2 || i || '_1',
-                timestamptz '2025-01-01T00:00:00Z' + i * interval '1 second', timestamptz '2025-01-01T00:00:00Z' + i * interval '1 second'
-         FROM generate_series($3::int, $4::int - 1) AS i`,
-        [built.parent.id, `${prefix}${built.parent.id.slice(4, 12)}x`, from, Math.min(count, from + 5_000)],
-      );
-    }
-  }
-
   it("an aborted download frees the organization's slot at once, not after the stall bound", async () => {
     const built = await createOrganization(database());
-    await manyChildren(built, 30_000, 'abort');
+    await manyChildren(database(), built, 30_000, 'abort', 400);
     const token = await tokenFor(built.parent, built);
     const url = new URL(server().url);
     for (const hangUp of [(socket: Socket) => socket.destroy(), (socket: Socket) => socket.resetAndDestroy()]) {

@@ -242,7 +242,6 @@ export function createGraphQLPipeline(deps: AppDependencies, logger: Logger, opt
   const executions: ExecutionCounts = { compiled: 0, reference: 0, compileFailures: 0 };
   const compiledExecution = useCompiledExecution({ compileAfter: options.compileAfter ?? COMPILE_AFTER_EXECUTIONS, logger, counts: executions });
   const contextOf = ({ exchange, prepared }: GraphQLInitialContext): RequestContext => prepared ?? createRequestContext(deps, exchange);
-  const plans = new WeakMap<DocumentNode, Map<string, PlannedQuery>>();
   const plugins: Plugin<any>[] = [
     useEngine({ parse, validate: validateOnce, specifiedRules, execute: normalizedExecutor, subscribe: normalizedExecutor }),
     useSchema(schema),
@@ -268,18 +267,12 @@ export function createGraphQLPipeline(deps: AppDependencies, logger: Logger, opt
     useExtendContext(contextOf),
     useMaskedErrors({ maskError: (error) => maskError(error) }),
   ];
+  /** Made once per document and operation: the lean door keeps the plans it runs. */
   function plan(document: DocumentNode, operationName: string | null | undefined): PlannedQuery | undefined {
-    const name = operationName ?? '';
-    const known = plans.get(document)?.get(name);
-    if (known) return known;
     const query = compiledExecution.compiledQuery(document, operationName);
     const operation = query && getOperationAST(document, operationName);
     if (!query || operation?.operation !== 'query') return undefined;
-    const planned: PlannedQuery = { label: operationLabel(document, operationName), variables: operation.variableDefinitions ?? [], query };
-    let byName = plans.get(document);
-    if (!byName) plans.set(document, (byName = new Map()));
-    byName.set(name, planned);
-    return planned;
+    return { label: operationLabel(document, operationName), variables: operation.variableDefinitions ?? [], query };
   }
 
   function runPlanned(planned: PlannedQuery, initial: GraphQLInitialContext & { params: GraphQLParams }): Promise<ExecutionResult> | undefined {

@@ -77,6 +77,11 @@ export class Exchange {
    * HEAD gets the headers of GET and no body (Node leaves it out).
    */
   send(status: number, contentType: string | undefined, payload: string | Buffer, options: { noStore?: boolean } = {}): void {
+    this.write(status, contentType, payload, options.noStore === true, this.carriesSecret(payload));
+  }
+
+  /** `send`, with whether the payload carries a secret already known. */
+  private write(status: number, contentType: string | undefined, payload: string | Buffer, noStore: boolean, secret: boolean): void {
     const response = this.response;
     response.statusCode = status;
     if (this.held) for (const effect of this.held.splice(0)) if (status !== 304) effect();
@@ -84,8 +89,7 @@ export class Exchange {
     // A 304 has no body, and its headers update the stored answer's: no length of its own.
     if (status !== 304) response.setHeader('Content-Length', Buffer.byteLength(payload));
     response.setHeader('X-Request-Id', this.requestId);
-    const secret = this.carriesSecret(payload);
-    if (options.noStore || secret) response.setHeader('Cache-Control', 'no-store');
+    if (noStore || secret) response.setHeader('Cache-Control', 'no-store');
     for (const [key, [name, value]] of this.extra) if (!secret || !STORAGE_HEADERS.has(key)) response.setHeader(name, value);
     response.end(payload);
   }
@@ -121,7 +125,7 @@ export class Exchange {
    * that carries a secret is sent `no-store` instead (see `carriesSecret`).
    */
   sendRevalidated(contentType: string, payload: string | Buffer, tag?: string): void {
-    if (this.carriesSecret(payload)) return this.send(200, contentType, payload);
+    if (this.carriesSecret(payload)) return this.write(200, contentType, payload, true, true);
     tag ??= entityTag(payload);
     this.addHeaders({ ETag: tag, 'Cache-Control': REVALIDATE, Vary: 'Authorization, X-Public-Key' });
     if (noneMatch(this.header('if-none-match'), tag)) this.send(200, contentType, payload);

@@ -79,6 +79,18 @@ export function createMetrics(sources: MetricSources): Metrics {
         this.inc(read());
       },
     });
+  /** A counter mirroring running totals kept by their owner, one series per value of `label`. */
+  const mirroredBy = (name: string, help: string, label: string, read: () => Record<string, number>) =>
+    new Counter({
+      name,
+      help,
+      labelNames: [label],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const [value, total] of Object.entries(read())) this.inc({ [label]: value }, total);
+      },
+    });
   const gauge = (name: string, help: string, read: () => number) =>
     new Gauge({
       name,
@@ -98,17 +110,9 @@ export function createMetrics(sources: MetricSources): Metrics {
   gauge('api_cache_entries', 'Entries held by the entity cache.', () => cache().size);
   gauge('api_cache_bytes', 'Estimated bytes held by the entity cache.', () => cache().bytes);
   gauge('api_cache_live', '1 while the change feed is live and the cache in use, 0 while it is bypassed.', () => (sources.feed().live ? 1 : 0));
-  new Counter({
-    name: 'api_graphql_executions_total',
-    help: 'GraphQL executions by engine: compiled (graphql-jit) or reference (graphql-js).',
-    labelNames: ['engine'],
-    registers: [registry],
-    collect() {
-      this.reset();
-      const counts = sources.executions();
-      this.inc({ engine: 'compiled' }, counts.compiled);
-      this.inc({ engine: 'reference' }, counts.reference);
-    },
+  mirroredBy('api_graphql_executions_total', 'GraphQL executions by engine: compiled (graphql-jit) or reference (graphql-js).', 'engine', () => {
+    const { compiled, reference } = sources.executions();
+    return { compiled, reference };
   });
   mirrored('api_graphql_compile_failures_total', 'Query documents that did not compile and run on the reference executor.', () => sources.executions().compileFailures);
   const answers = sources.answers;
@@ -125,19 +129,15 @@ export function createMetrics(sources: MetricSources): Metrics {
   }
   const registrations = sources.registrations;
   if (registrations) {
-    new Counter({
-      name: 'api_graphql_registrations_total',
-      help: 'Automatic persisted queries: documents registered, and offers refused because the caller was not verified (unverified) or its budget was spent (over_budget).',
-      labelNames: ['outcome'],
-      registers: [registry],
-      collect() {
-        this.reset();
-        const counts = registrations();
-        this.inc({ outcome: 'registered' }, counts.registered);
-        this.inc({ outcome: 'unverified' }, counts.unverified);
-        this.inc({ outcome: 'over_budget' }, counts.overBudget);
+    mirroredBy(
+      'api_graphql_registrations_total',
+      'Automatic persisted queries: documents registered, and offers refused because the caller was not verified (unverified) or its budget was spent (over_budget).',
+      'outcome',
+      () => {
+        const { registered, unverified, overBudget } = registrations();
+        return { registered, unverified, over_budget: overBudget };
       },
-    });
+    );
   }
   const replicas = sources.replicas;
   if (replicas) {
@@ -162,17 +162,9 @@ export function createMetrics(sources: MetricSources): Metrics {
         });
       },
     });
-    new Counter({
-      name: 'api_db_stale_tolerant_reads_total',
-      help: 'Reads that tolerate bounded staleness (the child list\'s uncached pages), by where they were read.',
-      labelNames: ['target'],
-      registers: [registry],
-      collect() {
-        this.reset();
-        const { reads } = replicas();
-        this.inc({ target: 'replica' }, reads.replica);
-        this.inc({ target: 'primary' }, reads.primary);
-      },
+    mirroredBy('api_db_stale_tolerant_reads_total', "Reads that tolerate bounded staleness (the child list's uncached pages), by where they were read.", 'target', () => {
+      const { replica, primary } = replicas().reads;
+      return { replica, primary };
     });
   }
   const storeUp = sources.rateLimitStoreUp;

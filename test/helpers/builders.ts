@@ -119,3 +119,21 @@ export const SIGN_IN_SQL = `WITH child AS (UPDATE "Account" SET "signInCount" = 
   spent AS (UPDATE "Organization" SET "creditBalance" = "creditBalance" - 1 WHERE "parentId" = (SELECT id FROM parent) RETURNING "parentId")
   INSERT INTO "MonthlyUsage" ("organizationId", month, "signIns") SELECT "parentId", date_trunc('month', now() AT TIME ZONE 'UTC'), 1 FROM spent
   ON CONFLICT ("organizationId", month) DO UPDATE SET "signIns" = "MonthlyUsage"."signIns" + 1`;
+
+/**
+ * `count` children registered a second apart from 2025-01-01, named `${prefix}${i}`, emails padded
+ * with `padding` characters; 5,000 a statement, each well within the statement timeout on a busy
+ * machine.
+ */
+export async function manyChildren(database: Database, built: BuiltOrganization, count: number, prefix = 'bulk', padding = 0): Promise<void> {
+  const tag = `${prefix}${built.parent.id.slice(4, 12)}x`;
+  for (let from = 0; from < count; from += 5_000) {
+    await database.sql.query(
+      `INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey", "createdAt", "updatedAt")
+       SELECT 'USR_' || $2 || i, 'child', $1, $3 || i, $3 || i || repeat('x', $6::int) || '@example.com', 'APK_' || $2 || i || '_1',
+              timestamptz '2025-01-01T00:00:00Z' + i * interval '1 second', timestamptz '2025-01-01T00:00:00Z' + i * interval '1 second'
+       FROM generate_series($4::int, $5::int - 1) AS i`,
+      [built.parent.id, tag, prefix, from, Math.min(count, from + 5_000), padding],
+    );
+  }
+}
