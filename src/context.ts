@@ -93,6 +93,18 @@ function viewerKeyOf(viewer: Viewer): string {
   return `${viewer.via}:${viewer.kind}:${viewer.account.id}`;
 }
 
+/**
+ * The detectors of the organizations' secrets, by the cached settings they were made from: made
+ * once while the settings stay cached, not on every request of a parent.
+ */
+const detectors = new WeakMap<Viewer['organization'], (payload: string | Buffer) => boolean>();
+
+function detectorOf(organization: Viewer['organization'], secret: string): (payload: string | Buffer) => boolean {
+  let detector = detectors.get(organization);
+  if (detector === undefined) detectors.set(organization, (detector = secretDetector(secret)));
+  return detector;
+}
+
 /** Whether a payload holds `secret`, as sent or as escaped in a JSON string. */
 export function secretDetector(secret: string): (payload: string | Buffer) => boolean {
   const forms = [...new Set([secret, JSON.stringify(secret).slice(1, -1)])];
@@ -174,7 +186,7 @@ export function createRequestContext(deps: AppDependencies, source: RequestSourc
     record.caller = viewer.kind;
     record.organizationId = viewer.organization.parentId;
     record.viewer = viewerKeyOf(viewer);
-    if (isParentByJwt(viewer) && viewer.organization.jwtSecret) record.carriesSecret = secretDetector(viewer.organization.jwtSecret);
+    if (isParentByJwt(viewer) && viewer.organization.jwtSecret) record.carriesSecret = detectorOf(viewer.organization, viewer.organization.jwtSecret);
     return viewer;
   };
   const context: RequestContext = {

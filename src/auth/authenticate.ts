@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { decodeProtectedHeader, errors as joseErrors, jwtVerify, type JWTVerifyOptions } from 'jose';
 import {
   AccountInactiveError,
@@ -70,13 +70,17 @@ function checkTimes(token: VerifiedToken, now: Date, maxAgeSeconds: number | und
   if (early) throw new UnauthorizedError('The access token is invalid.');
 }
 
-/** Tokens are remembered under their digest: the key's size does not depend on what callers send. */
+/**
+ * Tokens are remembered under the digest of their exact text: the key's size does not depend on
+ * what callers send, and only a token that passed every check of `verifyToken` has an entry.
+ */
 function tokenCacheKey(token: string): string {
-  return `token:${createHash('sha256').update(token).digest('base64url')}`;
+  return `token:${hash('sha256', token, 'base64url')}`;
 }
 
 /** Full verification with jose, and the tags of the key it was checked with. */
 async function verifyToken(token: string, deps: AuthDependencies, now: Date): Promise<{ verified: VerifiedToken; tags: readonly string[] }> {
+  if (!isCanonicalJws(token)) throw new UnauthorizedError('The access token is malformed.');
   let kid: unknown;
   try {
     kid = decodeProtectedHeader(token).kid;
@@ -125,11 +129,11 @@ export async function authenticateJwt(credentials: Credentials, deps: AuthDepend
     throw new UnauthorizedError('An access token is required (Authorization: Bearer <token>).');
   }
   const token = bearerToken(credentials.authorization, deps.jwt.maxTokenBytes);
-  if (!isCanonicalJws(token)) throw new UnauthorizedError('The access token is malformed.');
   const now = deps.now();
   // A token already verified is not verified again while its organization's key is unchanged:
   // it is dropped with the key it was checked with (a rotated secret, a parent whose key or
-  // status changed), not by sign-ins. Its time claims are checked on every use.
+  // status changed), not by sign-ins. Its time claims are checked on every use; its shape (a
+  // canonical compact JWS) only before it is verified, as the exact text verified is the key.
   let tags: readonly string[] = [];
   const verified = await deps.cache.through(
     tokenCacheKey(token),

@@ -82,16 +82,17 @@ export class Exchange {
 
   /** `send`, with whether the payload carries a secret already known. */
   private write(status: number, contentType: string | undefined, payload: string | Buffer, noStore: boolean, secret: boolean): void {
-    const response = this.response;
-    response.statusCode = status;
     if (this.held) for (const effect of this.held.splice(0)) if (status !== 304) effect();
-    if (contentType !== undefined) response.setHeader('Content-Type', contentType);
+    // One flat list handed to writeHead: Node frames it directly, without its per-header map
+    // (a header set earlier, such as `Connection: close` while draining, still merges).
+    const head: string[] = [];
+    if (contentType !== undefined) head.push('Content-Type', contentType);
     // A 304 has no body, and its headers update the stored answer's: no length of its own.
-    if (status !== 304) response.setHeader('Content-Length', Buffer.byteLength(payload));
-    response.setHeader('X-Request-Id', this.requestId);
-    if (noStore || secret) response.setHeader('Cache-Control', 'no-store');
-    for (const [key, [name, value]] of this.extra) if (!secret || !STORAGE_HEADERS.has(key)) response.setHeader(name, value);
-    response.end(payload);
+    if (status !== 304) head.push('Content-Length', String(Buffer.byteLength(payload)));
+    head.push('X-Request-Id', this.requestId);
+    if (noStore || secret) head.push('Cache-Control', 'no-store');
+    for (const [key, [name, value]] of this.extra) if (!secret || !STORAGE_HEADERS.has(key)) head.push(name, value);
+    this.response.writeHead(status, head).end(payload);
   }
 
   /**

@@ -17,11 +17,11 @@ type CpuProfile = { nodes: ProfileNode[]; samples: number[]; timeDeltas: number[
 
 /** Layers in the order they are printed; the first rule that matches a frame's URL decides. */
 const LAYERS: [string, RegExp][] = [
-  ['edge (src/http, rest framing, limits, metrics, log)', /\/src\/(http|rest)\/|\/src\/(rate-limit|metrics|logger|readiness)\.|\/(prom-client|pino|rate-limiter-flexible|proxy-addr|lru-cache)\//],
-  ['GraphQL doors (lean, Yoga)', /\/src\/graphql\/(lean|http|yoga|persisted)\.|\/(graphql-yoga|@whatwg-node|@graphql-yoga)\//],
-  ['pipeline (envelop, parse, validate, armor)', /\/src\/graphql\/(pipeline|observe)\.|\/@envelop\/(core|parser-cache|validation-cache)\/|\/@escape\.tech\/|\/graphql\/(language|validation)\//],
-  ['execution (executor, resolvers, jit)', /\/src\/graphql\/|\/graphql-jit\/|\/@envelop\/graphql-jit\/|\/@graphql-tools\/|\/graphql\/(execution|type|utilities|jsutils)\/|\/@pothos\//],
-  ['auth and context (jose, loaders, cache, services)', /\/src\/(auth|context|loaders|services|domain|db|errors)|\/(jose|dataloader)\//],
+  ['edge (src/http, rest framing, limits, metrics, log)', /\/(?:src|dist)\/(http|rest|ops)\/|\/(?:src|dist)\/logger\.|\/(prom-client|pino|rate-limiter-flexible|proxy-addr|lru-cache)\//],
+  ['GraphQL doors (lean, Yoga)', /\/(?:src|dist)\/graphql\/(lean|http|yoga|persisted)\.|\/(graphql-yoga|@whatwg-node|@graphql-yoga)\//],
+  ['pipeline (envelop, parse, validate, armor)', /\/(?:src|dist)\/graphql\/(pipeline|observe)\.|\/@envelop\/(core|parser-cache|validation-cache)\/|\/@escape\.tech\/|\/graphql\/(language|validation)\//],
+  ['execution (executor, resolvers, jit)', /\/(?:src|dist)\/graphql\/|\/graphql-jit\/|\/@envelop\/graphql-jit\/|\/@graphql-tools\/|\/graphql\/(execution|type|utilities|jsutils)\/|\/@pothos\//],
+  ['auth and context (jose, loaders, cache, services)', /\/(?:src|dist)\/(auth|context|services|domain|db|live|errors)|\/(jose|dataloader)\//],
   ['database driver (pg, prisma)', /\/(pg|pg-protocol|pg-pool|@prisma)\//],
 ];
 /** Node's own code counts for the layer that called it; only what nothing above claims is HTTP. */

@@ -30,6 +30,8 @@ const { values: args } = parseArgs({
     users: { type: 'string', default: '50000' },
     signins: { type: 'string', default: '100' },
     json: { type: 'string', default: path.join(root, '.bench', 'results.json') },
+    /** Another checkout, built there: its server runs beside this one, each row measured on both in turn. */
+    compare: { type: 'string' },
   },
 });
 const children = Number(args.children);
@@ -75,6 +77,8 @@ type Scenario = {
   tokensFile?: string;
   /** The sign-in writer runs during this row. */
   signins?: boolean;
+  /** Measured on the `--compare` checkout's server. */
+  compared?: boolean;
 };
 
 function autocannon(s: Scenario, seconds: number, prime = false): { rps: number; p50: number; p99: number; requests: number; non2xx: number } {
@@ -199,10 +203,23 @@ try {
   // BENCH_APP_STDOUT: a file for the server's standard output (where --trace-gc writes).
   const appStdout = process.env.BENCH_APP_STDOUT ? openSync(process.env.BENCH_APP_STDOUT, 'w') : 'ignore';
   const app = spawn(process.execPath, [...nodeFlags, path.join(root, 'dist', 'main.js')], { env: { ...env, ...startEnv }, stdio: ['ignore', appStdout, 'inherit'] });
+  processes.push(app);
+  // --compare: the other checkout's server, built there, with the same flags on the same database.
+  const comparePort = await freePort();
+  const compared = args.compare ? path.resolve(args.compare) : undefined;
+  if (compared) spawnSync('npm', ['run', '-s', 'build'], { cwd: compared, stdio: 'inherit' });
+  const other = compared
+    ? spawn(process.execPath, [...nodeFlags.filter((flag) => !flag.startsWith('--cpu-prof')), path.join(compared, 'dist', 'main.js')], {
+        env: { ...env, ...startEnv, PORT: String(comparePort) },
+        stdio: ['ignore', 'ignore', 'inherit'],
+      })
+    : undefined;
+  if (other) processes.push(other);
   const floor = spawn(process.execPath, [path.join(root, 'test', 'bench', 'floor.mjs')], { env: { ...env, PORT: String(floorPort), FLOOR_ACCOUNT_ID: big!.parent.userID }, stdio: ['ignore', 'ignore', 'inherit'] });
-  processes.push(app, floor);
+  processes.push(floor);
   const base = `http://127.0.0.1:${appPort}`;
-  await Promise.all([waitFor(`${base}/health`), waitFor(`http://127.0.0.1:${floorPort}/`)]);
+  const compareBase = `http://127.0.0.1:${comparePort}`;
+  await Promise.all([waitFor(`${base}/health`), waitFor(`http://127.0.0.1:${floorPort}/`), ...(other ? [waitFor(`${compareBase}/health`)] : [])]);
   // The ceiling answers the floor's bytes from memory.
   const ceilingBody = await (await fetch(`http://127.0.0.1:${floorPort}/`)).text();
   const ceiling = spawn(process.execPath, [path.join(root, 'test', 'bench', 'ceiling.mjs')], { env: { ...env, PORT: String(ceilingPort), CEILING_BODY: ceilingBody }, stdio: ['ignore', 'ignore', 'inherit'] });
@@ -272,14 +289,17 @@ try {
         ] as Scenario[])
       : []),
     // --only "a|b": the scenarios whose name contains any of the texts.
-  ].filter((s) => !args.only || args.only.split('|').some((text) => s.name.includes(text)) || s.name.startsWith('floor'));
+  ]
+    .filter((s) => !args.only || args.only.split('|').some((text) => s.name.includes(text)) || s.name.startsWith('floor'))
+    // --compare: each of the server's rows, then the same on the other checkout's server.
+    .flatMap((s) => (other && s.url.startsWith(base) ? [s, { ...s, name: `${s.name} [compare]`, url: compareBase + s.url.slice(base.length), compared: true }] : [s]));
 
   const stats = new pg.Client({ connectionString: databaseUrl });
   await stats.connect();
   type Row = { scenario: string; measuredUs: [number, number]; rps: number; p50: number; p99: number; cpuUsPerRequest: number; dbTxPerRequest: number; peakRssMb: number; ratioToFloor: number; non2xx: number; cacheHitRatio?: number; answerHitRatio?: number; target?: number };
   /** The server's entity-cache lookups so far, from its /metrics. */
-  const cacheLookups = async () => {
-    const text = await (await fetch(`${base}/metrics`)).text();
+  const cacheLookups = async (server: string) => {
+    const text = await (await fetch(`${server}/metrics`)).text();
     const read = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
     return { hits: read('api_cache_hits_total'), misses: read('api_cache_misses_total'), answerHits: read('api_answer_cache_hits_total'), answerMisses: read('api_answer_cache_misses_total') };
   };
@@ -288,7 +308,8 @@ try {
   const measured: [number, number][] = [];
   let floorRps = 0;
   for (const scenario of scenarios) {
-    const pid = scenario.name.startsWith('floor') ? floor.pid! : scenario.name.startsWith('ceiling') ? ceiling.pid! : app.pid!;
+    const pid = scenario.name.startsWith('floor') ? floor.pid! : scenario.name.startsWith('ceiling') ? ceiling.pid! : scenario.compared ? other!.pid! : app.pid!;
+    const server = scenario.compared ? compareBase : base;
     const writer = scenario.signins
       ? spawn(process.execPath, [path.join(root, 'test', 'bench', 'signins.mjs')], {
           env: { ...env, CHILD_IDS_FILE: childIdsFile, SIGNINS_PER_SECOND: String(signinsPerSecond) },
@@ -304,15 +325,15 @@ try {
       console.log(`  (primed: each of the ${users.toLocaleString('en')} users once, ${primed.requests} requests, ${primed.non2xx} not 2xx)`);
     }
     autocannon(scenario, Number(args.warmup));
-    const ofApp = pid === app.pid;
+    const ofApp = pid === app.pid || pid === other?.pid;
     const [ticks, tx] = [cpuTicks(pid), await transactions(stats, dbName)];
-    const lookups = ofApp ? await cacheLookups() : undefined;
+    const lookups = ofApp ? await cacheLookups(server) : undefined;
     const started = Number(process.hrtime.bigint() / 1000n);
     const result = autocannon(scenario, duration);
     const window: [number, number] = [started, Number(process.hrtime.bigint() / 1000n)];
-    if (ofApp) measured.push(window);
+    if (pid === app.pid) measured.push(window);
     const [ticksAfter, txAfter] = [cpuTicks(pid), await transactions(stats, dbName)];
-    const lookupsAfter = ofApp ? await cacheLookups() : undefined;
+    const lookupsAfter = ofApp ? await cacheLookups(server) : undefined;
     const hits = lookups && lookupsAfter ? lookupsAfter.hits - lookups.hits : 0;
     const misses = lookups && lookupsAfter ? lookupsAfter.misses - lookups.misses : 0;
     const answerHits = lookups && lookupsAfter ? lookupsAfter.answerHits - lookups.answerHits : 0;
@@ -356,6 +377,11 @@ try {
     const [g, r] = [row(graphql), row(rest)];
     if (g && r) console.log(`${graphql} / ${rest}: ${(g.cpuUsPerRequest / r.cpuUsPerRequest).toFixed(2)}x the CPU a request (${g.cpuUsPerRequest} / ${r.cpuUsPerRequest} µs)`);
   }
+  // --compare: each row's CPU a request here against the other checkout's, measured just after it.
+  for (const theirs of rows.filter((r) => r.scenario.endsWith(' [compare]'))) {
+    const ours = row(theirs.scenario.slice(0, -' [compare]'.length));
+    if (ours) console.log(`${ours.scenario}: ${ours.cpuUsPerRequest} µs here, ${theirs.cpuUsPerRequest} µs compared (${(ours.cpuUsPerRequest / theirs.cpuUsPerRequest).toFixed(2)}x)`);
+  }
   const [health, profile] = [row('healthz'), row('REST profile (parent)')];
   if (health && profile) console.log(`REST profile (parent) - healthz: ${profile.cpuUsPerRequest - health.cpuUsPerRequest} µs CPU a request (target ≤ 40)`);
   const [first, deep] = [row('REST child accounts, first page'), row('REST child accounts, depth 10,000')];
@@ -384,7 +410,7 @@ try {
     if (!file) throw new Error('the server wrote no CPU profile');
     // Only the samples taken during the measured runs count (not the priming, warm-up or start);
     // the split is of shares, applied to the measured CPU per request of the one server row.
-    const appRows = rows.filter((r) => !r.scenario.startsWith('floor') && !r.scenario.startsWith('ceiling'));
+    const appRows = rows.filter((r) => !r.scenario.startsWith('floor') && !r.scenario.startsWith('ceiling') && !r.scenario.endsWith('[compare]'));
     const perRequest = appRows.length === 1 ? appRows[0]!.cpuUsPerRequest : undefined;
     console.log(`\nCPU by layer${perRequest ? ` (${appRows[0]!.scenario}, ${perRequest} µs a request)` : ' (every row measured)'}:`);
     // The shares are of the samples outside idle and system calls; the µs apply them to the CPU a
