@@ -132,6 +132,58 @@ describe('changes made directly in the database reach the API', () => {
     );
   });
 
+  it("a sign-in keeps the cached first page unless the page shows that child; a new child drops it", async () => {
+    const own = await createOrganization(database());
+    const dayAgo = new Date(Date.now() - 86_400_000);
+    // Newest first: the page of two shows `shown` and `newest`; `older` is read past it (whether more follow), not shown.
+    const older = await createChild(database(), own.parent, { username: 'older-child', lastLogin: dayAgo, createdAt: new Date(Date.now() - 3000) });
+    const shown = await createChild(database(), own.parent, { username: 'shown-child', lastLogin: dayAgo, createdAt: new Date(Date.now() - 2000) });
+    await createChild(database(), own.parent, { username: 'newest-child', lastLogin: dayAgo, createdAt: new Date(Date.now() - 1000) });
+    const token = await tokenFor(own.parent, own);
+    const list = () => rest(server(), '/auth/child-accounts?limit=2', { token });
+    const names = (r: RestResult) => (r.body.data.data.accounts as { username: string }[]).map((a) => a.username);
+    // The inserts' announcements settle first (each drops the parent's pages, as it should).
+    const stats = server().app.deps.cache.stats;
+    for (let seen = -1; seen !== stats.invalidations; ) {
+      seen = stats.invalidations;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    expect(names(await list())).toEqual(['newest-child', 'shown-child']);
+    // Only the page's own statement is counted.
+    const sql = database().sql;
+    const query = sql.query;
+    let pageReads = 0;
+    sql.query = (text, params) => {
+      if (text.includes('ORDER BY "createdAt"')) pageReads += 1;
+      return query(text, params);
+    };
+    try {
+      // A child off the page signs in: its row, its parent's counters and the balance change; the page does not.
+      const seenBefore = (await list()).body.data.data.accounts[1].lastSeen as string;
+      await reflected(() => outside(SIGN_IN_SQL, [older.id]), list, (r) => r.status === 200);
+      expect(pageReads).toBe(0);
+      // A child on the page signs in: the page is read again and shows it.
+      await reflected(
+        () => outside(SIGN_IN_SQL, [shown.id]),
+        list,
+        (r) => r.body.data?.data?.accounts?.[1]?.lastSeen !== seenBefore,
+      );
+      expect(pageReads).toBeGreaterThan(0);
+      const afterShown = pageReads;
+      // A new child is a stable change: every page of the parent is read again.
+      await reflected(
+        async () => {
+          await createChild(database(), own.parent, { username: 'newer-still', createdAt: new Date(Date.now() + 1000) });
+        },
+        list,
+        (r) => r.body.data?.data?.accounts?.[0]?.username === 'newer-still',
+      );
+      expect(pageReads).toBeGreaterThan(afterShown);
+    } finally {
+      sql.query = query;
+    }
+  });
+
   it('concurrent requests missing the same counts share one count query', async () => {
     const own = await createOrganization(database());
     for (let i = 0; i < 5; i++) await createChild(database(), own.parent);

@@ -258,7 +258,7 @@ export class EntityCache {
     const joined = new Map<string, Promise<{ value: V | null } | undefined>>();
     if (share) {
       for (const key of misses) {
-        const running = this.join<V | null>(keyOf(key), tags(key, null));
+        const running = this.join<V | null>(keyOf(key), tags(key, null), (value) => tags(key, value));
         if (running) joined.set(key, running);
       }
     }
@@ -313,15 +313,20 @@ export class EntityCache {
    * before this caller came and it did not see (the caller then reads for itself). Undefined when
    * no read of `key` is in flight.
    */
-  join<V>(key: string, tags: readonly string[]): Promise<{ value: V } | undefined> | undefined {
+  join<V>(key: string, tags: readonly string[], tagsOf?: (value: V) => readonly string[]): Promise<{ value: V } | undefined> | undefined {
     const running = this.reads.get(key);
     if (!running) return undefined;
     // Nothing announced since it started: it reads at least everything this caller knows of.
     const clean = this.unchangedSince(running, tags);
     this.stats.sharedReads += 1;
-    return running.result.then((read) =>
-      clean || this.unchangedSince(running, tags, read.seen) ? { value: read.value as V } : undefined,
-    );
+    return running.result.then((read) => {
+      // Tags known only from the value read (the children on a page) are checked now, which also
+      // counts announcements made after this caller came: on the safe side.
+      const more = tagsOf ? tagsOf(read.value as V).filter((tag) => !tags.includes(tag)) : [];
+      const all = more.length === 0 ? tags : [...tags, ...more];
+      const fresh = (clean && (more.length === 0 || this.unchangedSince(running, more))) || this.unchangedSince(running, all, read.seen);
+      return fresh ? { value: read.value as V } : undefined;
+    });
   }
 
   /** Offers a read of `key`, started after `ticket` was taken, to callers arriving while it runs. */

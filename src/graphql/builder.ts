@@ -14,7 +14,7 @@ function rethrowScopeError(failure: AuthFailure): void {
 
 export const builder = new SchemaBuilder<{
   Context: RequestContext;
-  Scalars: { DateTime: { Input: Date; Output: Date } };
+  Scalars: { DateTime: { Input: Date; Output: Date | string } };
   DefaultFieldNullability: false;
   AuthScopes: {
     /** A usable account (parent or child) signed in by JWT. */

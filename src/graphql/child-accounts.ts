@@ -20,8 +20,8 @@ const ChildAccountSummary = builder.objectRef<ChildAccountListItem>('ChildAccoun
     }),
     username: t.exposeString('username', { description: 'The username.' }),
     email: t.exposeString('email', { description: 'The email address.' }),
-    lastSeen: t.field({ type: DateTime, nullable: true, description: 'Last login; null when the child never logged in.', resolve: (c) => c.lastSeen }),
-    registered: t.field({ type: DateTime, description: 'Registration time.', resolve: (c) => c.registered }),
+    lastSeen: t.field({ type: DateTime, nullable: true, description: 'Last login; null when the child never logged in.', resolve: (c) => c.lastSeenIso }),
+    registered: t.field({ type: DateTime, description: 'Registration time.', resolve: (c) => c.registeredIso }),
   }),
 });
 

@@ -54,8 +54,8 @@ export async function childAccounts(context: RequestContext, parameters: Map<str
         accounts: page.accounts.map((a) => ({
           username: a.username,
           email: a.email,
-          lastSeen: a.lastSeen?.toISOString() ?? null,
-          registered: a.registered.toISOString(),
+          lastSeen: a.lastSeenIso,
+          registered: a.registeredIso,
         })),
         pagination: {
           limit: page.limit,

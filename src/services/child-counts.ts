@@ -15,8 +15,8 @@ export type ChildCounts = { total: number | null; active: number; computedAt: nu
 export const childCountsKey = (parentId: string) => `stats:${parentId}|||`;
 
 /**
- * Keeps the child list's cached first pages and counts current as children change: any change
- * drops the pages. A parent's counts change only if a
+ * Keeps the child list's cached first pages and counts current as children change: a stable change
+ * drops the parent's pages, a sign-in only the pages showing the child. A parent's counts change only if a
  * child was added, removed, renamed or moved (a stable change), or became active or inactive. A
  * child logging in for the first time in the window (what most sign-ins are) adds one to the
  * parent's unfiltered active count, which is amended in place rather than counted again; the
@@ -24,8 +24,11 @@ export const childCountsKey = (parentId: string) => `stats:${parentId}|||`;
  */
 export function keepChildListCurrent(feed: ChangeFeed, cache: EntityCache, now: () => number): () => void {
   const childChanged = ({ parentId, stable, lastLogin, version }: RowChange & { parentId: string }) => {
-    // Every change shows on the list's cached first pages (a sign-in moves `lastSeen`).
-    cache.invalidate(cacheTags.childRows(parentId), version);
+    // A stable change (a child added, removed, renamed, moved) may change which children a cached
+    // first page holds: every page of the parent goes. Activity (a sign-in's counters and last
+    // login) changes neither membership nor order: it drops only the pages showing that child,
+    // which carry its `account:` tag (see `list-child-accounts.ts`).
+    if (stable) cache.invalidate(cacheTags.childRows(parentId), version);
     const at = now();
     const wasActive = lastLogin !== undefined && activeAt(lastLogin.before, at);
     const isActive = lastLogin !== undefined && activeAt(lastLogin.after, at);

@@ -35,6 +35,9 @@ export type ChildAccountListItem = {
   /** Last login; null when the child never logged in. */
   lastSeen: Date | null;
   registered: Date;
+  /** The same times as ISO 8601 strings, formatted once when the page was read. */
+  lastSeenIso: string | null;
+  registeredIso: string;
   /** The page token that continues after this row. */
   cursor: string;
 };
@@ -61,24 +64,48 @@ export type ChildAccountPage = {
 /** A page row as read: times as epoch milliseconds, a number being far cheaper for the driver. */
 export type ChildRow = { id: string; username: string; email: string; lastLoginMs: number | null; createdAtMs: number };
 
+/**
+ * A page row with its times formatted: what the cached first page holds, so that the many
+ * requests answered from one read format them once (and the cache's size estimate counts them).
+ */
+type ListedRow = ChildRow & { lastSeenIso: string | null; registeredIso: string };
+
+function formatted(rows: ChildRow[]): ListedRow[] {
+  return rows.map((row) => ({
+    ...row,
+    lastSeenIso: row.lastLoginMs === null ? null : new Date(row.lastLoginMs).toISOString(),
+    registeredIso: new Date(row.createdAtMs).toISOString(),
+  }));
+}
+
 /** A row of the list; a class, not an object literal with a getter, which V8 builds far slower. */
 class ListedChild implements ChildAccountListItem {
   readonly accountId: string;
   readonly username: string;
   readonly email: string;
-  readonly lastSeen: Date | null;
-  readonly registered: Date;
+  readonly lastSeenIso: string | null;
+  readonly registeredIso: string;
+  readonly #row: ListedRow;
   readonly #scope: PageScope;
   readonly #key: string | Uint8Array;
 
-  constructor(row: ChildRow, scope: PageScope, key: string | Uint8Array) {
+  constructor(row: ListedRow, scope: PageScope, key: string | Uint8Array) {
     this.accountId = row.id;
     this.username = row.username;
     this.email = row.email;
-    this.lastSeen = row.lastLoginMs === null ? null : new Date(row.lastLoginMs);
-    this.registered = new Date(row.createdAtMs);
+    this.lastSeenIso = row.lastSeenIso;
+    this.registeredIso = row.registeredIso;
+    this.#row = row;
     this.#scope = scope;
     this.#key = key;
+  }
+
+  get lastSeen(): Date | null {
+    return this.#row.lastLoginMs === null ? null : new Date(this.#row.lastLoginMs);
+  }
+
+  get registered(): Date {
+    return new Date(this.#row.createdAtMs);
   }
 
   /** Signed on demand: REST needs only the last one, GraphQL only the cursors it is asked for. */
@@ -187,16 +214,21 @@ export async function listChildAccounts(
   // forwards (older) from `after` or backwards (newer) from `before`.
   const keyset = (after ? keysetCondition(params, after, '<') : '') + (before ? keysetCondition(params, before, '>') : '');
   const statement = pageStatement(filters, keyset, backwards ? 'ASC' : 'DESC', `$${params.push(limit + 1)}`);
-  // The unfiltered first page is what dashboards poll: cached until a child of the parent changes
-  // (one entry per parent and limit, so no caller can fill the cache with pages of its choosing),
-  // and read on the primary. Other pages are read where bounded staleness is allowed (a replica
+  // The unfiltered first page is what dashboards poll: cached until a child of the parent is added,
+  // removed or changed in anything but its activity, or a child it shows signs in (its rows' own
+  // tags); one entry per parent and limit, so no caller can fill the cache with pages of its
+  // choosing; read on the primary. Other pages are read where bounded staleness is allowed (a replica
   // when one is usable: at most REPLICA_MAX_LAG_MS behind).
   const rows =
     filters.filtered || after || before || backwards
-      ? await context.staleReads.query<ChildRow>(`SELECT ${statement.columns} ${statement.rest}`, params)
-      : await context.cache.through(`firstPage:${parentId}|${limit}`, [cacheTags.childRows(parentId)], (query) => query<ChildRow>(statement.columns, statement.rest, params), {
-          share: true,
-        });
+      ? formatted(await context.staleReads.query<ChildRow>(`SELECT ${statement.columns} ${statement.rest}`, params))
+      : await context.cache.through(
+          `firstPage:${parentId}|${limit}`,
+          // The row read past the page tells only that more follow: its activity shows nowhere.
+          (page: ListedRow[]) => [cacheTags.childRows(parentId), ...page.slice(0, limit).map((row) => cacheTags.account(row.id))],
+          async (query) => formatted(await query<ChildRow>(statement.columns, statement.rest, params)),
+          { share: true },
+        );
   const more = rows.length > limit;
   const read = rows.slice(0, limit);
   if (backwards) read.reverse();
