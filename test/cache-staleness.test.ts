@@ -14,6 +14,32 @@ describe('changes made directly in the database reach the API', () => {
   /** Another service writing the same database. */
   const outside = useOutsideWriter(database);
 
+  /** Until the cache's invalidations stop arriving (announcements of earlier writes settle). */
+  async function settled(): Promise<void> {
+    const stats = server().app.deps.cache.stats;
+    for (let seen = -1; seen !== stats.invalidations; ) {
+      seen = stats.invalidations;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+
+  /** Counts the server's statements whose text includes `fragment`, until `stop`. */
+  function counting(fragment: string): { readonly count: number; stop(): void } {
+    const sql = database().sql;
+    const query = sql.query;
+    let count = 0;
+    sql.query = (text, params) => {
+      if (text.includes(fragment)) count += 1;
+      return query(text, params);
+    };
+    return {
+      get count() {
+        return count;
+      },
+      stop: () => void (sql.query = query),
+    };
+  }
+
   /**
    * Makes the change, waits for its announcement to reach the server's cache (the event the cache
    * acts on), then asks until the answer shows it: a few seconds at most, a bound on liveness
@@ -143,33 +169,23 @@ describe('changes made directly in the database reach the API', () => {
     const list = () => rest(server(), '/auth/child-accounts?limit=2', { token });
     const names = (r: RestResult) => (r.body.data.data.accounts as { username: string }[]).map((a) => a.username);
     // The inserts' announcements settle first (each drops the parent's pages, as it should).
-    const stats = server().app.deps.cache.stats;
-    for (let seen = -1; seen !== stats.invalidations; ) {
-      seen = stats.invalidations;
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    await settled();
     expect(names(await list())).toEqual(['newest-child', 'shown-child']);
     // Only the page's own statement is counted.
-    const sql = database().sql;
-    const query = sql.query;
-    let pageReads = 0;
-    sql.query = (text, params) => {
-      if (text.includes('ORDER BY "createdAt"')) pageReads += 1;
-      return query(text, params);
-    };
+    const pageReads = counting('ORDER BY "createdAt"');
     try {
       // A child off the page signs in: its row, its parent's counters and the balance change; the page does not.
       const seenBefore = (await list()).body.data.data.accounts[1].lastSeen as string;
       await reflected(() => outside(SIGN_IN_SQL, [older.id]), list, (r) => r.status === 200);
-      expect(pageReads).toBe(0);
+      expect(pageReads.count).toBe(0);
       // A child on the page signs in: the page is read again and shows it.
       await reflected(
         () => outside(SIGN_IN_SQL, [shown.id]),
         list,
         (r) => r.body.data?.data?.accounts?.[1]?.lastSeen !== seenBefore,
       );
-      expect(pageReads).toBeGreaterThan(0);
-      const afterShown = pageReads;
+      expect(pageReads.count).toBeGreaterThan(0);
+      const afterShown = pageReads.count;
       // A new child is a stable change: every page of the parent is read again.
       await reflected(
         async () => {
@@ -178,9 +194,9 @@ describe('changes made directly in the database reach the API', () => {
         list,
         (r) => r.body.data?.data?.accounts?.[0]?.username === 'newer-still',
       );
-      expect(pageReads).toBeGreaterThan(afterShown);
+      expect(pageReads.count).toBeGreaterThan(afterShown);
     } finally {
-      sql.query = query;
+      pageReads.stop();
     }
   });
 
@@ -191,25 +207,15 @@ describe('changes made directly in the database reach the API', () => {
     expect((await profile(token)).status).toBe(200);
     // The inserts' announcements settle first: one arriving during the count would rightly start
     // a second one (the first may have read the old rows).
-    const stats = server().app.deps.cache.stats;
-    for (let seen = -1; seen !== stats.invalidations; ) {
-      seen = stats.invalidations;
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    await settled();
     // Only the count queries are counted.
-    const sql = database().sql;
-    const query = sql.query;
-    let counts = 0;
-    sql.query = (text, params) => {
-      if (text.includes('count(*)')) counts += 1;
-      return query(text, params);
-    };
+    const counts = counting('count(*)');
     try {
       const pages = await Promise.all(Array.from({ length: 30 }, () => rest(server(), '/auth/child-accounts', { token })));
       expect(pages.every((r) => r.body.data.data.stats.total === 5)).toBe(true);
-      expect(counts).toBe(1);
+      expect(counts.count).toBe(1);
     } finally {
-      sql.query = query;
+      counts.stop();
     }
   });
 
@@ -275,11 +281,7 @@ describe('changes made directly in the database reach the API', () => {
     // balance, this month's usage, in one transaction.
     const before = (await profile(signingInToken)).body.data.user.signInCount as number;
     await outside(SIGN_IN_SQL, [signingIn.id]);
-    const stats = server().app.deps.cache.stats;
-    for (let seen = -1; seen !== stats.invalidations; ) {
-      seen = stats.invalidations;
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    await settled();
     // The other child's token is still known: its next answer needs at most the organization's
     // row again (its balance changed), not the signing key or a new verification.
     const queries = database().queries.count;
