@@ -39,6 +39,12 @@ export type RequestContext = {
   jwtViewer: () => Promise<Viewer>;
   /** The JWT caller, or else the X-Public-Key caller (organization details). */
   organizationViewer: () => Promise<Viewer>;
+  /**
+   * The JWT caller when `viewerKey` already found it verified, recorded as the operation's (as
+   * `jwtViewer` records it); undefined otherwise. With an Authorization header it is also the
+   * organization's viewer (decisions §3).
+   */
+  verifiedJwt: () => Viewer | undefined;
   /** The credentials as sent. */
   credentials: Credentials;
   live: LiveUpdates | undefined;
@@ -178,6 +184,9 @@ export function createRequestContext(deps: AppDependencies, source: RequestSourc
   let organization: Promise<Viewer> | undefined;
   let jwtAsked: Promise<Viewer> | undefined;
   let organizationAsked: Promise<Viewer> | undefined;
+  // The caller once `viewerKey` found it verified, for what is decided without waiting again
+  // (`verifiedJwt`), taken from the handler `viewerKey` has anyway.
+  let keyed: Viewer | undefined;
   const hasAuthorization = credentials.authorization !== undefined && credentials.authorization !== null;
   const jwtCaller = () => (jwt ??= authenticateJwt(credentials, auth));
   // With an Authorization header only the JWT is tried (decisions §3): the same viewer.
@@ -194,11 +203,17 @@ export function createRequestContext(deps: AppDependencies, source: RequestSourc
     services,
     jwtViewer: () => (jwtAsked ??= jwtCaller().then(noted)),
     organizationViewer: () => (organizationAsked ??= organizationCaller().then(noted)),
+    // Without an Authorization header the caller found is the public key's, not a JWT's.
+    verifiedJwt: () => (hasAuthorization && keyed ? noted(keyed) : undefined),
     credentials,
     live: deps.live,
     reads,
     retrieved: counted,
-    viewerKey: () => organizationCaller().then(viewerKeyOf, () => undefined),
+    viewerKey: () =>
+      organizationCaller().then(
+        (viewer) => viewerKeyOf((keyed = viewer)),
+        () => undefined,
+      ),
     replay: async (answer, into) => {
       await context.organizationViewer();
       into.operation = answer.label;

@@ -1,6 +1,11 @@
 /**
  * Expected errors: one base class carrying the contract's code and HTTP status (decisions §6).
  * Both transports show `code` and `message` of these; every other error is masked.
+ *
+ * They are answers, not faults, so they capture no stack trace: capturing one was the largest
+ * single cost of a child's GraphQL `organization` (its masked secret is decided by a refused
+ * scope), and every refused request (a flood of bad tokens among them) paid it. An unexpected
+ * error keeps its own stack: `toApiError` wraps it, and the log line carries the original.
  */
 export class ApiError extends Error {
   constructor(
@@ -8,7 +13,10 @@ export class ApiError extends Error {
     readonly status: number,
     message: string,
   ) {
+    const limit = Error.stackTraceLimit;
+    Error.stackTraceLimit = 0;
     super(message);
+    Error.stackTraceLimit = limit;
     this.name = new.target.name;
   }
 }

@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { projectedMonthlyUsage, projectionHoldsUntil } from '../src/domain/credit-analysis.js';
+import { AskedKeys } from '../src/db/answer-cache.js';
 import { SIGN_IN_SQL, createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { rest, startServer, useServer, type TestServer } from './helpers/app.js';
 import { useOutsideWriter, useTestDatabase } from './helpers/database.js';
@@ -282,3 +283,19 @@ function executed(server: TestServer): number {
   const counts = server.app.executions();
   return counts.compiled + counts.reference;
 }
+
+describe('the keys asked for before an answer is kept', () => {
+  it('counts a key as asked from its second request, and forgets it once as many other keys came after', () => {
+    const asked = new AskedKeys(4096);
+    expect(asked.ask('1\nMe\njwt:child:USR_a\n')).toBe(false);
+    expect(asked.ask('1\nMe\njwt:child:USR_a\n')).toBe(true);
+    // Another viewer's key is its own.
+    expect(asked.ask('1\nMe\njwt:child:USR_b\n')).toBe(false);
+    expect(asked.ask('1\nMe\njwt:child:USR_a\n')).toBe(true);
+    // Bounded: after 100,000 other keys, the first one is asked for anew.
+    for (let i = 0; i < 100_000; i++) asked.ask(`1\nMe\njwt:child:USR_${i}\n`);
+    expect(asked.ask('1\nMe\njwt:child:USR_a\n')).toBe(false);
+    asked.clear();
+    expect(asked.ask('1\nMe\njwt:child:USR_a\n')).toBe(false);
+  });
+});

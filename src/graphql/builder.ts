@@ -35,13 +35,27 @@ export const builder = new SchemaBuilder<{
       rethrowScopeError(result.failure);
       return new UnauthorizedAccessError();
     },
-    authScopes: (context) => ({
-      authenticated: async () => Boolean(await context.jwtViewer()),
-      parent: async () => isParentByJwt(await context.jwtViewer()),
-      child: async () => (await context.jwtViewer()).kind === 'child',
-      organizationReader: async () => Boolean(await context.organizationViewer()),
-      parentViaJwt: async () => isParentByJwt(await context.organizationViewer()),
-    }),
+    // Made once per request, when a field first asks. A JWT caller already verified (the lean
+    // door verifies it to look for a kept answer) has its scopes decided here, as booleans: every
+    // field's check is then synchronous, with no promise or per-field cache. Otherwise each scope
+    // verifies the caller when first asked, and a failed verification is the field's error.
+    // (Plain values: getters that decided each scope when read cost twice the young generation's
+    // collection time of this version, measured with bench:alloc.)
+    authScopes: (context) => {
+      const jwt = context.verifiedJwt();
+      if (jwt) {
+        const parent = isParentByJwt(jwt);
+        // With an Authorization header the organization's viewer is the JWT's (decisions §3).
+        return { authenticated: true, parent, child: jwt.kind === 'child', organizationReader: true, parentViaJwt: parent };
+      }
+      return {
+        authenticated: async () => Boolean(await context.jwtViewer()),
+        parent: async () => isParentByJwt(await context.jwtViewer()),
+        child: async () => (await context.jwtViewer()).kind === 'child',
+        organizationReader: async () => Boolean(await context.organizationViewer()),
+        parentViaJwt: async () => isParentByJwt(await context.organizationViewer()),
+      };
+    },
   },
 });
 

@@ -1,4 +1,4 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { hash, randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Credentials } from '../auth/authenticate.js';
@@ -161,7 +161,7 @@ export const REVALIDATE = 'private, no-cache';
 
 /** A strong entity tag: the first 128 bits of the bytes' SHA-256, base64url. */
 export function entityTag(payload: string | Buffer): string {
-  return `"${createHash('sha256').update(payload).digest('base64url').slice(0, 22)}"`;
+  return `"${hash('sha256', payload, 'base64url').slice(0, 22)}"`;
 }
 
 /** Entity tags in one If-None-Match header at most: a longer list is not read (and never matches). */

@@ -63,7 +63,9 @@ const scenarios: Scenario[] = [
     headers: { 'content-type': 'application/json', accept: CLIENT_ACCEPT },
     body: JSON.stringify({ query: `{ me { ${CHILD_FIELDS} } }` }),
   },
+  { name: 'REST organization', method: 'GET', path: '/auth/organization-details', headers: {} },
   ...[
+    ['GraphQL organization', '{ organization { organizationName organizationUrl authUrls { signin signup verify reset update resend successful } domainRestrictionEnabled emailVerificationRequired providerASsoConfig { enabled clientId } credentials { publicKey jwtSecret } } }'],
     ['GraphQL me, one field', '{ me { userID } }'],
     ['GraphQL __typename', '{ __typename }'],
   ].map(([name, query]): Scenario => ({ name: name!, method: 'POST', path: '/graphql', headers: { 'content-type': 'application/json', accept: CLIENT_ACCEPT }, body: JSON.stringify({ query }) })),
