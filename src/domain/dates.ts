@@ -98,3 +98,10 @@ export function parseDateRange(startDate: string | undefined, endDate: string | 
 export function monthStart(now: Date, monthsBefore = 0): Date {
   return new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth() - monthsBefore, 1));
 }
+
+/** Epoch milliseconds as an ISO 8601 string in UTC; null stays null (a child never logged in). */
+export function isoTime(ms: number): string;
+export function isoTime(ms: number | null): string | null;
+export function isoTime(ms: number | null): string | null {
+  return ms === null ? null : new Date(ms).toISOString();
+}

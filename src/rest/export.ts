@@ -5,6 +5,7 @@ import { drained, type Exchange } from '../http/exchange.js';
 import type { Logger } from '../logger.js';
 import { exportChildAccounts } from '../services/export-child-accounts.js';
 import type { ChildRow } from '../services/list-child-accounts.js';
+import { isoTime } from '../domain/dates.js';
 import { single } from './child-accounts.js';
 import { queryParameters, sendRestError } from './http.js';
 
@@ -33,14 +34,12 @@ export function csvField(value: string): string {
   return /[",\r\n]/.test(safe) ? `"${safe.replace(/"/g, '""')}"` : safe;
 }
 
-const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
-
 function csvLine(row: ChildRow): string {
-  return `${csvField(row.username)},${csvField(row.email)},${iso(row.lastLoginMs) ?? ''},${iso(row.createdAtMs)}\r\n`;
+  return `${csvField(row.username)},${csvField(row.email)},${isoTime(row.lastLoginMs) ?? ''},${isoTime(row.createdAtMs)}\r\n`;
 }
 
 function ndjsonLine(row: ChildRow): string {
-  return `${JSON.stringify({ username: row.username, email: row.email, lastSeen: iso(row.lastLoginMs), registered: iso(row.createdAtMs) })}\n`;
+  return `${JSON.stringify({ username: row.username, email: row.email, lastSeen: isoTime(row.lastLoginMs), registered: isoTime(row.createdAtMs) })}\n`;
 }
 
 export type ExportLimits = {

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { Viewer } from '../auth/authenticate.js';
-import { parseDateRange } from '../domain/dates.js';
+import { isoTime, parseDateRange } from '../domain/dates.js';
 import { decodePageToken, encodePageToken, type PageScope, type Position } from '../domain/pagination.js';
 import { InvalidLimitError, InvalidSearchError } from '../errors.js';
 import { cacheTags } from '../db/cache-tags.js';
@@ -32,11 +32,9 @@ export type ChildAccountListItem = {
   accountId: string;
   username: string;
   email: string;
-  /** Last login; null when the child never logged in. */
-  lastSeen: Date | null;
-  registered: Date;
-  /** The same times as ISO 8601 strings, formatted once when the page was read. */
+  /** Last login as ISO 8601, formatted once when the page was read; null when the child never logged in. */
   lastSeenIso: string | null;
+  /** Registration time as ISO 8601, formatted once when the page was read. */
   registeredIso: string;
   /** The page token that continues after this row. */
   cursor: string;
@@ -73,8 +71,8 @@ type ListedRow = ChildRow & { lastSeenIso: string | null; registeredIso: string 
 function formatted(rows: ChildRow[]): ListedRow[] {
   return rows.map((row) => ({
     ...row,
-    lastSeenIso: row.lastLoginMs === null ? null : new Date(row.lastLoginMs).toISOString(),
-    registeredIso: new Date(row.createdAtMs).toISOString(),
+    lastSeenIso: isoTime(row.lastLoginMs),
+    registeredIso: isoTime(row.createdAtMs),
   }));
 }
 
@@ -109,19 +107,11 @@ class ListedChild implements ChildAccountListItem {
     this.#key = key;
   }
 
-  get lastSeen(): Date | null {
-    return this.#row.lastLoginMs === null ? null : new Date(this.#row.lastLoginMs);
-  }
-
-  get registered(): Date {
-    return new Date(this.#row.createdAtMs);
-  }
-
   /** Signed on demand: REST needs only the last one, GraphQL only the cursors it is asked for. */
   get cursor(): string {
     const known = signed.get(this.#row);
     if (known !== undefined && known.scope === this.#scope && known.key === this.#key) return known.cursor;
-    const cursor = encodePageToken({ createdAt: this.registered, id: this.accountId }, this.#scope, this.#key);
+    const cursor = encodePageToken({ createdAt: new Date(this.#row.createdAtMs), id: this.accountId }, this.#scope, this.#key);
     signed.set(this.#row, { scope: this.#scope, key: this.#key, cursor });
     return cursor;
   }
