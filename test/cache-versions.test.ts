@@ -4,6 +4,7 @@ import type { ChangeFeed, ChangeListener } from '../src/db/change-feed.js';
 import { parseChange } from '../src/db/changes.js';
 import { cacheTags } from '../src/db/cache-tags.js';
 import { EntityCache } from '../src/db/entity-cache.js';
+import { ReadSet } from '../src/db/read-set.js';
 import { parseSnapshot, sees } from '../src/db/snapshots.js';
 import { childCountsKey, keepChildListCurrent, type ChildCounts } from '../src/services/child-counts.js';
 import { ACTIVE_WINDOW_MS } from '../src/domain/activity.js';
@@ -264,6 +265,34 @@ describe('announced transactions and read snapshots agree', () => {
     // A change the read did not see drops it.
     feed.announce({ t: 'account', id: own.parent.id, x: version + 1_000_000, s: false });
     expect(cache.get(`account:${own.parent.id}`)).toBeUndefined();
+    cache.close();
+  });
+
+  it("a request's loaders answer what the cache holds without a query, and one value per key until the request ends", async () => {
+    const own = await createOrganization(database());
+    const feed = new ManualFeed();
+    const sql = database().sql;
+    let queries = 0;
+    const counting = { ...sql, kind: sql.kind, query: async (text: string, params?: unknown[]) => {
+      queries += 1;
+      return sql.query(text, params);
+    } } as typeof sql;
+    const cache = new EntityCache(feed, { maxEntries: 100, maxBytes: 1 << 20, ttlMs: 60_000 }, counting);
+    const read = await createLoaders(database().prisma, cache).accountById.load(own.parent.id);
+    expect(queries).toBe(1);
+    // Another request: answered from the cache, and the read recorded for the answer it makes.
+    const reads = new ReadSet();
+    const request = createLoaders(database().prisma, cache.recording(reads));
+    const held = await request.accountById.load(own.parent.id);
+    expect(queries).toBe(1);
+    expect(held).toEqual(read);
+    expect(reads.tags.has(cacheTags.account(own.parent.id))).toBe(true);
+    // A change announced while that request runs: it keeps what it saw; the next request reads again.
+    feed.announce({ t: 'account', id: own.parent.id, s: false });
+    expect(await request.accountById.load(own.parent.id)).toBe(held);
+    expect(queries).toBe(1);
+    await createLoaders(database().prisma, cache).accountById.load(own.parent.id);
+    expect(queries).toBe(2);
     cache.close();
   });
 

@@ -59,8 +59,11 @@ export const CACHE_DEFAULTS: EntityCacheOptions = { maxEntries: 150_000, maxByte
 /** A read that may be stored: taken before the query, so a change announced meanwhile wins (unless the read saw it). */
 export type CacheTicket = { readonly epoch: number };
 
+/** What `hit` answers for a key the cache does not hold (or may not serve). */
+export const MISS: unique symbol = Symbol('miss');
+
 /** The read-through calls of the cache, as loaders and services use them. */
-export type CacheReader = Pick<EntityCache, 'through' | 'throughMany'>;
+export type CacheReader = Pick<EntityCache, 'through' | 'throughMany' | 'hit'>;
 
 /** Told of every invalidation: what keeps answers built on the cache's entries (`answer-cache.ts`). */
 export type InvalidationListener = { invalidated(tag: string): void; cleared(): void };
@@ -162,6 +165,7 @@ export class EntityCache {
     return {
       throughMany: (namespace, keys, load, tags, options = {}) => this.throughMany(namespace, keys, load, tags, { ...options, reads }),
       through: (key, tags, read, options = {}) => this.through(key, tags, read, { ...options, reads }),
+      hit: (namespace, key, tags, options = {}) => this.hit(namespace, key, tags, { ...options, reads }),
     };
   }
 
@@ -212,6 +216,27 @@ export class EntityCache {
   }
 
   /**
+   * The value the cache holds for `key` (in `namespace`), recorded in `options.reads` as current
+   * now with the snapshot it was read with; `MISS` when it holds none, or one that `usable`
+   * refuses. What `throughMany` answers without reading, and, being synchronous, what a loader
+   * answers without scheduling a batch.
+   */
+  hit<V, Stored = V>(
+    namespace: string,
+    key: string,
+    tags: (key: string, value: V | null) => readonly string[],
+    options: ReadThroughOptions<V, Stored> = {},
+  ): V | null | typeof MISS {
+    const entry = this.get<Stored | null>(namespace === '' ? key : `${namespace}:${key}`) as Entry | undefined;
+    const stored = entry?.value as Stored | null | undefined;
+    if (stored === undefined) return MISS;
+    const value = stored === null ? null : options.form ? options.form.unpack(stored) : (stored as unknown as V);
+    if (value !== null && options.usable && !options.usable(value)) return MISS;
+    options.reads?.add(tags(key, value), { epoch: this.epoch, seen: entry!.seen });
+    return value;
+  }
+
+  /**
    * The read-through every caller uses: `keys` answered from the cache where it holds them, the
    * misses loaded in one `load`, and what was loaded stored with the tags of the rows it came from
    * (a `null` too: "no such row" until one is announced), unless a change the read did not see was
@@ -225,7 +250,7 @@ export class EntityCache {
     tags: (key: string, value: V | null) => readonly string[],
     options: ReadThroughOptions<V, Stored> = {},
   ): Promise<(V | null)[]> {
-    const { form, share, usable, reads } = options;
+    const { form, share, reads } = options;
     // With `reads`, each value is recorded with what it is current as of: a hit as of now (it was
     // not dropped) and its snapshot, a read as of its ticket and its snapshot, a shared read as of
     // this call (it is at least that current, see `join`).
@@ -233,17 +258,8 @@ export class EntityCache {
     const record = (key: string, value: V | null, read: TagRead) => reads?.add(tags(key, value), read);
     const keyOf = (key: string) => (namespace === '' ? key : `${namespace}:${key}`);
     const results: (V | null | undefined)[] = keys.map((key) => {
-      const entry = this.get<Stored | null>(keyOf(key)) as Entry | undefined;
-      const stored = entry?.value as Stored | null | undefined;
-      if (stored === undefined) return undefined;
-      if (stored === null) {
-        record(key, null, { epoch: called.epoch, seen: entry!.seen });
-        return null;
-      }
-      const value = form ? form.unpack(stored) : (stored as unknown as V);
-      if (usable && !usable(value)) return undefined;
-      record(key, value, { epoch: called.epoch, seen: entry!.seen });
-      return value;
+      const value = this.hit(namespace, key, tags, options);
+      return value === MISS ? undefined : value;
     });
     const misses = keys.filter((_, i) => results[i] === undefined);
     if (misses.length === 0) return results as (V | null)[];
@@ -296,15 +312,16 @@ export class EntityCache {
   }
 
   /** `throughMany` for one value under its full key; `tags` may depend on what was read. */
-  async through<V>(
+  through<V>(
     key: string,
     tags: readonly string[] | ((value: V) => readonly string[]),
     read: (query: SnapshotQuery) => Promise<V>,
     options: ReadThroughOptions<V, V> = {},
   ): Promise<V> {
     const tagsOf = typeof tags === 'function' ? (_key: string, value: V | null) => (value === null ? [] : tags(value)) : () => tags;
-    const [value] = await this.throughMany<V>('', [key], async (_misses, query) => new Map([[key, await read(query)]]), tagsOf, options);
-    return value as V;
+    const held = this.hit<V>('', key, tagsOf, options);
+    if (held !== MISS) return Promise.resolve(held as V);
+    return this.throughMany<V>('', [key], async (_misses, query) => new Map([[key, await read(query)]]), tagsOf, options).then(([value]) => value as V);
   }
 
   /**

@@ -1,7 +1,7 @@
 import DataLoader from 'dataloader';
 import { MIN_SECRET_BYTES, secretKey, verificationKey, type SigningKey } from '../auth/tokens.js';
 import { cacheTags } from './cache-tags.js';
-import type { CacheReader } from './entity-cache.js';
+import { MISS, type CacheReader, type ReadThroughOptions } from './entity-cache.js';
 import type { SnapshotQuery } from './snapshots.js';
 import { packAccount, READ_ACCOUNT_COLUMNS, unpackAccount, type AccountRow } from './accounts.js';
 import type { Organization, PrismaClient } from '../generated/prisma/client.js';
@@ -44,6 +44,34 @@ async function accountsWhere(query: SnapshotQuery, column: 'id' | 'publicKey', v
   return new Map(rows.map((a) => [a[column], a]));
 }
 
+/**
+ * A loader that answers what the entity cache holds at once: a hit schedules no batch (a
+ * promise, a microtask and a tick each, on every request's hot path), and is remembered for the
+ * request as a loaded value is, so that the request sees one value per key throughout.
+ */
+class ReadThroughLoader<V> extends DataLoader<string, V> {
+  private readonly memo: Map<string, Promise<V>>;
+
+  constructor(
+    private readonly held: (key: string) => V | typeof MISS,
+    batch: DataLoader.BatchLoadFn<string, V>,
+    memo = new Map<string, Promise<V>>(),
+  ) {
+    super(batch, { cacheMap: memo });
+    this.memo = memo;
+  }
+
+  override load(key: string): Promise<V> {
+    const remembered = this.memo.get(key);
+    if (remembered !== undefined) return remembered;
+    const value = this.held(key);
+    if (value === MISS) return super.load(key);
+    const promise = Promise.resolve(value);
+    this.memo.set(key, promise);
+    return promise;
+  }
+}
+
 export class Loaders {
   #accountById?: DataLoader<string, AccountRow | null>;
   #accountByPublicKey?: DataLoader<string, AccountRow | null>;
@@ -59,44 +87,55 @@ export class Loaders {
     private readonly cache: CacheReader,
   ) {}
 
+  /** A loader of `namespace` through the cache: what it holds answered at once, the misses loaded in one batch. */
+  private readThrough<V, Stored = V>(
+    namespace: string,
+    load: (misses: string[], query: SnapshotQuery) => Promise<Map<string, V>>,
+    tags: (key: string, value: V | null) => readonly string[],
+    options: ReadThroughOptions<V, Stored> = {},
+  ): ReadThroughLoader<V | null> {
+    return new ReadThroughLoader<V | null>(
+      (key) => this.cache.hit<V, Stored>(namespace, key, tags, options),
+      (keys) => this.cache.throughMany<V, Stored>(namespace, keys, load, tags, options),
+    );
+  }
+
   get accountById(): DataLoader<string, AccountRow | null> {
-    return (this.#accountById ??= new DataLoader((ids) =>
-      this.cache.throughMany(
-        'account',
-        ids,
-        (misses, query) => accountsWhere(query, 'id', misses),
-        // Any change to the row announces its id, whatever changed.
-        (id) => [cacheTags.account(id)],
-        { form: accountForm, share: true },
-      ),
+    return (this.#accountById ??= this.readThrough(
+      'account',
+      (misses, query) => accountsWhere(query, 'id', misses),
+      // Any change to the row announces its id, whatever changed.
+      (id) => [cacheTags.account(id)],
+      { form: accountForm, share: true },
     ));
   }
 
   get accountByPublicKey(): DataLoader<string, AccountRow | null> {
-    return (this.#accountByPublicKey ??= new DataLoader(async (keys) => {
-      const accounts = await this.cache.throughMany(
-        'accountByKey',
-        keys,
-        (misses, query) => accountsWhere(query, 'publicKey', misses),
-        // The key's row changing, or a row taking the key.
-        (key, account) => (account ? [cacheTags.account(account.id), cacheTags.publicKey(key)] : [cacheTags.publicKey(key)]),
-        { form: accountForm },
-      );
-      for (const account of accounts) if (account) this.accountById.prime(account.id, account);
-      return accounts;
-    }));
+    if (this.#accountByPublicKey) return this.#accountByPublicKey;
+    const byKey = this.readThrough(
+      'accountByKey',
+      (misses, query) => accountsWhere(query, 'publicKey', misses),
+      // The key's row changing, or a row taking the key.
+      (key, account) => (account ? [cacheTags.account(account.id), cacheTags.publicKey(key)] : [cacheTags.publicKey(key)]),
+      { form: accountForm },
+    );
+    // What is found by key is the account by id for the rest of the request.
+    const load = byKey.load.bind(byKey);
+    byKey.load = (key) =>
+      load(key).then((account) => {
+        if (account) this.accountById.prime(account.id, account);
+        return account;
+      });
+    return (this.#accountByPublicKey = byKey);
   }
 
   /** An account's public key: identity, kept while the account's counters change (a parent's do on every sign-in). */
   get publicKeyByAccountId(): DataLoader<string, string | null> {
-    return (this.#publicKeyByAccountId ??= new DataLoader((ids) =>
-      this.cache.throughMany(
-        'publicKeyOf',
-        ids,
-        async (misses) =>
-          new Map((await this.prisma.account.findMany({ where: { id: { in: misses } }, select: { id: true, publicKey: true } })).map((a) => [a.id, a.publicKey])),
-        (id) => [cacheTags.identity(id)],
-      ),
+    return (this.#publicKeyByAccountId ??= this.readThrough(
+      'publicKeyOf',
+      async (misses) =>
+        new Map((await this.prisma.account.findMany({ where: { id: { in: misses } }, select: { id: true, publicKey: true } })).map((a) => [a.id, a.publicKey])),
+      (id) => [cacheTags.identity(id)],
     ));
   }
 
@@ -105,16 +144,13 @@ export class Loaders {
    * still has credits: what authentication and most answers need, kept while sign-ins spend credits.
    */
   get organizationSettingsByParentId(): DataLoader<string, OrganizationSettings | null> {
-    return (this.#organizationSettingsByParentId ??= new DataLoader((ids) =>
-      this.cache.throughMany(
-        'organizationSettings',
-        ids,
-        async (misses) => {
-          const rows = await this.prisma.organization.findMany({ where: { parentId: { in: misses } }, omit: VOLATILE_ORGANIZATION_COLUMNS });
-          return new Map(rows.map(({ creditBalance, ...settings }) => [settings.parentId, { ...settings, funded: creditBalance > 0 }]));
-        },
-        (id) => [cacheTags.organizationSettings(id)],
-      ),
+    return (this.#organizationSettingsByParentId ??= this.readThrough(
+      'organizationSettings',
+      async (misses) => {
+        const rows = await this.prisma.organization.findMany({ where: { parentId: { in: misses } }, omit: VOLATILE_ORGANIZATION_COLUMNS });
+        return new Map(rows.map(({ creditBalance, ...settings }) => [settings.parentId, { ...settings, funded: creditBalance > 0 }]));
+      },
+      (id) => [cacheTags.organizationSettings(id)],
     ));
   }
 
@@ -123,21 +159,18 @@ export class Loaders {
    * with the read's snapshot, shared by the callers that miss them at once.
    */
   get balancesByParentId(): DataLoader<string, OrganizationBalances | null> {
-    return (this.#balancesByParentId ??= new DataLoader((ids) =>
-      this.cache.throughMany(
-        'balances',
-        ids,
-        async (misses, query) => {
-          const rows = await query<OrganizationBalances & { parentId: string }>(
-            `"parentId", "creditBalance", "accountBalance"::float8 AS "accountBalance", "availableBalance"::float8 AS "availableBalance"`,
-            `FROM "Organization" WHERE "parentId" = ANY($1::text[])`,
-            [misses],
-          );
-          return new Map(rows.map((row) => [row.parentId, { creditBalance: row.creditBalance, accountBalance: row.accountBalance, availableBalance: row.availableBalance }]));
-        },
-        (id) => [cacheTags.organization(id)],
-        { share: true },
-      ),
+    return (this.#balancesByParentId ??= this.readThrough(
+      'balances',
+      async (misses, query) => {
+        const rows = await query<OrganizationBalances & { parentId: string }>(
+          `"parentId", "creditBalance", "accountBalance"::float8 AS "accountBalance", "availableBalance"::float8 AS "availableBalance"`,
+          `FROM "Organization" WHERE "parentId" = ANY($1::text[])`,
+          [misses],
+        );
+        return new Map(rows.map((row) => [row.parentId, { creditBalance: row.creditBalance, accountBalance: row.accountBalance, availableBalance: row.availableBalance }]));
+      },
+      (id) => [cacheTags.organization(id)],
+      { share: true },
     ));
   }
 
@@ -146,98 +179,93 @@ export class Loaders {
    * null for an unknown key, a child's key, or a secret too short to be safe (decisions §2).
    */
   get signingKeyByPublicKey(): DataLoader<string, SigningKey | null> {
-    return (this.#signingKeyByPublicKey ??= new DataLoader((keys) =>
-      this.cache.throughMany<SigningKey | null>(
-        'signingKey',
-        keys,
-        async (misses) => {
-          const rows = await this.prisma.account.findMany({
-            where: { publicKey: { in: misses } },
-            select: { id: true, publicKey: true, type: true, organization: { select: { jwtSecret: true } } },
-          });
-          const entries = await Promise.all(
-            rows.map(async (row): Promise<[string, SigningKey | null]> => {
-              const secret = row.type === 'parent' && row.organization ? secretKey(row.organization.jwtSecret) : undefined;
-              const usable = secret !== undefined && secret.byteLength >= MIN_SECRET_BYTES;
-              if (!usable) return [row.publicKey, null];
-              const tokenTags = [cacheTags.identity(row.id), cacheTags.organizationSettings(row.id)];
-              return [row.publicKey, { parentId: row.id, key: await verificationKey(secret), tokenTags }];
-            }),
-          );
-          return new Map(entries);
-        },
-        // Stable tags only: sign-ins (counters, balance) do not drop the key.
-        (key, signingKey) => (signingKey ? [cacheTags.publicKey(key), ...signingKey.tokenTags] : [cacheTags.publicKey(key)]),
-      ),
+    return (this.#signingKeyByPublicKey ??= this.readThrough<SigningKey | null>(
+      'signingKey',
+      async (misses) => {
+        const rows = await this.prisma.account.findMany({
+          where: { publicKey: { in: misses } },
+          select: { id: true, publicKey: true, type: true, organization: { select: { jwtSecret: true } } },
+        });
+        const entries = await Promise.all(
+          rows.map(async (row): Promise<[string, SigningKey | null]> => {
+            const secret = row.type === 'parent' && row.organization ? secretKey(row.organization.jwtSecret) : undefined;
+            const usable = secret !== undefined && secret.byteLength >= MIN_SECRET_BYTES;
+            if (!usable) return [row.publicKey, null];
+            const tokenTags = [cacheTags.identity(row.id), cacheTags.organizationSettings(row.id)];
+            return [row.publicKey, { parentId: row.id, key: await verificationKey(secret), tokenTags }];
+          }),
+        );
+        return new Map(entries);
+      },
+      // Stable tags only: sign-ins (counters, balance) do not drop the key.
+      (key, signingKey) => (signingKey ? [cacheTags.publicKey(key), ...signingKey.tokenTags] : [cacheTags.publicKey(key)]),
     ));
   }
 
   get packagePurchasesByOrganization(): DataLoader<string, PackagePurchase[]> {
-    return (this.#packagePurchasesByOrganization ??= new DataLoader(async (ids) =>
-      (
-        await this.cache.throughMany(
-          'purchases',
-          ids,
-          async (misses) => {
-            const rows = await this.prisma.packagePurchase.findMany({
-              where: { organizationId: { in: misses } },
-              orderBy: [{ purchasedAt: 'desc' }, { transactionId: 'desc' }],
-            });
-            return new Map(
-              misses.map((id) => [
-                id,
-                rows
-                  .filter((row) => row.organizationId === id)
-                  .map((row) => ({
-                    packageType: row.packageType,
-                    purchaseDate: row.purchasedAt,
-                    creditsAdded: row.creditsAdded,
-                    freeUsersAdded: row.freeUsersAdded,
-                    price: row.price.toNumber(),
-                    transactionId: row.transactionId,
-                  })),
-              ]),
-            );
-          },
-          (id) => [cacheTags.purchases(id)],
-        )
-      ).map((list) => list ?? []),
-    ));
+    if (this.#packagePurchasesByOrganization) return this.#packagePurchasesByOrganization;
+    const purchases = this.readThrough<PackagePurchase[]>(
+      'purchases',
+      async (misses) => {
+        const rows = await this.prisma.packagePurchase.findMany({
+          where: { organizationId: { in: misses } },
+          orderBy: [{ purchasedAt: 'desc' }, { transactionId: 'desc' }],
+        });
+        return new Map(
+          misses.map((id) => [
+            id,
+            rows
+              .filter((row) => row.organizationId === id)
+              .map((row) => ({
+                packageType: row.packageType,
+                purchaseDate: row.purchasedAt,
+                creditsAdded: row.creditsAdded,
+                freeUsersAdded: row.freeUsersAdded,
+                price: row.price.toNumber(),
+                transactionId: row.transactionId,
+              })),
+          ]),
+        );
+      },
+      (id) => [cacheTags.purchases(id)],
+    );
+    // Every organization read has a list (an empty one without purchases).
+    const load = purchases.load.bind(purchases);
+    const listed = purchases as unknown as DataLoader<string, PackagePurchase[]>;
+    listed.load = (id) => load(id).then((list) => list ?? []);
+    return (this.#packagePurchasesByOrganization = listed);
   }
 
   /** Keyed by `${organizationId}|${first day of the month, ISO}`. */
   get monthlyUsage(): DataLoader<string, MonthlyUsageTotals | null> {
-    return (this.#monthlyUsage ??= new DataLoader((keys) =>
-      this.cache.throughMany(
-        'usage',
-        keys,
-        async (misses, query) => {
-          const organizations = misses.map((key) => key.split('|')[0]!);
-          const months = misses.map((key) => key.split('|')[1]!.slice(0, 10));
-          const rows = await query<MonthlyUsageTotals & { organizationId: string; month: string }>(
-            `u."organizationId", to_char(u.month, 'YYYY-MM-DD') AS month, u."childSignups", u."signIns",
-             u."emailVerifications", u."providerAAuths", u."providerBAuths", u."providerCAuths", u."providerDAuths"`,
-            `FROM "MonthlyUsage" u JOIN unnest($1::text[], $2::date[]) AS k(id, month)
-               ON u."organizationId" = k.id AND u.month = k.month`,
-            [organizations, months],
-          );
-          const totals = rows.map((row): [string, MonthlyUsageTotals] => [
-            `${row.organizationId}|${row.month}T00:00:00.000Z`,
-            {
-              childSignups: row.childSignups,
-              signIns: row.signIns,
-              emailVerifications: row.emailVerifications,
-              providerAAuths: row.providerAAuths,
-              providerBAuths: row.providerBAuths,
-              providerCAuths: row.providerCAuths,
-              providerDAuths: row.providerDAuths,
-            },
-          ]);
-          return new Map(totals);
-        },
-        (key) => [cacheTags.usage(key.split('|')[0]!)],
-        { share: true },
-      ),
+    return (this.#monthlyUsage ??= this.readThrough(
+      'usage',
+      async (misses, query) => {
+        const organizations = misses.map((key) => key.split('|')[0]!);
+        const months = misses.map((key) => key.split('|')[1]!.slice(0, 10));
+        const rows = await query<MonthlyUsageTotals & { organizationId: string; month: string }>(
+          `u."organizationId", to_char(u.month, 'YYYY-MM-DD') AS month, u."childSignups", u."signIns",
+           u."emailVerifications", u."providerAAuths", u."providerBAuths", u."providerCAuths", u."providerDAuths"`,
+          `FROM "MonthlyUsage" u JOIN unnest($1::text[], $2::date[]) AS k(id, month)
+             ON u."organizationId" = k.id AND u.month = k.month`,
+          [organizations, months],
+        );
+        const totals = rows.map((row): [string, MonthlyUsageTotals] => [
+          `${row.organizationId}|${row.month}T00:00:00.000Z`,
+          {
+            childSignups: row.childSignups,
+            signIns: row.signIns,
+            emailVerifications: row.emailVerifications,
+            providerAAuths: row.providerAAuths,
+            providerBAuths: row.providerBAuths,
+            providerCAuths: row.providerCAuths,
+            providerDAuths: row.providerDAuths,
+          },
+        ]);
+        return new Map(totals);
+      },
+      (key) => [cacheTags.usage(key.split('|')[0]!)],
+      { share: true },
     ));
   }
 }

@@ -28,7 +28,7 @@ function matches(asked: string, offered: string): boolean {
  * wildcard.
  */
 export function regularMediaType(accept: string | undefined): RegularMediaType | null {
-  if (accept === undefined) return negotiate(undefined);
+  if (accept === undefined) return WITHOUT_ACCEPT;
   let chosen = negotiated.get(accept);
   if (chosen === undefined) {
     chosen = negotiate(accept) ?? 'none';
@@ -53,6 +53,9 @@ function negotiate(accept: string | undefined): RegularMediaType | null {
   }
   return null;
 }
+
+/** A request without Accept is answered as one that accepts anything. */
+const WITHOUT_ACCEPT = negotiate(undefined);
 
 type HttpHint = { status?: number; spec?: boolean; headers?: Record<string, string> };
 
