@@ -37,8 +37,6 @@ export type ReadThroughOptions<V, Stored> = {
   share?: boolean;
   /** Whether a cached value may still be served (a count past its validity is read again). */
   usable?: (value: V) => boolean;
-  /** The request's record of what it read: every key's tags are added, hits and misses alike. */
-  reads?: ReadSet;
 };
 
 /** The cache's own bytes per entry: its slot in the LRU's map and lists, and the entry object. */
@@ -163,9 +161,9 @@ export class EntityCache {
    */
   recording(reads: ReadSet): CacheReader {
     return {
-      throughMany: (namespace, keys, load, tags, options = {}) => this.throughMany(namespace, keys, load, tags, { ...options, reads }),
-      through: (key, tags, read, options = {}) => this.through(key, tags, read, { ...options, reads }),
-      hit: (namespace, key, tags, options = {}) => this.hit(namespace, key, tags, { ...options, reads }),
+      throughMany: (namespace, keys, load, tags, options) => this.throughMany(namespace, keys, load, tags, options, reads),
+      through: (key, tags, read, options) => this.through(key, tags, read, options, reads),
+      hit: (namespace, key, tags, options) => this.hit(namespace, key, tags, options, reads),
     };
   }
 
@@ -216,7 +214,7 @@ export class EntityCache {
   }
 
   /**
-   * The value the cache holds for `key` (in `namespace`), recorded in `options.reads` as current
+   * The value the cache holds for `key` (in `namespace`), recorded in `reads` as current
    * now with the snapshot it was read with; `MISS` when it holds none, or one that `usable`
    * refuses. What `throughMany` answers without reading, and, being synchronous, what a loader
    * answers without scheduling a batch.
@@ -226,13 +224,14 @@ export class EntityCache {
     key: string,
     tags: (key: string, value: V | null) => readonly string[],
     options: ReadThroughOptions<V, Stored> = {},
+    reads?: ReadSet,
   ): V | null | typeof MISS {
     const entry = this.get<Stored | null>(namespace === '' ? key : `${namespace}:${key}`) as Entry | undefined;
     const stored = entry?.value as Stored | null | undefined;
     if (stored === undefined) return MISS;
     const value = stored === null ? null : options.form ? options.form.unpack(stored) : (stored as unknown as V);
     if (value !== null && options.usable && !options.usable(value)) return MISS;
-    options.reads?.add(tags(key, value), { epoch: this.epoch, seen: entry!.seen });
+    reads?.add(tags(key, value), { epoch: this.epoch, seen: entry!.seen });
     return value;
   }
 
@@ -249,8 +248,10 @@ export class EntityCache {
     load: (misses: string[], query: SnapshotQuery) => Promise<Map<string, V>>,
     tags: (key: string, value: V | null) => readonly string[],
     options: ReadThroughOptions<V, Stored> = {},
+    /** The request's record of what it read: every key's tags are added, hits and misses alike. */
+    reads?: ReadSet,
   ): Promise<(V | null)[]> {
-    const { form, share, reads } = options;
+    const { form, share } = options;
     // With `reads`, each value is recorded with what it is current as of: a hit as of now (it was
     // not dropped) and its snapshot, a read as of its ticket and its snapshot, a shared read as of
     // this call (it is at least that current, see `join`).
@@ -258,7 +259,7 @@ export class EntityCache {
     const record = (key: string, value: V | null, read: TagRead) => reads?.add(tags(key, value), read);
     const keyOf = (key: string) => (namespace === '' ? key : `${namespace}:${key}`);
     const results: (V | null | undefined)[] = keys.map((key) => {
-      const value = this.hit(namespace, key, tags, options);
+      const value = this.hit(namespace, key, tags, options, reads);
       return value === MISS ? undefined : value;
     });
     const misses = keys.filter((_, i) => results[i] === undefined);
@@ -317,11 +318,12 @@ export class EntityCache {
     tags: readonly string[] | ((value: V) => readonly string[]),
     read: (query: SnapshotQuery) => Promise<V>,
     options: ReadThroughOptions<V, V> = {},
+    reads?: ReadSet,
   ): Promise<V> {
     const tagsOf = typeof tags === 'function' ? (_key: string, value: V | null) => (value === null ? [] : tags(value)) : () => tags;
-    const held = this.hit<V>('', key, tagsOf, options);
+    const held = this.hit<V>('', key, tagsOf, options, reads);
     if (held !== MISS) return Promise.resolve(held as V);
-    return this.throughMany<V>('', [key], async (_misses, query) => new Map([[key, await read(query)]]), tagsOf, options).then(([value]) => value as V);
+    return this.throughMany<V>('', [key], async (_misses, query) => new Map([[key, await read(query)]]), tagsOf, options, reads).then(([value]) => value as V);
   }
 
   /**
