@@ -49,11 +49,14 @@ function wellFormed(candidate: unknown): GraphQLParams | undefined {
   return candidate as GraphQLParams;
 }
 
-/** A JSON body by its Content-Type, as Yoga recognises one (the first of a list, exactly). */
+/**
+ * A JSON body by its Content-Type, as Yoga recognises one: the first entry of a list is
+ * `application/json` or `application/graphql+json`, exactly or followed by parameters.
+ */
+const JSON_BODY = /^application\/(?:graphql\+)?json(?:[;,]|$)/;
+
 function isJsonBody(contentType: string | undefined): boolean {
-  const first = contentType?.split(',')[0];
-  if (!first) return false;
-  return ['application/json', 'application/graphql+json'].some((type) => first === type || first.startsWith(`${type};`));
+  return contentType !== undefined && JSON_BODY.test(contentType);
 }
 
 /** JSON text's value; undefined when it does not parse (JSON has no undefined of its own). */
