@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { PACKAGES, creditAlerts, alertLevel } from '../src/domain/catalogue.js';
 import {
@@ -7,7 +8,7 @@ import {
   projectedMonthlyUsage,
   totalCreditsUsed,
 } from '../src/domain/credit-analysis.js';
-import { daysInMonth, monthStart, parseDateBound, parseDateRange } from '../src/domain/dates.js';
+import { daysInMonth, isoTime, monthStart, parseDateBound, parseDateRange } from '../src/domain/dates.js';
 import { decodePageToken, encodePageToken } from '../src/domain/pagination.js';
 import { InvalidDateFormatError, InvalidPaginationTokenError } from '../src/errors.js';
 
@@ -155,6 +156,24 @@ describe('date bounds (decisions §4)', () => {
     expect(daysInMonth(1900, 1)).toBe(28);
     expect(daysInMonth(2026, 11)).toBe(31);
     expect(monthStart(new Date('2026-12-31T23:59:59.999Z')).toISOString()).toBe('2026-12-01T00:00:00.000Z');
+  });
+});
+
+describe('times as answered', () => {
+  it('are written exactly as Date.prototype.toISOString writes them, at every instant', () => {
+    const edges = [0, -1, 1, 86_399_999, 86_400_000, 951_782_400_000, 951_868_799_999, 4_107_542_400_000, -30_610_224_000_001, 253_402_300_799_999, 253_402_300_800_000, -62_167_219_200_000, 8.64e15, -8.64e15];
+    for (const ms of edges) expect(isoTime(ms)).toBe(new Date(ms).toISOString());
+    fc.assert(
+      fc.property(fc.integer({ min: -8.64e15, max: 8.64e15 }), (ms) => isoTime(ms) === new Date(ms).toISOString()),
+      { numRuns: 20_000 },
+    );
+    // The years this API shows, more densely.
+    fc.assert(
+      fc.property(fc.integer({ min: Date.UTC(1999, 0, 1), max: Date.UTC(2101, 0, 1) }), (ms) => isoTime(ms) === new Date(ms).toISOString()),
+      { numRuns: 20_000 },
+    );
+    expect(isoTime(null)).toBeNull();
+    expect(() => isoTime(Number.NaN)).toThrow(RangeError);
   });
 });
 

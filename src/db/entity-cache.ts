@@ -89,10 +89,11 @@ const INVALIDATIONS_REMEMBERED = 10_000;
  *
  * Callers read through `through` and `throughMany`, which take the ticket, add the snapshot to
  * their statements, share reads in flight and store with the tags: none of that protocol is
- * theirs to handle. `ticket`, `set`, `join` and `track` are its steps, public for the cache's own
- * tests. This file is that one protocol; beside it: the snapshots reads carry (`snapshots.ts`),
- * what a request read (`read-set.ts`), the tags (`cache-tags.ts`) and size estimates
- * (`estimate-bytes.ts`).
+ * theirs to handle; `hit` is their first step alone, synchronous, for a loader that answers what
+ * the cache holds without waiting. `ticket`, `set`, `join` and `track` are its steps, public for
+ * the cache's own tests. This file is that one protocol; beside it: the snapshots reads carry
+ * (`snapshots.ts`), what a request read (`read-set.ts`), the tags (`cache-tags.ts`) and size
+ * estimates (`estimate-bytes.ts`).
  */
 export class EntityCache {
   /** Undefined when the cache is turned off (no entries or no bytes allowed). */
