@@ -280,6 +280,8 @@ describe('announced transactions and read snapshots agree', () => {
     const cache = new EntityCache(feed, { maxEntries: 100, maxBytes: 1 << 20, ttlMs: 60_000 }, counting);
     const read = await createLoaders(database().prisma, cache).accountById.load(own.parent.id);
     expect(queries).toBe(1);
+    // Each lookup counts once (the metrics' hit ratio), however many steps it took.
+    expect(cache.stats).toMatchObject({ hits: 0, misses: 1 });
     // Another request: answered from the cache, and the read recorded for the answer it makes.
     const reads = new ReadSet();
     const request = createLoaders(database().prisma, cache.recording(reads));
@@ -287,12 +289,14 @@ describe('announced transactions and read snapshots agree', () => {
     expect(queries).toBe(1);
     expect(held).toEqual(read);
     expect(reads.tags.has(cacheTags.account(own.parent.id))).toBe(true);
+    expect(cache.stats).toMatchObject({ hits: 1, misses: 1 });
     // A change announced while that request runs: it keeps what it saw; the next request reads again.
     feed.announce({ t: 'account', id: own.parent.id, s: false });
     expect(await request.accountById.load(own.parent.id)).toBe(held);
     expect(queries).toBe(1);
     await createLoaders(database().prisma, cache).accountById.load(own.parent.id);
     expect(queries).toBe(2);
+    expect(cache.stats).toMatchObject({ hits: 1, misses: 2 });
     cache.close();
   });
 

@@ -215,10 +215,11 @@ export class EntityCache {
   }
 
   /**
-   * The value the cache holds for `key` (in `namespace`), recorded in `reads` as current
-   * now with the snapshot it was read with; `MISS` when it holds none, or one that `usable`
-   * refuses. What `throughMany` answers without reading, and, being synchronous, what a loader
-   * answers without scheduling a batch.
+   * The value the cache holds for `key` (in `namespace`), recorded in `reads` as current now with
+   * the snapshot it was read with; `MISS` when it holds none, or one that `usable` refuses. What
+   * `throughMany` answers without reading, and, being synchronous, what a loader answers without
+   * scheduling a batch. Each lookup counts once in `stats`: a value answered here counts as a hit;
+   * a miss here counts when `throughMany` looks again (`lookedUp`: as `get` counts).
    */
   hit<V, Stored = V>(
     namespace: string,
@@ -226,13 +227,20 @@ export class EntityCache {
     tags: (key: string, value: V | null) => readonly string[],
     options: ReadThroughOptions<V, Stored> = {},
     reads?: ReadSet,
+    lookedUp = false,
   ): V | null | typeof MISS {
-    const entry = this.get<Stored | null>(namespace === '' ? key : `${namespace}:${key}`) as Entry | undefined;
-    const stored = entry?.value as Stored | null | undefined;
-    if (stored === undefined) return MISS;
+    if (!this.feed.live || !this.entries) return MISS;
+    const entry = this.entries.get(namespace === '' ? key : `${namespace}:${key}`);
+    if (lookedUp) {
+      if (entry === undefined) this.stats.misses += 1;
+      else this.stats.hits += 1;
+    }
+    if (entry === undefined) return MISS;
+    const stored = entry.value as Stored | null;
     const value = stored === null ? null : options.form ? options.form.unpack(stored) : (stored as unknown as V);
     if (value !== null && options.usable && !options.usable(value)) return MISS;
-    reads?.add(tags(key, value), { epoch: this.epoch, seen: entry!.seen });
+    if (!lookedUp) this.stats.hits += 1;
+    reads?.add(tags(key, value), { epoch: this.epoch, seen: entry.seen });
     return value;
   }
 
@@ -260,7 +268,7 @@ export class EntityCache {
     const record = (key: string, value: V | null, read: TagRead) => reads?.add(tags(key, value), read);
     const keyOf = (key: string) => (namespace === '' ? key : `${namespace}:${key}`);
     const results: (V | null | undefined)[] = keys.map((key) => {
-      const value = this.hit(namespace, key, tags, options, reads);
+      const value = this.hit(namespace, key, tags, options, reads, true);
       return value === MISS ? undefined : value;
     });
     const misses = keys.filter((_, i) => results[i] === undefined);

@@ -106,7 +106,7 @@ const twoDigits = (n: number): string => (n < 10 ? `0${n}` : `${n}`);
  * Epoch milliseconds as an ISO 8601 string in UTC, exactly as `Date.prototype.toISOString` writes
  * it; null stays null (a child never logged in). Every GraphQL answer formats its accounts' times:
  * computed from the day count here (the civil calendar from days since the epoch, H. Hinnant's
- * algorithm), about four times faster than the engine's own on Node 20 and 24; years outside
+ * algorithm), three to four times faster than the engine's own on Node 20 and 24; years outside
  * 1000–9999 (written with a sign or fewer digits) are left to the engine.
  */
 export function isoTime(ms: number): string;
