@@ -87,16 +87,23 @@ export class Loaders {
     private readonly cache: CacheReader,
   ) {}
 
-  /** A loader of `namespace` through the cache: what it holds answered at once, the misses loaded in one batch. */
-  private readThrough<V, Stored = V>(
+  /**
+   * A loader of `namespace` through the cache: what it holds answered at once, the misses loaded
+   * in one batch; `settle` shapes every value the loader gives, held or loaded.
+   */
+  private readThrough<V, Stored = V, W = V | null>(
     namespace: string,
     load: (misses: string[], query: SnapshotQuery) => Promise<Map<string, V>>,
     tags: (key: string, value: V | null) => readonly string[],
     options: ReadThroughOptions<V, Stored> = {},
-  ): ReadThroughLoader<V | null> {
-    return new ReadThroughLoader<V | null>(
-      (key) => this.cache.hit<V, Stored>(namespace, key, tags, options),
-      (keys) => this.cache.throughMany<V, Stored>(namespace, keys, load, tags, options),
+    settle: (value: V | null) => W = (value) => value as W,
+  ): ReadThroughLoader<W> {
+    return new ReadThroughLoader<W>(
+      (key) => {
+        const held = this.cache.hit<V, Stored>(namespace, key, tags, options);
+        return held === MISS ? MISS : settle(held);
+      },
+      async (keys) => (await this.cache.throughMany<V, Stored>(namespace, keys, load, tags, options)).map(settle),
     );
   }
 
@@ -111,22 +118,18 @@ export class Loaders {
   }
 
   get accountByPublicKey(): DataLoader<string, AccountRow | null> {
-    if (this.#accountByPublicKey) return this.#accountByPublicKey;
-    const byKey = this.readThrough(
+    return (this.#accountByPublicKey ??= this.readThrough(
       'accountByKey',
       (misses, query) => accountsWhere(query, 'publicKey', misses),
       // The key's row changing, or a row taking the key.
       (key, account) => (account ? [cacheTags.account(account.id), cacheTags.publicKey(key)] : [cacheTags.publicKey(key)]),
       { form: accountForm },
-    );
-    // What is found by key is the account by id for the rest of the request.
-    const load = byKey.load.bind(byKey);
-    byKey.load = (key) =>
-      load(key).then((account) => {
+      // What is found by key is the account by id for the rest of the request.
+      (account) => {
         if (account) this.accountById.prime(account.id, account);
         return account;
-      });
-    return (this.#accountByPublicKey = byKey);
+      },
+    ));
   }
 
   /** An account's public key: identity, kept while the account's counters change (a parent's do on every sign-in). */
@@ -203,8 +206,7 @@ export class Loaders {
   }
 
   get packagePurchasesByOrganization(): DataLoader<string, PackagePurchase[]> {
-    if (this.#packagePurchasesByOrganization) return this.#packagePurchasesByOrganization;
-    const purchases = this.readThrough<PackagePurchase[]>(
+    return (this.#packagePurchasesByOrganization ??= this.readThrough(
       'purchases',
       async (misses) => {
         const rows = await this.prisma.packagePurchase.findMany({
@@ -228,12 +230,10 @@ export class Loaders {
         );
       },
       (id) => [cacheTags.purchases(id)],
-    );
-    // Every organization read has a list (an empty one without purchases).
-    const load = purchases.load.bind(purchases);
-    const listed = purchases as unknown as DataLoader<string, PackagePurchase[]>;
-    listed.load = (id) => load(id).then((list) => list ?? []);
-    return (this.#packagePurchasesByOrganization = listed);
+      {},
+      // Every organization read has a list (an empty one without purchases).
+      (list) => list ?? [],
+    ));
   }
 
   /** Keyed by `${organizationId}|${first day of the month, ISO}`. */
