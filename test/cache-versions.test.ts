@@ -1,6 +1,5 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ChangeFeed, ChangeListener } from '../src/db/change-feed.js';
 import { parseChange } from '../src/db/changes.js';
 import { cacheTags } from '../src/db/cache-tags.js';
 import { EntityCache } from '../src/db/entity-cache.js';
@@ -12,21 +11,7 @@ import { SIGN_IN_SQL, createChild, createOrganization, tokenFor, type BuiltOrgan
 import { rest, useServer } from './helpers/app.js';
 import { createLoaders } from '../src/db/loaders.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
-
-/** A feed the test drives: always live, announcements sent by hand. */
-class ManualFeed implements ChangeFeed {
-  readonly live = true;
-  private readonly listeners = new Set<ChangeListener>();
-  async started(): Promise<void> {}
-  subscribe(listener: ChangeListener): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
-  }
-  announce(change: Record<string, unknown>): void {
-    for (const listener of this.listeners) listener.change(parseChange(JSON.stringify(change)));
-  }
-  async close(): Promise<void> {}
-}
+import { ManualFeed } from './helpers/manual-feed.js';
 
 const snapshot = (text: string) => parseSnapshot(text)!;
 

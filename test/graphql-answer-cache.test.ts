@@ -1,7 +1,11 @@
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { projectedMonthlyUsage, projectionHoldsUntil } from '../src/domain/credit-analysis.js';
-import { AskedKeys } from '../src/db/answer-cache.js';
+import { AnswerCache, AskedKeys, answerOf, type Computation } from '../src/db/answer-cache.js';
+import { cacheTags } from '../src/db/cache-tags.js';
+import { EntityCache } from '../src/db/entity-cache.js';
+import type { TagRead } from '../src/db/read-set.js';
+import { ManualFeed } from './helpers/manual-feed.js';
 import { SIGN_IN_SQL, createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { rest, startServer, useServer, type TestServer } from './helpers/app.js';
 import { useOutsideWriter, useTestDatabase } from './helpers/database.js';
@@ -297,5 +301,80 @@ describe('the keys asked for before an answer is kept', () => {
     expect(asked.ask('1\nMe\njwt:child:USR_a\n')).toBe(false);
     asked.clear();
     expect(asked.ask('1\nMe\njwt:child:USR_a\n')).toBe(false);
+  });
+});
+
+describe('callers missing the same answer', () => {
+  const tag = cacheTags.organization('USR_p');
+  const key = '1\nDashboard\njwt:parent:USR_p\n';
+  const now = () => Date.now();
+  const made = (text: string) => () => answerOf(text, { label: 'dashboard', retrievals: [], validUntil: Number.POSITIVE_INFINITY });
+
+  function setup() {
+    const feed = new ManualFeed();
+    const entities = new EntityCache(feed, { maxEntries: 100, maxBytes: 1 << 20, ttlMs: 60_000 });
+    const answers = new AnswerCache(entities, { maxBytes: 1 << 20, ttlMs: 60_000 });
+    /** What a computation read: the organization's row, as of now. */
+    const readNow = (): ReadonlyMap<string, TagRead> => new Map([[tag, { epoch: entities.ticket().epoch }]]);
+    /** A sign-in's announcement: the organization's balance changed. */
+    const signIn = () => feed.announce({ t: 'organization', id: 'USR_p', s: false });
+    return { answers, readNow, signIn };
+  }
+
+  /** `count` callers claiming the key, with what each was given so far. */
+  function claimants(answers: AnswerCache, count: number) {
+    const given: ({ answer: string } | { computation: Computation } | undefined)[] = Array.from({ length: count }, () => undefined);
+    const settled = Array.from({ length: count }, (_, i) =>
+      answers.claim(key, now).then((claimed) => (given[i] = claimed.answer ? { answer: claimed.answer.body.toString() } : { computation: claimed.computation! })),
+    );
+    const computing = () => given.filter((g): g is { computation: Computation } => g !== undefined && 'computation' in g);
+    const waiting = () => given.filter((g) => g === undefined).length;
+    return { given, settled, computing, waiting };
+  }
+
+  const settle = () => new Promise((resolve) => setImmediate(resolve));
+
+  it('hand the key on when an answer could not be kept: one of the waiters computes it, the others wait for that one', async () => {
+    const { answers, readNow, signIn } = setup();
+    // The key was asked for before: answers to it are kept.
+    (await answers.claim(key, now)).computation!.finish(made('first'), readNow());
+    const owner = (await answers.claim(key, now)).computation!;
+    const reads = readNow();
+    const callers = claimants(answers, 20);
+    await settle();
+    expect(callers.waiting()).toBe(20);
+    // A change to what the computation read was announced while it ran: its answer is not kept,
+    // and no waiter may be served it.
+    signIn();
+    expect(owner.finish(made('before the sign-in'), reads)).toBeUndefined();
+    await settle();
+    expect(callers.computing()).toHaveLength(1);
+    expect(callers.waiting()).toBe(19);
+    // The next computation began after the waiters came; its answer is theirs.
+    expect(callers.computing()[0]!.computation.finish(made('after the sign-in'), readNow())).toBeDefined();
+    await Promise.all(callers.settled);
+    expect(callers.given.filter((g) => g && 'answer' in g && g.answer === 'after the sign-in')).toHaveLength(19);
+    expect(answers.stats.shared).toBe(20 + 19);
+  });
+
+  it('wait for at most eight computations in turn, then compute their own', async () => {
+    const { answers, readNow, signIn } = setup();
+    (await answers.claim(key, now)).computation!.finish(made('first'), readNow());
+    let computing = (await answers.claim(key, now)).computation!;
+    const callers = claimants(answers, 10);
+    for (let round = 1; round <= 8; round++) {
+      const reads = readNow();
+      await settle();
+      signIn();
+      expect(computing.finish(made(`round ${round}`), reads)).toBeUndefined();
+      await settle();
+      if (round < 8) {
+        expect(callers.computing()).toHaveLength(round);
+        computing = callers.computing().at(-1)!.computation;
+      }
+    }
+    // Each caller waited for eight computations that were not kept: all compute their own now.
+    expect(callers.waiting()).toBe(0);
+    expect(callers.computing()).toHaveLength(10);
   });
 });

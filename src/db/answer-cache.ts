@@ -71,6 +71,9 @@ export class AskedKeys {
   }
 }
 
+/** Computations of one key a caller waits for in turn before it computes the answer itself. */
+const MAX_WAITS = 8;
+
 /** Slots of the table of asked keys (16 KiB), as many as the keys the list before it kept. */
 const KEYS_REMEMBERED = 4096;
 
@@ -171,25 +174,29 @@ export class AnswerCache {
   }
 
   /**
-   * The kept answer to `key` that holds now, waiting for one being computed for another caller;
-   * undefined when there is none (the caller computes it, see `begin`).
+   * For a caller missing `key`: the kept answer that holds now, or the answer another caller was
+   * computing meanwhile, once kept; otherwise the computation this caller makes, begun, so that
+   * callers missing the key meanwhile wait for it instead of computing it too.
+   *
+   * A computation whose answer could not be kept (something it read changed while it ran) hands
+   * the key on: of the callers that waited for it, the first begins the next computation and the
+   * others wait for that one, which began after they came, so its answer, if kept, is as current
+   * as they may be served. Without the hand-on, every waiter computed its own answer at once, each
+   * slower for the others and so more likely to overlap the next change: under 100 sign-ins a
+   * second the dashboard's answer was computed for 86 % of its requests. A caller waits for at
+   * most `MAX_WAITS` computations in turn, then computes its own.
    */
-  async find(key: string | undefined, now: () => number): Promise<Answer | undefined> {
-    if (key === undefined || !this.enabled) return undefined;
+  async claim(key: string, now: () => number): Promise<{ answer: Answer; computation?: undefined } | { answer?: undefined; computation: Computation }> {
     const kept = this.get(key, now());
-    if (kept) return kept;
-    const shared = await this.shared(key);
-    return shared && now() < shared.validUntil ? shared : undefined;
-  }
-
-  /**
-   * Another caller's computation of `key` under way: resolves to its answer when it was kept
-   * (and still holds at the time given), else to undefined. Undefined when none runs.
-   */
-  shared(key: string): Promise<Answer | undefined> | undefined {
-    const running = this.running.get(key);
-    if (running) this.stats.shared += 1;
-    return running;
+    if (kept) return { answer: kept };
+    for (let waits = 0; ; waits++) {
+      const running = this.running.get(key);
+      // Checked and begun in one step: the waiters of a computation that ended resume one by one.
+      if (running === undefined || waits === MAX_WAITS || !this.enabled) return { computation: this.begin(key) };
+      this.stats.shared += 1;
+      const shared = await running;
+      if (shared && now() < shared.validUntil) return { answer: shared };
+    }
   }
 
   /**

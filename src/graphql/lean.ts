@@ -196,13 +196,14 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
     const viewer = await context.viewerKey();
     const document = documents.get(params.query);
     const key = viewer === undefined || document === undefined ? undefined : answerKey(document.id, params, viewer);
-    const kept = await answers.find(key, now);
-    if (kept) {
-      await context.replay(kept, exchange.record);
-      sendAnswer(exchange, kept, taken.mediaType);
+    const claimed = key === undefined ? undefined : await answers.claim(key, now);
+    if (claimed?.answer) {
+      await context.replay(claimed.answer, exchange.record);
+      sendAnswer(exchange, claimed.answer, taken.mediaType);
       return true;
     }
-    const computation = viewer === undefined ? undefined : answers.begin(key);
+    // A document not known yet: its key is named once an answer to it may be kept.
+    const computation = claimed?.computation ?? (viewer === undefined ? undefined : answers.begin(undefined));
     try {
       const outcome = await execute(exchange, params, context);
       if (!outcome) return false;

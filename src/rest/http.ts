@@ -49,12 +49,13 @@ export async function answerRest(
   // A success kept whole (db/answer-cache.ts) under the path, the query string as sent and the viewer.
   const viewer = answers?.enabled ? await context.viewerKey() : undefined;
   const key = viewer === undefined ? undefined : `${exchange.path}?${exchange.query}\n${viewer}`;
-  const kept = await answers?.find(key, now);
+  const claimed = key === undefined ? undefined : await answers!.claim(key, now);
+  const kept = claimed?.answer;
   if (kept) {
     await context.replay(kept, exchange.record);
     return exchange.sendRevalidated(JSON_TYPE, kept.body, (kept.etag ??= entityTag(kept.body)));
   }
-  const computation = key === undefined ? undefined : answers!.begin(key);
+  const computation = claimed?.computation;
   try {
     const text = JSON.stringify(await operation(context, queryParameters(exchange.query, options.maxQueryParameters)));
     const make = () => answerOf(text, { label: undefined, retrievals: [...context.retrieved], validUntil: context.reads.validUntil });

@@ -296,12 +296,14 @@ try {
 
   const stats = new pg.Client({ connectionString: databaseUrl });
   await stats.connect();
-  type Row = { scenario: string; measuredUs: [number, number]; rps: number; p50: number; p99: number; cpuUsPerRequest: number; dbTxPerRequest: number; peakRssMb: number; ratioToFloor: number; non2xx: number; cacheHitRatio?: number; answerHitRatio?: number; target?: number };
+  type Row = { scenario: string; measuredUs: [number, number]; rps: number; p50: number; p99: number; cpuUsPerRequest: number; dbTxPerRequest: number; peakRssMb: number; ratioToFloor: number; non2xx: number; cacheHitRatio?: number; answerHitRatio?: number; executionsPerRequest?: number; target?: number };
   /** The server's entity-cache lookups so far, from its /metrics. */
   const cacheLookups = async (server: string) => {
     const text = await (await fetch(`${server}/metrics`)).text();
     const read = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
-    return { hits: read('api_cache_hits_total'), misses: read('api_cache_misses_total'), answerHits: read('api_answer_cache_hits_total'), answerMisses: read('api_answer_cache_misses_total') };
+    // Executions by engine, summed: the GraphQL requests that ran the pipeline (not answered kept or shared).
+    const executions = [...text.matchAll(/^api_graphql_executions_total\{[^}]*\} (\S+)$/gm)].reduce((sum, match) => sum + Number(match[1]), 0);
+    return { hits: read('api_cache_hits_total'), misses: read('api_cache_misses_total'), answerHits: read('api_answer_cache_hits_total'), answerMisses: read('api_answer_cache_misses_total'), executions };
   };
   const rows: Row[] = [];
   /** The measured runs of the server's rows, in µs of the monotonic clock the CPU profile's timestamps use. */
@@ -338,6 +340,7 @@ try {
     const misses = lookups && lookupsAfter ? lookupsAfter.misses - lookups.misses : 0;
     const answerHits = lookups && lookupsAfter ? lookupsAfter.answerHits - lookups.answerHits : 0;
     const answerMisses = lookups && lookupsAfter ? lookupsAfter.answerMisses - lookups.answerMisses : 0;
+    const executions = lookups && lookupsAfter ? lookupsAfter.executions - lookups.executions : 0;
     if (writer) {
       writer.kill('SIGTERM');
       await new Promise((resolve) => writer.on('exit', resolve));
@@ -360,10 +363,12 @@ try {
       ...(hits + misses > 0 ? { cacheHitRatio: Number((hits / (hits + misses)).toFixed(2)) } : {}),
       // GraphQL requests answered with a kept answer, of those that looked for one.
       ...(answerHits + answerMisses > 0 ? { answerHitRatio: Number((answerHits / (answerHits + answerMisses)).toFixed(2)) } : {}),
+      // GraphQL requests that ran an execution (the rest were answered kept, or shared with a request computing the same answer).
+      ...(scenario.url.endsWith('/graphql') ? { executionsPerRequest: Number((executions / Math.max(1, result.requests)).toFixed(2)) } : {}),
       target: scenario.target,
     };
     rows.push(row);
-    console.log(`${row.scenario.padEnd(38)} ${String(row.rps).padStart(6)} req/s  p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${String(row.cpuUsPerRequest).padStart(5)} µs CPU  ${String(row.dbTxPerRequest).padStart(5)} db tx  ${String(row.peakRssMb).padStart(4)} MB  ${row.cacheHitRatio === undefined ? '   -' : row.cacheHitRatio.toFixed(2)} hit  ${row.answerHitRatio === undefined ? '   -' : row.answerHitRatio.toFixed(2)} kept  x${row.ratioToFloor.toFixed(2)}${row.target ? ` (target ${row.target})` : ''}${row.non2xx ? `  non-2xx ${row.non2xx}` : ''}`);
+    console.log(`${row.scenario.padEnd(38)} ${String(row.rps).padStart(6)} req/s  p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${String(row.cpuUsPerRequest).padStart(5)} µs CPU  ${String(row.dbTxPerRequest).padStart(5)} db tx  ${String(row.peakRssMb).padStart(4)} MB  ${row.cacheHitRatio === undefined ? '   -' : row.cacheHitRatio.toFixed(2)} hit  ${row.answerHitRatio === undefined ? '   -' : row.answerHitRatio.toFixed(2)} kept  ${row.executionsPerRequest === undefined ? '   -' : row.executionsPerRequest.toFixed(2)} exec  x${row.ratioToFloor.toFixed(2)}${row.target ? ` (target ${row.target})` : ''}${row.non2xx ? `  non-2xx ${row.non2xx}` : ''}`);
   }
   const row = (name: string) => rows.find((r) => r.scenario === name);
   // GraphQL beside REST for the same data, in this run: CPU a request as a ratio.
