@@ -221,11 +221,13 @@ export class AnswerCache {
   }
 
   private store(key: string, make: () => Answer, reads: ReadonlyMap<string, TagRead>): Answer | undefined {
-    if (!this.enabled || key.length > MAX_ANSWER_KEY_LENGTH || !this.cache.unchangedSinceRead(reads)) return undefined;
+    if (!this.enabled || key.length > MAX_ANSWER_KEY_LENGTH) return undefined;
+    // The key first: most misses of many users each asking rarely end here, before their reads are checked.
     if (!this.asked.ask(key)) {
       this.stats.firstAsked += 1;
       return undefined;
     }
+    if (!this.cache.unchangedSinceRead(reads)) return undefined;
     const tags = [...reads.keys()];
     const entry: Entry = { answer: make(), tags };
     this.entries!.set(key, entry);
