@@ -322,12 +322,15 @@ describe('callers missing the same answer', () => {
   }
 
   /** `count` callers claiming the key, with what each was given so far. */
-  function claimants(answers: AnswerCache, count: number) {
-    const given: ({ answer: string } | { computation: Computation } | undefined)[] = Array.from({ length: count }, () => undefined);
+  function claimants(answers: AnswerCache, count: number, before: () => ReadonlyMap<string, TagRead>) {
+    const given: ({ answer: string } | { computation: Computation; readAgain: boolean } | undefined)[] = Array.from({ length: count }, () => undefined);
     const settled = Array.from({ length: count }, (_, i) =>
-      answers.claim(key, now).then((claimed) => (given[i] = claimed.answer ? { answer: claimed.answer.body.toString() } : { computation: claimed.computation! })),
+      // Each caller read its credentials (here: the organization's row) just before it claimed the key.
+      answers
+        .claim(key, now, before())
+        .then((claimed) => (given[i] = claimed.answer ? { answer: claimed.answer.body.toString() } : { computation: claimed.computation!, readAgain: claimed.readAgain! })),
     );
-    const computing = () => given.filter((g): g is { computation: Computation } => g !== undefined && 'computation' in g);
+    const computing = () => given.filter((g): g is { computation: Computation; readAgain: boolean } => g !== undefined && 'computation' in g);
     const waiting = () => given.filter((g) => g === undefined).length;
     return { given, settled, computing, waiting };
   }
@@ -338,9 +341,12 @@ describe('callers missing the same answer', () => {
     const { answers, readNow, signIn } = setup();
     // The key was asked for before: answers to it are kept.
     (await answers.claim(key, now)).computation!.finish(made('first'), readNow());
-    const owner = (await answers.claim(key, now)).computation!;
+    const claimed = await answers.claim(key, now, readNow());
+    // Nothing to wait for: the first caller computes with what it read.
+    expect(claimed.readAgain).toBe(false);
+    const owner = claimed.computation!;
     const reads = readNow();
-    const callers = claimants(answers, 20);
+    const callers = claimants(answers, 20, readNow);
     await settle();
     expect(callers.waiting()).toBe(20);
     // A change to what the computation read was announced while it ran: its answer is not kept,
@@ -350,6 +356,8 @@ describe('callers missing the same answer', () => {
     await settle();
     expect(callers.computing()).toHaveLength(1);
     expect(callers.waiting()).toBe(19);
+    // What that caller read before it waited changed meanwhile: it reads it again before computing.
+    expect(callers.computing()[0]!.readAgain).toBe(true);
     // The next computation began after the waiters came; its answer is theirs.
     expect(callers.computing()[0]!.computation.finish(made('after the sign-in'), readNow())).toBeDefined();
     await Promise.all(callers.settled);
@@ -361,7 +369,7 @@ describe('callers missing the same answer', () => {
     const { answers, readNow, signIn } = setup();
     (await answers.claim(key, now)).computation!.finish(made('first'), readNow());
     let computing = (await answers.claim(key, now)).computation!;
-    const callers = claimants(answers, 10);
+    const callers = claimants(answers, 10, readNow);
     for (let round = 1; round <= 8; round++) {
       const reads = readNow();
       await settle();
@@ -376,5 +384,18 @@ describe('callers missing the same answer', () => {
     // Each caller waited for eight computations that were not kept: all compute their own now.
     expect(callers.waiting()).toBe(0);
     expect(callers.computing()).toHaveLength(10);
+  });
+
+  it('tell a caller that waited to read again only when what it read before changed meanwhile', async () => {
+    const { answers, readNow } = setup();
+    (await answers.claim(key, now)).computation!.finish(made('first'), readNow());
+    const owner = (await answers.claim(key, now)).computation!;
+    const callers = claimants(answers, 3, readNow);
+    await settle();
+    // Ended without an answer kept (it failed), with nothing the waiters read changed.
+    owner.finish(undefined, new Map());
+    await settle();
+    expect(callers.computing()).toHaveLength(1);
+    expect(callers.computing()[0]!.readAgain).toBe(false);
   });
 });

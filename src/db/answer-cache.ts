@@ -185,14 +185,25 @@ export class AnswerCache {
    * slower for the others and so more likely to overlap the next change: under 100 sign-ins a
    * second the dashboard's answer was computed for 86 % of its requests. A caller waits for at
    * most `MAX_WAITS` computations in turn, then computes its own.
+   *
+   * `before`: what the caller read before it claimed the key (its credentials). When something of
+   * it changed while the caller waited, `readAgain` says so: an answer computed from those reads
+   * could not be kept (a parent's own row changes with every sign-in in its organization), so the
+   * caller reads them again before it computes.
    */
-  async claim(key: string, now: () => number): Promise<{ answer: Answer; computation?: undefined } | { answer?: undefined; computation: Computation }> {
+  async claim(
+    key: string,
+    now: () => number,
+    before?: ReadonlyMap<string, TagRead>,
+  ): Promise<{ answer: Answer; computation?: undefined; readAgain?: undefined } | { answer?: undefined; computation: Computation; readAgain: boolean }> {
     const kept = this.get(key, now());
     if (kept) return { answer: kept };
     for (let waits = 0; ; waits++) {
       const running = this.running.get(key);
       // Checked and begun in one step: the waiters of a computation that ended resume one by one.
-      if (running === undefined || waits === MAX_WAITS || !this.enabled) return { computation: this.begin(key) };
+      if (running === undefined || waits === MAX_WAITS || !this.enabled) {
+        return { computation: this.begin(key), readAgain: waits > 0 && before !== undefined && !this.cache.unchangedSinceRead(before) };
+      }
       this.stats.shared += 1;
       const shared = await running;
       if (shared && now() < shared.validUntil) return { answer: shared };

@@ -192,15 +192,22 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
       sendResult(exchange, outcome.result, taken.mediaType);
       return true;
     }
-    const context = pipeline.context(exchange);
+    let context = pipeline.context(exchange);
     const viewer = await context.viewerKey();
     const document = documents.get(params.query);
     const key = viewer === undefined || document === undefined ? undefined : answerKey(document.id, params, viewer);
-    const claimed = key === undefined ? undefined : await answers.claim(key, now);
+    const claimed = key === undefined ? undefined : await answers.claim(key, now, context.reads.tags);
     if (claimed?.answer) {
       await context.replay(claimed.answer, exchange.record);
       sendAnswer(exchange, claimed.answer, taken.mediaType);
       return true;
+    }
+    // The credentials changed while this request waited for others' computations: verified
+    // again, in a new context, so that the answer computed is current and may be kept.
+    let sameViewer = true;
+    if (claimed?.readAgain) {
+      context = pipeline.context(exchange);
+      sameViewer = (await context.viewerKey()) === viewer;
     }
     // A document not known yet: its key is named once an answer to it may be kept.
     const computation = claimed?.computation ?? (viewer === undefined ? undefined : answers.begin(undefined));
@@ -210,7 +217,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
       const make = () =>
         answerOf(serialiseResult(outcome.result), { label: exchange.record.operation, retrievals: [...context.retrieved], validUntil: context.reads.validUntil });
       // A document is given an id once an answer to it may be kept.
-      const kept = computation && keepable(outcome, context, exchange) ? computation.finish(make, context.reads.tags, key ?? answerKey(known(params.query).id, params, viewer!)) : undefined;
+      const kept = computation && sameViewer && keepable(outcome, context, exchange) ? computation.finish(make, context.reads.tags, key ?? answerKey(known(params.query).id, params, viewer!)) : undefined;
       if (kept) sendAnswer(exchange, kept, taken.mediaType);
       else sendResult(exchange, outcome.result, taken.mediaType);
       return true;

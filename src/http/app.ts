@@ -171,7 +171,7 @@ export function createApp(options: AppOptions): App {
     protocol: 'rest',
     limited: true,
     handle: (exchange) =>
-      answerRest(exchange, operation, createRequestContext(deps, exchange), { maxQueryParameters: limits.maxQueryParameters, logger, answers, now: clock }),
+      answerRest(exchange, operation, () => createRequestContext(deps, exchange), { maxQueryParameters: limits.maxQueryParameters, logger, answers, now: clock }),
   });
   const probe = (path: string, handle: Route['handle']): Route => ({ path, label: path, methods: READ_ONLY, protocol: 'rest', limited: false, handle });
 

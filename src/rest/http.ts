@@ -42,24 +42,33 @@ export type RestOperation = (context: RequestContext, parameters: Map<string, st
 export async function answerRest(
   exchange: Exchange,
   operation: RestOperation,
-  context: RequestContext,
+  /** The request's context; called again for a new one when the first one's reads went stale. */
+  contextFor: () => RequestContext,
   options: { maxQueryParameters: number; logger: Logger; answers?: AnswerCache; now: () => number },
 ): Promise<void> {
   const { answers, now, logger } = options;
+  let context = contextFor();
   // A success kept whole (db/answer-cache.ts) under the path, the query string as sent and the viewer.
   const viewer = answers?.enabled ? await context.viewerKey() : undefined;
   const key = viewer === undefined ? undefined : `${exchange.path}?${exchange.query}\n${viewer}`;
-  const claimed = key === undefined ? undefined : await answers!.claim(key, now);
+  const claimed = key === undefined ? undefined : await answers!.claim(key, now, context.reads.tags);
   const kept = claimed?.answer;
   if (kept) {
     await context.replay(kept, exchange.record);
     return exchange.sendRevalidated(JSON_TYPE, kept.body, (kept.etag ??= entityTag(kept.body)));
   }
   const computation = claimed?.computation;
+  // The credentials changed while this request waited for others' computations (see AnswerCache.claim).
+  let sameViewer = true;
+  if (claimed?.readAgain) {
+    context = contextFor();
+    sameViewer = (await context.viewerKey()) === viewer;
+  }
   try {
     const text = JSON.stringify(await operation(context, queryParameters(exchange.query, options.maxQueryParameters)));
     const make = () => answerOf(text, { label: undefined, retrievals: [...context.retrieved], validUntil: context.reads.validUntil });
-    const kept = computation && exchange.record.caller !== undefined && context.reads.reusable(now()) ? computation.finish(make, context.reads.tags) : undefined;
+    const kept =
+      computation && sameViewer && exchange.record.caller !== undefined && context.reads.reusable(now()) ? computation.finish(make, context.reads.tags) : undefined;
     if (kept) exchange.sendRevalidated(JSON_TYPE, kept.body, (kept.etag = entityTag(kept.body)));
     else exchange.sendRevalidated(JSON_TYPE, text);
   } catch (error) {
