@@ -1,6 +1,6 @@
 import { getOperationAST, type ExecutionResult } from 'graphql';
 import { LRUCache } from 'lru-cache';
-import type { RequestContext } from '../context.js';
+import { claimAnswer, type RequestContext } from '../context.js';
 import type { TagRead } from '../db/read-set.js';
 import { answerOf, MAX_ANSWER_KEY_LENGTH, type AnswerCache } from '../db/answer-cache.js';
 import type { Exchange } from '../http/exchange.js';
@@ -196,19 +196,14 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
     const viewer = await context.viewerKey();
     const document = documents.get(params.query);
     const key = viewer === undefined || document === undefined ? undefined : answerKey(document.id, params, viewer);
-    const claimed = key === undefined ? undefined : await answers.claim(key, now, context.reads.tags);
+    const claimed = key === undefined ? undefined : await claimAnswer(answers, key, viewer!, context, () => pipeline.context(exchange), now);
     if (claimed?.answer) {
       await context.replay(claimed.answer, exchange.record);
       sendAnswer(exchange, claimed.answer, taken.mediaType);
       return true;
     }
-    // The credentials changed while this request waited for others' computations: verified
-    // again, in a new context, so that the answer computed is current and may be kept.
-    let sameViewer = true;
-    if (claimed?.readAgain) {
-      context = pipeline.context(exchange);
-      sameViewer = (await context.viewerKey()) === viewer;
-    }
+    if (claimed) context = claimed.context;
+    const sameViewer = claimed?.keep ?? true;
     // A document not known yet: its key is named once an answer to it may be kept.
     const computation = claimed?.computation ?? (viewer === undefined ? undefined : answers.begin(undefined));
     try {

@@ -1,4 +1,4 @@
-import type { RequestContext } from '../context.js';
+import { claimAnswer, type RequestContext } from '../context.js';
 import { answerOf, type AnswerCache } from '../db/answer-cache.js';
 import { ApiError, MethodNotAllowedError, toApiError } from '../errors.js';
 import { entityTag, type Exchange } from '../http/exchange.js';
@@ -51,19 +51,15 @@ export async function answerRest(
   // A success kept whole (db/answer-cache.ts) under the path, the query string as sent and the viewer.
   const viewer = answers?.enabled ? await context.viewerKey() : undefined;
   const key = viewer === undefined ? undefined : `${exchange.path}?${exchange.query}\n${viewer}`;
-  const claimed = key === undefined ? undefined : await answers!.claim(key, now, context.reads.tags);
+  const claimed = key === undefined ? undefined : await claimAnswer(answers!, key, viewer!, context, contextFor, now);
   const kept = claimed?.answer;
   if (kept) {
     await context.replay(kept, exchange.record);
     return exchange.sendRevalidated(JSON_TYPE, kept.body, (kept.etag ??= entityTag(kept.body)));
   }
+  if (claimed) context = claimed.context;
   const computation = claimed?.computation;
-  // The credentials changed while this request waited for others' computations (see AnswerCache.claim).
-  let sameViewer = true;
-  if (claimed?.readAgain) {
-    context = contextFor();
-    sameViewer = (await context.viewerKey()) === viewer;
-  }
+  const sameViewer = claimed?.keep ?? true;
   try {
     const text = JSON.stringify(await operation(context, queryParameters(exchange.query, options.maxQueryParameters)));
     const make = () => answerOf(text, { label: undefined, retrievals: [...context.retrieved], validUntil: context.reads.validUntil });
