@@ -7,7 +7,7 @@ import {
 } from './auth/authenticate.js';
 import { isParentByJwt } from './auth/authorize.js';
 import type { Config } from './config.js';
-import type { Answer, AnswerCache, Computation } from './db/answer-cache.js';
+import type { Answer, AnswerCache, Claim, Computation } from './db/answer-cache.js';
 import type { Database } from './db/database.js';
 import { ReadSet } from './db/read-set.js';
 import type { EntityCache } from './db/entity-cache.js';
@@ -232,15 +232,23 @@ export function createRequestContext(deps: AppDependencies, source: RequestSourc
  * context from `fresh`, so that its answer is current; `keep` says whether that answer may be kept
  * under the key (the credentials still name `viewer`).
  */
-export async function claimAnswer(
+export function claimAnswer(
   answers: AnswerCache,
   key: string,
   viewer: string,
   context: RequestContext,
   fresh: () => RequestContext,
   now: () => number,
-): Promise<{ answer: Answer } | { answer?: undefined; computation: Computation; context: RequestContext; keep: boolean }> {
-  const claimed = await answers.claim(key, now, context.reads.tags);
+): ClaimedAnswer | Promise<ClaimedAnswer> {
+  const claimed = answers.claim(key, now, context.reads.tags);
+  // A kept answer at once (see `AnswerCache.claim`); the rest once waited for.
+  if (claimed instanceof Promise) return claimed.then((waited) => afterWait(waited, viewer, context, fresh));
+  return claimed.answer ? { answer: claimed.answer } : afterWait(claimed, viewer, context, fresh);
+}
+
+type ClaimedAnswer = { answer: Answer } | { answer?: undefined; computation: Computation; context: RequestContext; keep: boolean };
+
+async function afterWait(claimed: Claim, viewer: string, context: RequestContext, fresh: () => RequestContext): Promise<ClaimedAnswer> {
   if (claimed.answer) return { answer: claimed.answer };
   if (!claimed.readAgain) return { computation: claimed.computation, context, keep: true };
   const renewed = fresh();

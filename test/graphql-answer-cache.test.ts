@@ -326,8 +326,7 @@ describe('callers missing the same answer', () => {
     const given: ({ answer: string } | { computation: Computation; readAgain: boolean } | undefined)[] = Array.from({ length: count }, () => undefined);
     const settled = Array.from({ length: count }, (_, i) =>
       // Each caller read its credentials (here: the organization's row) just before it claimed the key.
-      answers
-        .claim(key, now, before())
+      Promise.resolve(answers.claim(key, now, before()))
         .then((claimed) => (given[i] = claimed.answer ? { answer: claimed.answer.body.toString() } : { computation: claimed.computation!, readAgain: claimed.readAgain! })),
     );
     const computing = () => given.filter((g): g is { computation: Computation; readAgain: boolean } => g !== undefined && 'computation' in g);

@@ -12,6 +12,7 @@ describe(`HTTP caching (${testMode})`, () => {
   const database = useTestDatabase();
   const lean = useServer(database);
   const full = useServer(database, { graphqlDoor: 'full' });
+  const withOrigins = useServer(database, { env: { CORS_ORIGINS: 'https://app.example' } });
 
   const retrievals = async (server: TestServer, parentId: string) => {
     await server.app.deps.retrievals.flush();
@@ -46,6 +47,15 @@ describe(`HTTP caching (${testMode})`, () => {
       const stale = await rest(lean(), path, { token, headers: { 'if-none-match': '"stale"' } });
       expect(stale.status, path).toBe(200);
       expect(stale.body, path).toEqual(first.body);
+      // A browser's request: the CORS headers beside the revalidation's, `Vary` naming each once.
+      for (const ifNoneMatch of [undefined, tag]) {
+        const cors = await rest(withOrigins(), path, { token, headers: { origin: 'https://app.example', ...(ifNoneMatch ? { 'if-none-match': ifNoneMatch } : {}) } });
+        expect(cors.status, path).toBe(ifNoneMatch ? 304 : 200);
+        expect(cors.headers.get('access-control-allow-origin'), path).toBe('https://app.example');
+        expect(cors.headers.get('vary'), path).toBe('Origin, Authorization, X-Public-Key');
+        expect(cors.headers.get('etag'), path).toBe(tag);
+        expect(cors.headers.get('cache-control'), path).toBe('private, no-cache');
+      }
     }
   });
 

@@ -71,6 +71,9 @@ export class AskedKeys {
   }
 }
 
+/** What `AnswerCache.claim` gives a caller missing a key: an answer, or the computation it makes. */
+export type Claim = { answer: Answer; computation?: undefined; readAgain?: undefined } | { answer?: undefined; computation: Computation; readAgain: boolean };
+
 /** Computations of one key a caller waits for in turn before it computes the answer itself. */
 const MAX_WAITS = 8;
 
@@ -190,14 +193,16 @@ export class AnswerCache {
    * it changed while the caller waited, `readAgain` says so: an answer computed from those reads
    * could not be kept (a parent's own row changes with every sign-in in its organization), so the
    * caller reads them again before it computes.
+   *
+   * A kept answer is given at once, not as a promise: a hit is most requests, and its caller
+   * awaits nothing more.
    */
-  async claim(
-    key: string,
-    now: () => number,
-    before?: ReadonlyMap<string, TagRead>,
-  ): Promise<{ answer: Answer; computation?: undefined; readAgain?: undefined } | { answer?: undefined; computation: Computation; readAgain: boolean }> {
+  claim(key: string, now: () => number, before?: ReadonlyMap<string, TagRead>): Claim | Promise<Claim> {
     const kept = this.get(key, now());
-    if (kept) return { answer: kept };
+    return kept ? { answer: kept } : this.waitOrBegin(key, now, before);
+  }
+
+  private async waitOrBegin(key: string, now: () => number, before: ReadonlyMap<string, TagRead> | undefined): Promise<Claim> {
     for (let waits = 0; ; waits++) {
       const running = this.running.get(key);
       // Checked and begun in one step: the waiters of a computation that ended resume one by one.

@@ -196,7 +196,8 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
     const viewer = await context.viewerKey();
     const document = documents.get(params.query);
     const key = viewer === undefined || document === undefined ? undefined : answerKey(document.id, params, viewer);
-    const claimed = key === undefined ? undefined : await claimAnswer(answers, key, viewer!, context, () => pipeline.context(exchange), now);
+    const claiming = key === undefined ? undefined : claimAnswer(answers, key, viewer!, context, () => pipeline.context(exchange), now);
+    const claimed = claiming instanceof Promise ? await claiming : claiming;
     if (claimed?.answer) {
       await context.replay(claimed.answer, exchange.record);
       sendAnswer(exchange, claimed.answer, taken.mediaType);

@@ -59,8 +59,7 @@ export class Exchange {
     const key = name.toLowerCase();
     const existing = this.extra.get(key);
     if (key === 'vary' && existing) {
-      const values = new Set([...existing[1].split(','), ...value.split(',')].map((v) => v.trim()).filter(Boolean));
-      this.extra.set(key, [existing[0], [...values].join(', ')]);
+      this.extra.set(key, [existing[0], mergeVary(existing[1], value)]);
       return;
     }
     this.extra.set(key, [name, value]);
@@ -80,8 +79,13 @@ export class Exchange {
     this.write(status, contentType, payload, options.noStore === true, this.carriesSecret(payload));
   }
 
-  /** `send`, with whether the payload carries a secret already known. */
-  private write(status: number, contentType: string | undefined, payload: string | Buffer, noStore: boolean, secret: boolean): void {
+  /**
+   * `send`, with whether the payload carries a secret already known; `tag`: the answer is
+   * revalidated by that entity tag (`sendRevalidated`), and carries it with `Cache-Control` and
+   * `Vary` as if added to the exchange's headers (those replace, `Vary` adds up), written here
+   * without going through the exchange's map on every answer.
+   */
+  private write(status: number, contentType: string | undefined, payload: string | Buffer, noStore: boolean, secret: boolean, tag?: string): void {
     if (this.held) for (const effect of this.held.splice(0)) if (status !== 304) effect();
     // One flat list handed to writeHead: Node frames it directly, without its per-header map
     // (a header set earlier, such as `Connection: close` while draining, still merges).
@@ -91,7 +95,14 @@ export class Exchange {
     if (status !== 304) head.push('Content-Length', String(Buffer.byteLength(payload)));
     head.push('X-Request-Id', this.requestId);
     if (noStore || secret) head.push('Cache-Control', 'no-store');
-    for (const [key, [name, value]] of this.extra) if (!secret || !STORAGE_HEADERS.has(key)) head.push(name, value);
+    if (tag === undefined) {
+      for (const [key, [name, value]] of this.extra) if (!secret || !STORAGE_HEADERS.has(key)) head.push(name, value);
+    } else {
+      head.push('ETag', tag, 'Cache-Control', REVALIDATE);
+      const vary = this.extra.get('vary');
+      head.push('Vary', vary === undefined ? VARY_CREDENTIALS : mergeVary(vary[1], VARY_CREDENTIALS));
+      for (const [key, [name, value]] of this.extra) if (!REVALIDATION_HEADERS.has(key)) head.push(name, value);
+    }
     this.response.writeHead(status, head).end(payload);
   }
 
@@ -128,9 +139,8 @@ export class Exchange {
   sendRevalidated(contentType: string, payload: string | Buffer, tag?: string): void {
     if (this.carriesSecret(payload)) return this.write(200, contentType, payload, true, true);
     tag ??= entityTag(payload);
-    this.addHeaders({ ETag: tag, 'Cache-Control': REVALIDATE, Vary: 'Authorization, X-Public-Key' });
-    if (noneMatch(this.header('if-none-match'), tag)) this.send(200, contentType, payload);
-    else this.send(304, undefined, '');
+    if (noneMatch(this.header('if-none-match'), tag)) this.write(200, contentType, payload, false, false, tag);
+    else this.write(304, undefined, '', false, false, tag);
   }
 
   sendJson(status: number, body: unknown, options: { noStore?: boolean } = {}): void {
@@ -155,6 +165,18 @@ export async function drained(response: ServerResponse, stallMs: number, signal?
 
 /** Headers that would let a cache keep or revalidate an answer: never sent with a secret. */
 const STORAGE_HEADERS = new Set(['cache-control', 'etag', 'last-modified', 'expires']);
+
+/** What a revalidated answer sets: its tag and `Cache-Control` replace any added; `Vary` adds up. */
+const REVALIDATION_HEADERS = new Set(['etag', 'cache-control', 'vary']);
+
+/** A revalidated answer differs by the credentials it was answered for. */
+const VARY_CREDENTIALS = 'Authorization, X-Public-Key';
+
+/** Two `Vary` values as one, each name once, in the order first seen. */
+function mergeVary(existing: string, added: string): string {
+  const values = new Set([...existing.split(','), ...added.split(',')].map((v) => v.trim()).filter(Boolean));
+  return [...values].join(', ');
+}
 
 /** What cacheable answers carry: browsers keep them and revalidate every time; shared caches keep nothing. */
 export const REVALIDATE = 'private, no-cache';

@@ -51,7 +51,8 @@ export async function answerRest(
   // A success kept whole (db/answer-cache.ts) under the path, the query string as sent and the viewer.
   const viewer = answers?.enabled ? await context.viewerKey() : undefined;
   const key = viewer === undefined ? undefined : `${exchange.path}?${exchange.query}\n${viewer}`;
-  const claimed = key === undefined ? undefined : await claimAnswer(answers!, key, viewer!, context, contextFor, now);
+  const claiming = key === undefined ? undefined : claimAnswer(answers!, key, viewer!, context, contextFor, now);
+  const claimed = claiming instanceof Promise ? await claiming : claiming;
   const kept = claimed?.answer;
   if (kept) {
     await context.replay(kept, exchange.record);

@@ -32,6 +32,12 @@ const { values: args } = parseArgs({
     json: { type: 'string', default: path.join(root, '.bench', 'results.json') },
     /** Another checkout, built there: its server runs beside this one, each row measured on both in turn. */
     compare: { type: 'string' },
+    /**
+     * Measure every row this many times, in rounds, and report each row's median (by CPU a
+     * request). With --compare the pair's order alternates from one round to the next: the
+     * server measured first in a pair is often slower, whichever it is.
+     */
+    rounds: { type: 'string', default: '1' },
   },
 });
 const children = Number(args.children);
@@ -43,9 +49,10 @@ const signinsPerSecond = Number(args.signins);
 const CLIENT_ACCEPT = 'application/graphql-response+json, application/json;q=0.9';
 const CLOCK_TICK_US = 1_000_000 / Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim() || 100);
 
-function cpuTicks(pid: number): number {
+/** The process's CPU time so far in clock ticks: in user space and in the kernel (system calls, the network stack). */
+function cpuTicks(pid: number): { user: number; system: number } {
   const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return Number(fields[11]) + Number(fields[12]);
+  return { user: Number(fields[11]), system: Number(fields[12]) };
 }
 function rssMb(pid: number, field: 'VmRSS' | 'VmHWM'): number {
   const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((l) => l.startsWith(field))!;
@@ -296,7 +303,7 @@ try {
 
   const stats = new pg.Client({ connectionString: databaseUrl });
   await stats.connect();
-  type Row = { scenario: string; measuredUs: [number, number]; rps: number; p50: number; p99: number; cpuUsPerRequest: number; dbTxPerRequest: number; peakRssMb: number; ratioToFloor: number; non2xx: number; cacheHitRatio?: number; answerHitRatio?: number; executionsPerRequest?: number; target?: number };
+  type Row = { scenario: string; measuredUs: [number, number]; rps: number; p50: number; p99: number; cpuUsPerRequest: number; systemUsPerRequest: number; dbTxPerRequest: number; peakRssMb: number; ratioToFloor: number; non2xx: number; cacheHitRatio?: number; answerHitRatio?: number; executionsPerRequest?: number; target?: number };
   /** The server's entity-cache lookups so far, from its /metrics. */
   const cacheLookups = async (server: string) => {
     const text = await (await fetch(`${server}/metrics`)).text();
@@ -309,7 +316,17 @@ try {
   /** The measured runs of the server's rows, in µs of the monotonic clock the CPU profile's timestamps use. */
   const measured: [number, number][] = [];
   let floorRps = 0;
-  for (const scenario of scenarios) {
+  const rounds = Math.max(1, Number(args.rounds));
+  // Each round measures every row once; a compared pair in one order, then in the other.
+  const sequence = Array.from({ length: rounds }, (_, round) =>
+    scenarios.flatMap((s, i) => {
+      if (s.compared) return [];
+      const twin = scenarios[i + 1]?.compared ? scenarios[i + 1]! : undefined;
+      return twin === undefined ? [s] : round % 2 === 0 ? [s, twin] : [twin, s];
+    }),
+  ).flat();
+  const measurements = new Map<string, Row[]>();
+  for (const [index, scenario] of sequence.entries()) {
     const pid = scenario.name.startsWith('floor') ? floor.pid! : scenario.name.startsWith('ceiling') ? ceiling.pid! : scenario.compared ? other!.pid! : app.pid!;
     const server = scenario.compared ? compareBase : base;
     const writer = scenario.signins
@@ -354,7 +371,9 @@ try {
       rps: Math.round(result.rps),
       p50: result.p50,
       p99: result.p99,
-      cpuUsPerRequest: Math.round(((ticksAfter - ticks) * CLOCK_TICK_US) / Math.max(1, result.requests)),
+      cpuUsPerRequest: Math.round(((ticksAfter.user + ticksAfter.system - ticks.user - ticks.system) * CLOCK_TICK_US) / Math.max(1, result.requests)),
+      // Of which in the kernel: the same read and write a request on every path (strace -c), so rows compare best on the rest.
+      systemUsPerRequest: Math.round(((ticksAfter.system - ticks.system) * CLOCK_TICK_US) / Math.max(1, result.requests)),
       // Each statement outside a transaction is one; the stats query itself adds one per reading.
       dbTxPerRequest: Number(((txAfter - tx - 1) / Math.max(1, result.requests)).toFixed(2)),
       peakRssMb: rssMb(pid, 'VmHWM'),
@@ -367,10 +386,34 @@ try {
       ...(scenario.url.endsWith('/graphql') ? { executionsPerRequest: Number((executions / Math.max(1, result.requests)).toFixed(2)) } : {}),
       target: scenario.target,
     };
-    rows.push(row);
-    console.log(`${row.scenario.padEnd(38)} ${String(row.rps).padStart(6)} req/s  p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${String(row.cpuUsPerRequest).padStart(5)} µs CPU  ${String(row.dbTxPerRequest).padStart(5)} db tx  ${String(row.peakRssMb).padStart(4)} MB  ${row.cacheHitRatio === undefined ? '   -' : row.cacheHitRatio.toFixed(2)} hit  ${row.answerHitRatio === undefined ? '   -' : row.answerHitRatio.toFixed(2)} kept  ${row.executionsPerRequest === undefined ? '   -' : row.executionsPerRequest.toFixed(2)} exec  x${row.ratioToFloor.toFixed(2)}${row.target ? ` (target ${row.target})` : ''}${row.non2xx ? `  non-2xx ${row.non2xx}` : ''}`);
+    measurements.set(row.scenario, [...(measurements.get(row.scenario) ?? []), row]);
+    if (rounds > 1) console.log(`round ${Math.floor(index / (sequence.length / rounds)) + 1}: ${format(row)}`);
+    else rows.push(row);
+  }
+  if (rounds > 1) {
+    // The median measurement of each row, by CPU a request (its other figures are that run's).
+    console.log(`\nmedians of ${rounds} rounds:`);
+    for (const scenario of scenarios) {
+      const runs = [...(measurements.get(scenario.name) ?? [])].sort((a, b) => a.cpuUsPerRequest - b.cpuUsPerRequest);
+      if (runs.length > 0) rows.push(runs[Math.floor((runs.length - 1) / 2)]!);
+    }
+  }
+  for (const row of rows) console.log(format(row));
+  function format(row: Row): string {
+    return `${row.scenario.padEnd(38)} ${String(row.rps).padStart(6)} req/s  p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${String(row.cpuUsPerRequest).padStart(5)} µs CPU (${String(row.systemUsPerRequest).padStart(3)} sys)  ${String(row.dbTxPerRequest).padStart(5)} db tx  ${String(row.peakRssMb).padStart(4)} MB  ${row.cacheHitRatio === undefined ? '   -' : row.cacheHitRatio.toFixed(2)} hit  ${row.answerHitRatio === undefined ? '   -' : row.answerHitRatio.toFixed(2)} kept  ${row.executionsPerRequest === undefined ? '   -' : row.executionsPerRequest.toFixed(2)} exec  x${row.ratioToFloor.toFixed(2)}${row.target ? ` (target ${row.target})` : ''}${row.non2xx ? `  non-2xx ${row.non2xx}` : ''}`;
   }
   const row = (name: string) => rows.find((r) => r.scenario === name);
+  /**
+   * A figure of two rows computed round by round (the rows of one round were measured minutes
+   * apart at most, on the machine as it was then), and its median over the rounds.
+   */
+  const paired = (a: Row, b: Row, figure: (a: Row, b: Row) => number): number => {
+    const [as, bs] = [measurements.get(a.scenario)!, measurements.get(b.scenario)!];
+    const values = as.map((run, i) => figure(run, bs[i]!)).sort((x, y) => x - y);
+    return values[Math.floor((values.length - 1) / 2)]!;
+  };
+  const ratio = (a: Row, b: Row) => paired(a, b, (x, y) => x.cpuUsPerRequest / y.cpuUsPerRequest).toFixed(2);
+  const eachRound = rounds > 1 ? `, the median of the rounds' ratios` : '';
   // GraphQL beside REST for the same data, in this run: CPU a request as a ratio.
   const pairs: [string, string][] = [
     ['GraphQL me (REST profile fields)', 'REST profile (parent)'],
@@ -380,15 +423,20 @@ try {
   ];
   for (const [graphql, rest] of pairs) {
     const [g, r] = [row(graphql), row(rest)];
-    if (g && r) console.log(`${graphql} / ${rest}: ${(g.cpuUsPerRequest / r.cpuUsPerRequest).toFixed(2)}x the CPU a request (${g.cpuUsPerRequest} / ${r.cpuUsPerRequest} µs)`);
+    if (g && r) console.log(`${graphql} / ${rest}: ${ratio(g, r)}x the CPU a request (${g.cpuUsPerRequest} / ${r.cpuUsPerRequest} µs${eachRound})`);
   }
   // --compare: each row's CPU a request here against the other checkout's, measured just after it.
   for (const theirs of rows.filter((r) => r.scenario.endsWith(' [compare]'))) {
     const ours = row(theirs.scenario.slice(0, -' [compare]'.length));
-    if (ours) console.log(`${ours.scenario}: ${ours.cpuUsPerRequest} µs here, ${theirs.cpuUsPerRequest} µs compared (${(ours.cpuUsPerRequest / theirs.cpuUsPerRequest).toFixed(2)}x)`);
+    if (ours) console.log(`${ours.scenario}: ${ours.cpuUsPerRequest} µs here, ${theirs.cpuUsPerRequest} µs compared (${ratio(ours, theirs)}x${eachRound})`);
   }
   const [health, profile] = [row('healthz'), row('REST profile (parent)')];
-  if (health && profile) console.log(`REST profile (parent) - healthz: ${profile.cpuUsPerRequest - health.cpuUsPerRequest} µs CPU a request (target ≤ 40)`);
+  if (health && profile) {
+    const total = paired(profile, health, (a, b) => a.cpuUsPerRequest - b.cpuUsPerRequest);
+    const kernel = paired(profile, health, (a, b) => a.systemUsPerRequest - b.systemUsPerRequest);
+    const each = rounds > 1 ? ', medians of the rounds\' differences' : '';
+    console.log(`REST profile (parent) - healthz: ${total} µs CPU a request (target ≤ 40; in user space ${total - kernel}, in the kernel ${kernel}${each})`);
+  }
   const [first, deep] = [row('REST child accounts, first page'), row('REST child accounts, depth 10,000')];
   if (first && deep) {
     console.log(`depth 10,000 vs first page: ${(deep.cpuUsPerRequest / first.cpuUsPerRequest).toFixed(2)}x the server CPU, ${(first.rps / deep.rps).toFixed(2)}x the time per request (target ≤ 1.2)`);
