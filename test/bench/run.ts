@@ -391,11 +391,15 @@ try {
     else rows.push(row);
   }
   if (rounds > 1) {
-    // The median measurement of each row, by CPU a request (its other figures are that run's).
+    // The median measurement of each row, by CPU a request (its other figures are that run's, but
+    // for the ratio to the floor, the median of the rounds' ratios, and the peak memory, the highest).
     console.log(`\nmedians of ${rounds} rounds:`);
+    const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor((values.length - 1) / 2)]!;
     for (const scenario of scenarios) {
       const runs = [...(measurements.get(scenario.name) ?? [])].sort((a, b) => a.cpuUsPerRequest - b.cpuUsPerRequest);
-      if (runs.length > 0) rows.push(runs[Math.floor((runs.length - 1) / 2)]!);
+      if (runs.length === 0) continue;
+      const ratioToFloor = median(runs.map((run) => run.ratioToFloor));
+      rows.push({ ...runs[Math.floor((runs.length - 1) / 2)]!, ratioToFloor, peakRssMb: Math.max(...runs.map((run) => run.peakRssMb)) });
     }
   }
   for (const row of rows) console.log(format(row));
