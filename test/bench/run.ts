@@ -38,8 +38,15 @@ const { values: args } = parseArgs({
      * server measured first in a pair is often slower, whichever it is.
      */
     rounds: { type: 'string', default: '1' },
+    /**
+     * With --rounds: start the servers anew before each round. A server process keeps a bias (its
+     * compiled code, its memory's layout) of up to 1.2x through a run; new processes each round
+     * make the median one of several processes. Not with --profile (one profile a process).
+     */
+    restart: { type: 'boolean', default: false },
   },
 });
+if (args.restart && args.profile) throw new Error('--restart and --profile do not go together: the profile is of one server process');
 const children = Number(args.children);
 const duration = Number(args.duration);
 const connections = Number(args.connections);
@@ -59,11 +66,14 @@ function rssMb(pid: number, field: 'VmRSS' | 'VmHWM'): number {
   return Math.round(Number(line.split(/\s+/)[1]) / 1024);
 }
 
-async function waitFor(url: string): Promise<void> {
+/** Until `url` answers; with `ok`, until it answers 2xx (a server's /readyz once it takes requests). */
+async function waitFor(url: string, ok = false): Promise<void> {
   for (let i = 0; i < 300; i++) {
     try {
-      await fetch(url);
-      return;
+      const answer = await fetch(url);
+      await answer.arrayBuffer();
+      if (!ok || answer.ok) return;
+      await new Promise((r) => setTimeout(r, 100));
     } catch {
       await new Promise((r) => setTimeout(r, 100));
     }
@@ -209,19 +219,25 @@ try {
   const startEnv = Object.fromEntries(startScript.split(/\s+/).filter((word) => /^[A-Z_]+=/.test(word)).map((word) => word.split('=', 2) as [string, string]));
   // BENCH_APP_STDOUT: a file for the server's standard output (where --trace-gc writes).
   const appStdout = process.env.BENCH_APP_STDOUT ? openSync(process.env.BENCH_APP_STDOUT, 'w') : 'ignore';
-  const app = spawn(process.execPath, [...nodeFlags, path.join(root, 'dist', 'main.js')], { env: { ...env, ...startEnv }, stdio: ['ignore', appStdout, 'inherit'] });
-  processes.push(app);
+  const startApp = () => {
+    const started = spawn(process.execPath, [...nodeFlags, path.join(root, 'dist', 'main.js')], { env: { ...env, ...startEnv }, stdio: ['ignore', appStdout, 'inherit'] });
+    processes.push(started);
+    return started;
+  };
+  let app = startApp();
   // --compare: the other checkout's server, built there, with the same flags on the same database.
   const comparePort = await freePort();
   const compared = args.compare ? path.resolve(args.compare) : undefined;
   if (compared) spawnSync('npm', ['run', '-s', 'build'], { cwd: compared, stdio: 'inherit' });
-  const other = compared
-    ? spawn(process.execPath, [...nodeFlags.filter((flag) => !flag.startsWith('--cpu-prof')), path.join(compared, 'dist', 'main.js')], {
-        env: { ...env, ...startEnv, PORT: String(comparePort) },
-        stdio: ['ignore', 'ignore', 'inherit'],
-      })
-    : undefined;
-  if (other) processes.push(other);
+  const startOther = (checkout: string) => {
+    const started = spawn(process.execPath, [...nodeFlags.filter((flag) => !flag.startsWith('--cpu-prof')), path.join(checkout, 'dist', 'main.js')], {
+      env: { ...env, ...startEnv, PORT: String(comparePort) },
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    processes.push(started);
+    return started;
+  };
+  let other = compared ? startOther(compared) : undefined;
   const floor = spawn(process.execPath, [path.join(root, 'test', 'bench', 'floor.mjs')], { env: { ...env, PORT: String(floorPort), FLOOR_ACCOUNT_ID: big!.parent.userID }, stdio: ['ignore', 'ignore', 'inherit'] });
   processes.push(floor);
   const base = `http://127.0.0.1:${appPort}`;
@@ -326,7 +342,18 @@ try {
     }),
   ).flat();
   const measurements = new Map<string, Row[]>();
+  const perRound = sequence.length / rounds;
   for (const [index, scenario] of sequence.entries()) {
+    // --restart: new server processes for every round after the first (see its option).
+    if (args.restart && index > 0 && index % perRound === 0) {
+      const stopping = [app, ...(other ? [other] : [])];
+      for (const p of stopping) p.kill('SIGTERM');
+      await Promise.all(stopping.map((p) => new Promise((resolve) => (p.exitCode !== null || p.signalCode !== null ? resolve(null) : p.on('exit', resolve)))));
+      processes.splice(0, processes.length, ...processes.filter((p) => !stopping.includes(p)));
+      app = startApp();
+      other = compared ? startOther(compared) : undefined;
+      await Promise.all([waitFor(`${base}/readyz`, true), ...(other ? [waitFor(`${compareBase}/readyz`, true)] : [])]);
+    }
     const pid = scenario.name.startsWith('floor') ? floor.pid! : scenario.name.startsWith('ceiling') ? ceiling.pid! : scenario.compared ? other!.pid! : app.pid!;
     const server = scenario.compared ? compareBase : base;
     const writer = scenario.signins
@@ -387,7 +414,7 @@ try {
       target: scenario.target,
     };
     measurements.set(row.scenario, [...(measurements.get(row.scenario) ?? []), row]);
-    if (rounds > 1) console.log(`round ${Math.floor(index / (sequence.length / rounds)) + 1}: ${format(row)}`);
+    if (rounds > 1) console.log(`round ${Math.floor(index / perRound) + 1}: ${format(row)}`);
     else rows.push(row);
   }
   if (rounds > 1) {
