@@ -242,8 +242,7 @@ export function claimAnswer(
 ): ClaimedAnswer | Promise<ClaimedAnswer> {
   const claimed = answers.claim(key, now, context.reads.tags);
   // A kept answer at once (see `AnswerCache.claim`); the rest once waited for.
-  if (claimed instanceof Promise) return claimed.then((waited) => afterWait(waited, viewer, context, fresh));
-  return claimed.answer ? { answer: claimed.answer } : afterWait(claimed, viewer, context, fresh);
+  return claimed instanceof Promise ? claimed.then((waited) => afterWait(waited, viewer, context, fresh)) : claimed;
 }
 
 type ClaimedAnswer = { answer: Answer } | { answer?: undefined; computation: Computation; context: RequestContext; keep: boolean };

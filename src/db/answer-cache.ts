@@ -71,8 +71,11 @@ export class AskedKeys {
   }
 }
 
+/** A claim answered by a kept answer (at once, or once another caller's was kept). */
+type Answered = { answer: Answer; computation?: undefined; readAgain?: undefined };
+
 /** What `AnswerCache.claim` gives a caller missing a key: an answer, or the computation it makes. */
-export type Claim = { answer: Answer; computation?: undefined; readAgain?: undefined } | { answer?: undefined; computation: Computation; readAgain: boolean };
+export type Claim = Answered | { answer?: undefined; computation: Computation; readAgain: boolean };
 
 /** Computations of one key a caller waits for in turn before it computes the answer itself. */
 const MAX_WAITS = 8;
@@ -197,7 +200,7 @@ export class AnswerCache {
    * A kept answer is given at once, not as a promise: a hit is most requests, and its caller
    * awaits nothing more.
    */
-  claim(key: string, now: () => number, before?: ReadonlyMap<string, TagRead>): Claim | Promise<Claim> {
+  claim(key: string, now: () => number, before?: ReadonlyMap<string, TagRead>): Answered | Promise<Claim> {
     const kept = this.get(key, now());
     return kept ? { answer: kept } : this.waitOrBegin(key, now, before);
   }
