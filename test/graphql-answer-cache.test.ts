@@ -94,6 +94,25 @@ describe('GraphQL answers kept whole', () => {
     expect(JSON.parse(x)).toEqual(JSON.parse(firstText));
   });
 
+  it('reads each body by its own bytes: one as long as a body sent before, with other bytes or variables, is its own request', async () => {
+    const own = await createOrganization(database());
+    await createChild(database(), own.parent, { username: 'bytes-1' });
+    await createChild(database(), own.parent, { username: 'bytes-2' });
+    const token = await tokenFor(own.parent, own);
+    const post = async (body: string) =>
+      (await (await fetch(`${server().url}/graphql`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body })).json()) as { data?: Record<string, any>; errors?: unknown };
+    const [id, email] = [JSON.stringify({ query: '{ me { userID } }' }), JSON.stringify({ query: '{ me { email  } }' })];
+    const page = (n: number) => JSON.stringify({ query: 'query Page($n: Int) { childAccounts(first: $n) { edges { node { username } } } }', variables: { n } });
+    expect(email.length).toBe(id.length);
+    expect(page(1).length).toBe(page(2).length);
+    for (let i = 0; i < 3; i++) {
+      expect(await post(id)).toEqual({ data: { me: { userID: own.parent.id } } });
+      expect(await post(email)).toEqual({ data: { me: { email: own.parent.email } } });
+      expect((await post(page(1))).data?.childAccounts.edges).toHaveLength(1);
+      expect((await post(page(2))).data?.childAccounts.edges).toHaveLength(2);
+    }
+  });
+
   it('each change the database announces to what an answer read shows on the next request', async () => {
     const own = await createOrganization(database());
     const child = await createChild(database(), own.parent);

@@ -84,6 +84,45 @@ function fromQueryString(query: string): GraphQLParams | undefined {
   return wellFormed(candidate);
 }
 
+/** Bodies remembered, and the largest remembered: a few documents make most of the traffic. */
+const BODIES_REMEMBERED = 16;
+const MAX_REMEMBERED_BODY = 4096;
+
+/**
+ * The members of the JSON bodies sent most recently, by their bytes: API clients send the same few
+ * operations again and again, only their credentials changing. A body equal to one remembered is
+ * not parsed again, and its document text is the string already known, whose hash the lookups by
+ * it keep: the parse and the hash of an 800-character document measured 2.5 to 3.5 µs a request,
+ * comparing a body with the slots 0.05 µs. A fixed number of slots of bounded size, replaced in
+ * turn: a caller sending a new body each time costs a copy of it and leaves everyone with the
+ * parse. The members are frozen: one parse serves many requests.
+ */
+class RecentBodies {
+  private readonly slots: { body: Buffer; params: GraphQLParams }[] = [];
+  private next = 0;
+
+  get(body: Buffer): GraphQLParams | undefined {
+    for (const slot of this.slots) if (slot.body.length === body.length && slot.body.equals(body)) return slot.params;
+    return undefined;
+  }
+
+  remember(body: Buffer, params: GraphQLParams): GraphQLParams {
+    if (body.length > MAX_REMEMBERED_BODY) return params;
+    const slot = { body: Buffer.from(body), params: deepFreeze(params) };
+    this.slots[this.next] = slot;
+    this.next = (this.next + 1) % BODIES_REMEMBERED;
+    return slot.params;
+  }
+}
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === 'object' && value !== null && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const member of Object.values(value)) deepFreeze(member);
+  }
+  return value;
+}
+
 export type LeanDoor = (exchange: Exchange, body: Buffer | undefined) => Promise<boolean>;
 
 export type LeanDoorOptions = {
@@ -97,6 +136,7 @@ export type LeanDoorOptions = {
 
 export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptions): LeanDoor {
   const { answers, now } = options;
+  const bodies = new RecentBodies();
   let documentIds = 0;
   const documents = new LRUCache<string, KnownDocument>({ max: DOCUMENTS_KNOWN, maxSize: DOCUMENT_BYTES, sizeCalculation: (_known, text) => 2 * text.length + 64 });
 
@@ -126,7 +166,11 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
       if (options.graphiql && accept?.includes('text/html')) return undefined;
       params = fromQueryString(exchange.query);
     } else if (method === 'POST' && body?.length && isJsonBody(exchange.header('content-type'))) {
-      params = wellFormed(parseJson(body.toString('utf8')));
+      params = bodies.get(body);
+      if (params === undefined) {
+        params = wellFormed(parseJson(body.toString('utf8')));
+        if (params) params = bodies.remember(body, params);
+      }
     }
     return params && { params, mediaType };
   }

@@ -279,6 +279,8 @@ try {
   const scenarios: Scenario[] = [
     { name: 'floor: one prepared pg query', url: `http://127.0.0.1:${floorPort}/` },
     { name: 'ceiling: the same bytes from memory', url: `http://127.0.0.1:${ceilingPort}/` },
+    // The request of the one-token GraphQL `me` row, its body read and parsed as JSON, the same bytes answered.
+    { name: 'ceiling: the same bytes for a GraphQL POST', url: `http://127.0.0.1:${ceilingPort}/`, ...gql(`{ me { ${profileFields} } }`) },
     { name: 'healthz', url: `${base}/healthz` },
     { name: 'REST profile (parent)', url: `${base}/auth/user-profile`, headers: auth(parentToken), target: 0.5 },
     { name: 'REST profile (child)', url: `${base}/auth/user-profile`, headers: auth(childToken), target: 0.5 },
@@ -460,6 +462,14 @@ try {
   for (const theirs of rows.filter((r) => r.scenario.endsWith(' [compare]'))) {
     const ours = row(theirs.scenario.slice(0, -' [compare]'.length));
     if (ours) console.log(`${ours.scenario}: ${ours.cpuUsPerRequest} µs here, ${theirs.cpuUsPerRequest} µs compared (${ratio(ours, theirs)}x${eachRound})`);
+  }
+  // What taking a GraphQL request by POST costs on bare node:http (the body's events, its JSON), beside
+  // what GraphQL `me` costs beyond the REST profile: the part of the difference that is framing.
+  const [plain, posted, meByPost, restProfile] = [row('ceiling: the same bytes from memory'), row('ceiling: the same bytes for a GraphQL POST'), row('GraphQL me (REST profile fields)'), row('REST profile (parent)')];
+  if (plain && posted && meByPost && restProfile) {
+    const framing = paired(posted, plain, (a, b) => a.cpuUsPerRequest - b.cpuUsPerRequest);
+    const beyond = paired(meByPost, restProfile, (a, b) => a.cpuUsPerRequest - b.cpuUsPerRequest);
+    console.log(`GraphQL me (REST profile fields) - REST profile (parent): ${beyond} µs CPU a request; the same POST on bare node:http: ${framing} µs more than a GET${rounds > 1 ? ' (medians of the rounds\' differences)' : ''}`);
   }
   const [health, profile] = [row('healthz'), row('REST profile (parent)')];
   if (health && profile) {
