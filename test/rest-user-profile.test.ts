@@ -1,3 +1,4 @@
+import { Agent, request } from 'node:http';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { Account } from '../src/generated/prisma/client.js';
 import { createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
@@ -110,6 +111,36 @@ describe(`GET /auth/user-profile (${testMode})`, () => {
     const poorChild = await createChild(database(), depleted.parent);
     expectError(await rest(server(), '/auth/user-profile', { token: await tokenFor(poorChild, depleted) }), 403, 'CREDITS_DEPLETED');
     expect((await rest(server(), '/auth/user-profile', { token: await tokenFor(depleted.parent, depleted) })).status).toBe(200);
+  });
+
+  it('one connection sending several tokens in turn is answered for each token as sent', async () => {
+    const [parentToken, childToken] = [await tokenFor(org.parent, org), await tokenFor(child, org)];
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const sockets = new Set<unknown>();
+    const ask = (token: string) =>
+      new Promise<{ status: number; body: any }>((resolve, reject) => {
+        const sent = request(`${server().url}/auth/user-profile`, { agent, headers: { authorization: `Bearer ${token}` } }, (response) => {
+          sockets.add(response.socket);
+          let text = '';
+          response.setEncoding('utf8');
+          response.on('data', (chunk: string) => (text += chunk));
+          response.on('end', () => resolve({ status: response.statusCode!, body: JSON.parse(text) }));
+        });
+        sent.on('error', reject);
+        sent.end();
+      });
+    try {
+      // An altered token after a valid one: the same text but its last character.
+      const altered = childToken.slice(0, -1) + (childToken.endsWith('A') ? 'B' : 'A');
+      for (const [token, expected] of [[parentToken, org.parent.id], [childToken, child.id], [childToken, child.id], [parentToken, org.parent.id], [altered, undefined], [childToken, child.id]] as const) {
+        const answer = await ask(token);
+        if (expected === undefined) expect(answer.status).toBe(401);
+        else expect(answer.body.data.user.userID).toBe(expected);
+      }
+      expect(sockets.size).toBe(1);
+    } finally {
+      agent.destroy();
+    }
   });
 
   it('a public key alone is not enough: 401 UNAUTHORIZED', async () => {

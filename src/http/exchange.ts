@@ -1,7 +1,8 @@
 import { hash, randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Credentials } from '../auth/authenticate.js';
+import type { Socket } from 'node:net';
+import type { Credentials, TokenMemo } from '../auth/authenticate.js';
 import type { RequestRecord } from '../context.js';
 
 const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -9,6 +10,15 @@ const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 /** The caller's `X-Request-Id` when it is a sane token, or a new one. */
 export function requestIdFrom(header: string | null | undefined): string {
   return header && SANE_REQUEST_ID.test(header) ? header : randomUUID();
+}
+
+/** Each connection's memory of its last token (see `TokenMemo`), gone with the connection. */
+const tokenMemos = new WeakMap<Socket, TokenMemo>();
+
+function tokenMemoOf(socket: Socket): TokenMemo {
+  let memo = tokenMemos.get(socket);
+  if (memo === undefined) tokenMemos.set(socket, (memo = {}));
+  return memo;
 }
 
 function firstValue(value: string | string[] | undefined): string | undefined {
@@ -45,7 +55,8 @@ export class Exchange {
     const at = url.indexOf('?');
     this.path = at === -1 ? url : url.slice(0, at);
     this.query = at === -1 ? '' : url.slice(at + 1);
-    this.credentials = { authorization: firstValue(request.headers.authorization), publicKey: firstValue(request.headers['x-public-key']) };
+    const authorization = firstValue(request.headers.authorization);
+    this.credentials = { authorization, publicKey: firstValue(request.headers['x-public-key']), memo: authorization === undefined ? undefined : tokenMemoOf(request.socket) };
     this.held = request.headers['if-none-match'] === undefined ? undefined : [];
   }
 
