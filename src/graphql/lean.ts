@@ -102,7 +102,8 @@ class RecentBodies {
   private next = 0;
 
   get(body: Buffer): GraphQLParams | undefined {
-    for (const slot of this.slots) if (slot.body.length === body.length && slot.body.equals(body)) return slot.params;
+    // `equals` compares the lengths first.
+    for (const slot of this.slots) if (slot.body.equals(body)) return slot.params;
     return undefined;
   }
 

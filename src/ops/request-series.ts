@@ -11,6 +11,7 @@ import type { Registry } from 'prom-client';
  */
 
 type Exported = { labels: Record<string, string | number>; sharedLabels?: Record<string, string>; value: number; metricName?: string };
+type Exposition = { name: string; help: string; type: string; aggregator: string; values: Exported[] };
 
 abstract class RequestSeries<Entry> {
   abstract readonly type: 'counter' | 'histogram';
@@ -41,15 +42,18 @@ abstract class RequestSeries<Entry> {
 
   protected abstract values(): Exported[];
 
+  private exported(values: Exported[]): Exposition {
+    return { name: this.name, help: this.help, type: this.type, aggregator: this.aggregator, values };
+  }
+
   /** For the text exposition: a histogram's labels apart from each bucket's `le`, as prom-client gives them. */
-  async getForPromString(): Promise<{ name: string; help: string; type: string; aggregator: string; values: Exported[] }> {
-    return { name: this.name, help: this.help, type: this.type, aggregator: this.aggregator, values: this.values() };
+  async getForPromString(): Promise<Exposition> {
+    return this.exported(this.values());
   }
 
   /** For the JSON form: each value's labels whole. */
-  async get(): Promise<{ name: string; help: string; type: string; aggregator: string; values: Exported[] }> {
-    const values = this.values().map(({ labels, sharedLabels, value, metricName }) => ({ labels: { ...labels, ...sharedLabels }, value, ...(metricName ? { metricName } : {}) }));
-    return { ...(await this.getForPromString()), values };
+  async get(): Promise<Exposition> {
+    return this.exported(this.values().map(({ labels, sharedLabels, value, metricName }) => ({ labels: { ...labels, ...sharedLabels }, value, ...(metricName ? { metricName } : {}) })));
   }
 
   reset(): void {

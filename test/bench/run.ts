@@ -66,6 +66,9 @@ function rssMb(pid: number, field: 'VmRSS' | 'VmHWM'): number {
   return Math.round(Number(line.split(/\s+/)[1]) / 1024);
 }
 
+/** The median of some figures (the lower middle one of an even count). */
+const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor((values.length - 1) / 2)]!;
+
 /** Until `url` answers; with `ok`, until it answers 2xx (a server's /readyz once it takes requests). */
 async function waitFor(url: string, ok = false): Promise<void> {
   for (let i = 0; i < 300; i++) {
@@ -423,7 +426,6 @@ try {
     // The median measurement of each row, by CPU a request (its other figures are that run's, but
     // for the ratio to the floor, the median of the rounds' ratios, and the peak memory, the highest).
     console.log(`\nmedians of ${rounds} rounds:`);
-    const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor((values.length - 1) / 2)]!;
     for (const scenario of scenarios) {
       const runs = [...(measurements.get(scenario.name) ?? [])].sort((a, b) => a.cpuUsPerRequest - b.cpuUsPerRequest);
       if (runs.length === 0) continue;
@@ -442,10 +444,10 @@ try {
    */
   const paired = (a: Row, b: Row, figure: (a: Row, b: Row) => number): number => {
     const [as, bs] = [measurements.get(a.scenario)!, measurements.get(b.scenario)!];
-    const values = as.map((run, i) => figure(run, bs[i]!)).sort((x, y) => x - y);
-    return values[Math.floor((values.length - 1) / 2)]!;
+    return median(as.map((run, i) => figure(run, bs[i]!)));
   };
   const ratio = (a: Row, b: Row) => paired(a, b, (x, y) => x.cpuUsPerRequest / y.cpuUsPerRequest).toFixed(2);
+  const cpuDifference = (a: Row, b: Row) => paired(a, b, (x, y) => x.cpuUsPerRequest - y.cpuUsPerRequest);
   const eachRound = rounds > 1 ? `, the median of the rounds' ratios` : '';
   // GraphQL beside REST for the same data, in this run: CPU a request as a ratio.
   const pairs: [string, string][] = [
@@ -467,13 +469,12 @@ try {
   // what GraphQL `me` costs beyond the REST profile: the part of the difference that is framing.
   const [plain, posted, meByPost, restProfile] = [row('ceiling: the same bytes from memory'), row('ceiling: the same bytes for a GraphQL POST'), row('GraphQL me (REST profile fields)'), row('REST profile (parent)')];
   if (plain && posted && meByPost && restProfile) {
-    const framing = paired(posted, plain, (a, b) => a.cpuUsPerRequest - b.cpuUsPerRequest);
-    const beyond = paired(meByPost, restProfile, (a, b) => a.cpuUsPerRequest - b.cpuUsPerRequest);
+    const [framing, beyond] = [cpuDifference(posted, plain), cpuDifference(meByPost, restProfile)];
     console.log(`GraphQL me (REST profile fields) - REST profile (parent): ${beyond} µs CPU a request; the same POST on bare node:http: ${framing} µs more than a GET${rounds > 1 ? ' (medians of the rounds\' differences)' : ''}`);
   }
   const [health, profile] = [row('healthz'), row('REST profile (parent)')];
   if (health && profile) {
-    const total = paired(profile, health, (a, b) => a.cpuUsPerRequest - b.cpuUsPerRequest);
+    const total = cpuDifference(profile, health);
     const kernel = paired(profile, health, (a, b) => a.systemUsPerRequest - b.systemUsPerRequest);
     const each = rounds > 1 ? ', medians of the rounds\' differences' : '';
     console.log(`REST profile (parent) - healthz: ${total} µs CPU a request (target ≤ 40; in user space ${total - kernel}, in the kernel ${kernel}${each})`);
