@@ -62,6 +62,8 @@ const environment = z.object({
       .optional(),
   ),
   REPLICA_MAX_LAG_MS: withDefault(integer(0, 3_600_000), 1000),
+  /** Where the caches learn of committed changes on PostgreSQL: the replication stream when available. */
+  CHANGE_SOURCE: z.enum(['auto', 'logical', 'triggers']).default('auto'),
   DATA_DIR: z.string().min(1).default('./data'),
   MIGRATE_ON_START: bool(true),
   MIGRATION_LOCK_TIMEOUT_MS: withDefault(integer(1000, MAX_TIMER_MS), 600_000),
@@ -151,6 +153,8 @@ export type Config = {
   replicaUrls: string[];
   /** Replicas whose data is older than this are skipped for the primary. */
   replicaMaxLagMs: number;
+  /** PostgreSQL: the source of the caches' changes (`src/db/capture/`). */
+  changeSource: 'auto' | 'logical' | 'triggers';
   jwt: { issuer: string | undefined; audience: string | undefined };
   /** Key for page tokens; unset: derived per organization from its signing secret. */
   paginationSecret: string | undefined;
@@ -252,6 +256,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     replicaUrls: e.DATABASE_REPLICA_URL ? e.DATABASE_REPLICA_URL.split(',').map((url) => url.trim()).filter(Boolean) : [],
     replicaMaxLagMs: e.REPLICA_MAX_LAG_MS,
+    changeSource: e.CHANGE_SOURCE,
     jwt: { issuer: e.JWT_ISSUER, audience: e.JWT_AUDIENCE },
     paginationSecret: e.PAGINATION_SECRET,
     graphiql: e.GRAPHIQL === undefined ? e.NODE_ENV !== 'production' : ['true', '1', 'yes', 'on'].includes(e.GRAPHIQL),

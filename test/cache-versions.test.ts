@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseChange } from '../src/db/changes.js';
+import { parseChange } from '../src/db/capture/changes.js';
 import { cacheTags } from '../src/db/cache-tags.js';
 import { EntityCache } from '../src/db/entity-cache.js';
 import { ReadSet } from '../src/db/read-set.js';
@@ -196,12 +196,8 @@ describe('announced transactions and read snapshots agree', () => {
     return { rows: rows.map(({ creditBalance }) => ({ creditBalance })), seen: parseSnapshot(rows[0]?.snapshot) };
   };
   /** Until the cache has taken every announcement made so far. */
-  const settled = async (cache: EntityCache) => {
-    for (let seen = -1; seen !== cache.stats.invalidations; ) {
-      seen = cache.stats.invalidations;
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-  };
+  /** Until the announcements of earlier writes have arrived. */
+  const settled = (cache: EntityCache) => cache.caughtUp();
 
   it('a read that saw a sign-in is stored and kept, however its announcement and the read interleave', async () => {
     const cache = server().app.deps.cache;

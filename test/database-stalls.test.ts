@@ -1,56 +1,14 @@
-import { createServer as createTcpServer, connect, type Socket } from 'node:net';
 import pg from 'pg';
 import { describe, expect, it, vi } from 'vitest';
-import { PostgresChangeFeed } from '../src/db/change-feed.js';
+import type { ChangeFeed } from '../src/db/capture/feed.js';
+import { LogicalChangeFeed } from '../src/db/capture/logical.js';
+import { COUNT_TRIGGERS_SQL, installTriggers, NotifyChangeFeed } from '../src/db/capture/triggers.js';
 import { openDatabase } from '../src/db/database.js';
 import { migrate, readMigrations, type LocalMigration } from '../src/db/migrator.js';
 import { rest, startServer } from './helpers/app.js';
 import { createOrganization, tokenFor } from './helpers/builders.js';
 import { createEmptyDatabase, testMode, useTestDatabase } from './helpers/database.js';
-
-/**
- * A TCP forwarder that can stall: while stalled it keeps every connection open but delivers
- * nothing in either direction (a frozen server, a path that drops packets), then delivers what it
- * held when resumed.
- */
-async function startStallingProxy(target: { host: string; port: number }) {
-  let stalled = false;
-  const held: (() => void)[] = [];
-  const sockets = new Set<Socket>();
-  const server = createTcpServer((client) => {
-    const upstream = connect(target.port, target.host);
-    sockets.add(client).add(upstream);
-    const forward = (from: Socket, to: Socket) =>
-      from.on('data', (chunk) => {
-        if (stalled) held.push(() => to.write(chunk));
-        else to.write(chunk);
-      });
-    forward(client, upstream);
-    forward(upstream, client);
-    const drop = () => {
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on('error', drop).on('close', drop);
-    upstream.on('error', drop).on('close', drop);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    port: (server.address() as { port: number }).port,
-    stall: () => {
-      stalled = true;
-    },
-    resume: () => {
-      stalled = false;
-      for (const deliver of held.splice(0)) deliver();
-    },
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const socket of sockets) socket.destroy();
-        server.close(() => resolve());
-      }),
-  };
-}
+import { startStallingProxy } from './helpers/stalling-proxy.js';
 
 describe.skipIf(testMode !== 'postgres')(`database stalls (${testMode})`, () => {
   const database = useTestDatabase();
@@ -94,67 +52,84 @@ describe.skipIf(testMode !== 'postgres')(`database stalls (${testMode})`, () => 
     }
   });
 
-  /** A change feed whose connection goes through a proxy that can stall, with its state changes. */
-  async function feedThroughProxy(options: Omit<ConstructorParameters<typeof PostgresChangeFeed>[0], 'connection' | 'onStateChange'>) {
+  type FeedTiming = { heartbeatMs: number; staleAfterMs?: number; heartbeatTimeoutMs: number; connectTimeoutMs?: number };
+  /** Both sources of changes, and how each one's check is recognised among a connection's queries. */
+  const sources = [
+    {
+      name: 'the replication stream',
+      check: (text: string) => text.includes('pg_logical_emit_message'),
+      open: (connection: pg.ClientConfig, timing: FeedTiming, onStateChange: (live: boolean) => void): ChangeFeed =>
+        new LogicalChangeFeed({ connection, onStateChange, ...timing }),
+    },
+    {
+      name: 'the trigger listener',
+      check: (text: string) => text === COUNT_TRIGGERS_SQL,
+      open: (connection: pg.ClientConfig, timing: FeedTiming, onStateChange: (live: boolean) => void): ChangeFeed =>
+        new NotifyChangeFeed({ connection, onStateChange, install: () => installTriggers(database().sql), ...timing }),
+    },
+  ];
+
+  /** A change feed whose connections go through a proxy that can stall, with its state changes. */
+  async function feedThroughProxy(source: (typeof sources)[number], timing: FeedTiming) {
     const url = new URL(database().url!);
     const proxy = await startStallingProxy({ host: url.hostname, port: Number(url.port) });
     const states: boolean[] = [];
-    const feed = new PostgresChangeFeed({
-      connection: { host: url.hostname, port: proxy.port, user: decodeURIComponent(url.username), password: decodeURIComponent(url.password), database: url.pathname.slice(1) },
-      onStateChange: (live) => states.push(live),
-      ...options,
-    });
+    const connection = { host: url.hostname, port: proxy.port, user: decodeURIComponent(url.username), password: decodeURIComponent(url.password), database: url.pathname.slice(1) };
+    const feed = source.open(connection, timing, (live) => states.push(live));
     return { proxy, feed, states };
   }
 
-  it('the change listener unanswered past staleAfterMs is not live (the cache is bypassed) before its connection is given up', async () => {
-    const { proxy, feed, states } = await feedThroughProxy({ heartbeatMs: 50, staleAfterMs: 300, heartbeatTimeoutMs: 30_000 });
-    try {
-      await feed.started();
-      expect(feed.live).toBe(true);
-      proxy.stall();
-      // A socket that looks open proves nothing: without an answered check, not live.
-      await expect.poll(() => feed.live, { timeout: 5000, interval: 20 }).toBe(false);
-      expect(states).toEqual([true]);
-      proxy.resume();
-      await expect.poll(() => feed.live, { timeout: 5000, interval: 20 }).toBe(true);
-    } finally {
-      proxy.resume();
-      await feed.close();
-      await proxy.close();
-    }
-  });
-
-  it('the change listener\'s checks while the database is frozen: one in flight, never queued; the connection replaced past its bound', async () => {
-    // The checks each connection is sent.
-    const sent = new Map<pg.Client, number>();
-    const original = pg.Client.prototype.query;
-    const query = vi.spyOn(pg.Client.prototype, 'query').mockImplementation(function (this: pg.Client, ...args: unknown[]) {
-      if (args[0] === 'SELECT 1') sent.set(this, (sent.get(this) ?? 0) + 1);
-      return (original as (...a: unknown[]) => never).apply(this, args);
+  for (const source of sources) {
+    it(`${source.name} unanswered past staleAfterMs is not live (the cache is bypassed) before its connection is given up`, async () => {
+      const { proxy, feed, states } = await feedThroughProxy(source, { heartbeatMs: 50, staleAfterMs: 300, heartbeatTimeoutMs: 30_000 });
+      try {
+        await feed.started();
+        expect(feed.live).toBe(true);
+        proxy.stall();
+        // A socket that looks open proves nothing: without an answered check, not live.
+        await expect.poll(() => feed.live, { timeout: 5000, interval: 20 }).toBe(false);
+        expect(states).toEqual([true]);
+        proxy.resume();
+        await expect.poll(() => feed.live, { timeout: 5000, interval: 20 }).toBe(true);
+      } finally {
+        proxy.resume();
+        await feed.close();
+        await proxy.close();
+      }
     });
-    const { proxy, feed, states } = await feedThroughProxy({ heartbeatMs: 50, heartbeatTimeoutMs: 1000, connectTimeoutMs: 500 });
-    try {
-      await feed.started();
-      expect(feed.live).toBe(true);
-      await new Promise((resolve) => setTimeout(resolve, 300));
-      const before = new Map(sent);
-      proxy.stall();
-      await new Promise((resolve) => setTimeout(resolve, 2500));
-      // 50 checks would have been sent at one every 50 ms; one is, and it is never answered.
-      for (const [client, count] of sent) expect(count - (before.get(client) ?? 0), 'checks sent on one connection while frozen').toBeLessThanOrEqual(1);
-      expect(feed.live).toBe(false);
-      expect(states).toEqual([true, false]);
-      proxy.resume();
-      for (let i = 0; i < 60 && !feed.live; i++) await new Promise((resolve) => setTimeout(resolve, 100));
-      expect(feed.live).toBe(true);
-    } finally {
-      query.mockRestore();
-      proxy.resume();
-      await feed.close();
-      await proxy.close();
-    }
-  });
+
+    it(`${source.name}'s checks while the database is frozen: one in flight, never queued; the connections replaced past their bound`, async () => {
+      // The checks each connection is sent.
+      const sent = new Map<pg.Client, number>();
+      const original = pg.Client.prototype.query;
+      const query = vi.spyOn(pg.Client.prototype, 'query').mockImplementation(function (this: pg.Client, ...args: unknown[]) {
+        const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string } | undefined)?.text ?? '';
+        if (source.check(text)) sent.set(this, (sent.get(this) ?? 0) + 1);
+        return (original as (...a: unknown[]) => never).apply(this, args);
+      });
+      const { proxy, feed, states } = await feedThroughProxy(source, { heartbeatMs: 50, heartbeatTimeoutMs: 1000, connectTimeoutMs: 500 });
+      try {
+        await feed.started();
+        expect(feed.live).toBe(true);
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        const before = new Map(sent);
+        proxy.stall();
+        await new Promise((resolve) => setTimeout(resolve, 2500));
+        // 50 checks would have been sent at one every 50 ms; one is, and it is never answered.
+        for (const [client, count] of sent) expect(count - (before.get(client) ?? 0), 'checks sent on one connection while frozen').toBeLessThanOrEqual(1);
+        expect(feed.live).toBe(false);
+        expect(states).toEqual([true, false]);
+        proxy.resume();
+        for (let i = 0; i < 100 && !feed.live; i++) await new Promise((resolve) => setTimeout(resolve, 100));
+        expect(feed.live).toBe(true);
+      } finally {
+        query.mockRestore();
+        proxy.resume();
+        await feed.close();
+        await proxy.close();
+      }
+    });
+  }
 
   it('a second instance waits for a long migration of the first, past the requests\' statement timeout, and both come up', async () => {
     const empty = await createEmptyDatabase();

@@ -81,7 +81,8 @@ describe(`credit forecast and usage history (${testMode})`, () => {
       }),
       database().prisma.organization.update({ where: { parentId: built.parent.id }, data: { creditBalance: { increment: 10_000 }, totalFreeUsers: { increment: 1_000 } } }),
     ]);
-    await expect.poll(() => stats.announcements, { timeout: 10_000, interval: 5 }).toBeGreaterThan(announced);
+    await server().app.deps.cache.caughtUp();
+    expect(stats.announcements).toBeGreaterThan(announced);
     await expect.poll(async () => (await forecastOf(token)).depletedAt, { timeout: 3_000, interval: 10 }).toBe(new Date(now.getTime() + 150 * DAY).toISOString());
     const after = await forecastOf(token);
     expect(after.dailyBurn).toBe(100);

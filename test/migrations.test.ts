@@ -33,7 +33,6 @@ describe(`migrations (${testMode})`, () => {
     expect(report.applied).toEqual(local.map((m) => m.name));
     expect(await tables(database)).toEqual([
       'Account',
-      'ChildSearch',
       'MonthlyUsage',
       'Organization',
       'PackagePurchase',

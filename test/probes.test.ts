@@ -40,7 +40,7 @@ describe(`probes: /healthz, /readyz, /health (${testMode})`, () => {
 
   it('an unmigrated database: alive, not ready (migrations pending)', async () => {
     const empty = await createEmptyDatabase();
-    const app = await startServer(empty);
+    const app = await startServer(empty, { live: false });
     try {
       expect((await rest(app, '/healthz')).status).toBe(200);
       const ready = await rest(app, '/readyz');
@@ -57,7 +57,7 @@ describe(`probes: /healthz, /readyz, /health (${testMode})`, () => {
 
   it('a database that went away: alive, not ready (database unavailable), within the check bound', async () => {
     const own = await openDatabase(testMode === 'postgres' ? { url: database().url! } : { memory: true });
-    const app = await startServer(own);
+    const app = await startServer(own, { live: testMode === 'postgres' });
     try {
       await own.close();
       const started = performance.now();

@@ -1,4 +1,4 @@
-import type { ChangedEntity } from './changes.js';
+import type { ChangedEntity } from './capture/changes.js';
 
 /** The tags an entry carries: the rows whose change must drop it. */
 export const cacheTags = {
@@ -16,6 +16,8 @@ export const cacheTags = {
   usage: (organizationId: string) => `usage:${organizationId}`,
   /** A change to a child of this parent that alters its counts (see `services/child-counts.ts`). */
   children: (parentId: string) => `children:${parentId}`,
+  /** A child of this parent added or removed (moves included): the number of its children. */
+  childMembers: (parentId: string) => `childMembers:${parentId}`,
   /** Any change to any child of this parent, activity included: what a page of the list shows. */
   childRows: (parentId: string) => `childRows:${parentId}`,
 };

@@ -6,7 +6,9 @@ import { PrismaClient } from '../generated/prisma/client.js';
 import { isDatabaseUnavailable } from '../errors.js';
 import { DataDirInUseError, lockDataDir, type DataDirLock } from './data-dir-lock.js';
 import { hostname } from 'node:os';
-import { PostgresChangeFeed, SessionChangeFeed, type ChangeFeed } from './change-feed.js';
+import type { ChangeFeed } from './capture/feed.js';
+import { PostgresChangeFeed, type ChangeSourceChoice } from './capture/select.js';
+import { SessionChangeFeed } from './capture/triggers.js';
 import { EMBEDDED_PORT, startEmbeddedServer, type EmbeddedServer } from './embedded.js';
 
 /** How long past the statement timeout the client waits for a server that does not answer. */
@@ -50,10 +52,20 @@ export interface Database {
   readonly pgPool?: pg.Pool;
   /** Embedded mode: writes the whole database as a tarball (`{ memory: true, snapshot }` loads one). */
   dump?(file: string): Promise<void>;
-  /** Opens a listener for the change announcements of the database's triggers. */
-  changeFeed(options?: { onStateChange?: (live: boolean, error?: unknown) => void }): ChangeFeed;
+  /** Opens the database's committed changes, for the caches (see `capture/`). */
+  changeFeed(options?: ChangeFeedOptions): ChangeFeed;
+  /** Embedded mode: where its socket is, for another client of the same database (`psql`, tests). */
+  readonly socket?: { host: string; port: number };
   close(): Promise<void>;
 }
+
+export type ChangeFeedOptions = {
+  onStateChange?: (live: boolean, error?: unknown) => void;
+  /** One line for the operator about the source chosen (`fallback`: not the replication stream). */
+  onNotice?: (message: string, fallback: boolean) => void;
+  /** PostgreSQL: the source of the changes (`auto` by default). */
+  source?: ChangeSourceChoice;
+};
 
 export type DatabaseOptions = (
   | {
@@ -164,9 +176,12 @@ async function openEmbedded(
     // the connect timeout) as they would for a busy PostgreSQL pool.
     poolSize: 1,
     connection: { host: server.socketDir, port: server.port, user: 'postgres', database: 'postgres' },
+    announcements: server.announcements,
+    flushAnnouncements: () => server.flushAnnouncements(),
   });
   return {
     ...database,
+    socket: { host: server.socketDir, port: server.port },
     dump: (file) => server.dump(file),
     close: async () => {
       try {
@@ -186,6 +201,9 @@ type PoolOptions = {
   connectTimeoutMs?: number;
   statementTimeoutMs?: number;
   countQueries?: boolean;
+  /** Embedded: the session's announcements, whichever client's statement made them (`embedded.ts`). */
+  announcements?: EventEmitter;
+  flushAnnouncements?: () => Promise<void>;
 };
 
 function openPool(options: PoolOptions): Database {
@@ -207,12 +225,6 @@ function openPool(options: PoolOptions): Database {
   });
   // An idle client that loses its server emits here; without a listener the process would exit.
   pool.on('error', () => {});
-  // Embedded: the one session's announcements, whichever connection of the pool they come on.
-  const session = new EventEmitter();
-  if (embedded) {
-    pool.on('connect', (client) => client.on('notification', (message) => session.emit('notification', message)));
-    pool.on('remove', () => session.emit('lost'));
-  }
   const { prisma, queries } = createClient(new PrismaPg(pool), options.countQueries);
   const onClient = (client: pg.PoolClient | pg.Pool | pg.Client, queryTimeoutMs?: number): SqlConnection => {
     // `query_timeout` per query overrides the pool's (pg reads it; its typings omit it).
@@ -240,6 +252,25 @@ function openPool(options: PoolOptions): Database {
       client.release(failure);
     }
   };
+  const sql: SqlDriver = {
+    kind: options.kind,
+    exec: onPool.exec,
+    query: options.countQueries ? countingQuery(onPool.query, queries) : onPool.query,
+    withConnection: (work) => withConnection(work),
+    withSession: embedded
+      ? // One session only: the pool's connection, without the requests' time bound.
+        (work) => withConnection(work, SESSION_QUERY_TIMEOUT_MS)
+      : async (work) => {
+          const client = new pg.Client({ ...options.connection, connectionTimeoutMillis: connectTimeoutMs });
+          client.on('error', () => {});
+          await client.connect();
+          try {
+            return await work(onClient(client));
+          } finally {
+            await client.end().catch(() => {});
+          }
+        },
+  };
   return {
     kind: options.kind,
     location: options.location,
@@ -247,29 +278,11 @@ function openPool(options: PoolOptions): Database {
     queries,
     // Shared state across instances (rate-limit counters) only where there can be several.
     ...(embedded ? {} : { pgPool: pool }),
-    changeFeed: (feedOptions) =>
+    changeFeed: (feedOptions = {}) =>
       embedded
-        ? new SessionChangeFeed(pool, session)
-        : new PostgresChangeFeed({ connection: options.connection, connectTimeoutMs, ...feedOptions }),
-    sql: {
-      kind: options.kind,
-      exec: onPool.exec,
-      query: options.countQueries ? countingQuery(onPool.query, queries) : onPool.query,
-      withConnection: (work) => withConnection(work),
-      withSession: embedded
-        ? // One session only: the pool's connection, without the requests' time bound.
-          (work) => withConnection(work, SESSION_QUERY_TIMEOUT_MS)
-        : async (work) => {
-            const client = new pg.Client({ ...options.connection, connectionTimeoutMillis: connectTimeoutMs });
-            client.on('error', () => {});
-            await client.connect();
-            try {
-              return await work(onClient(client));
-            } finally {
-              await client.end().catch(() => {});
-            }
-          },
-    },
+        ? new SessionChangeFeed(sql, options.announcements ?? new EventEmitter(), options.flushAnnouncements)
+        : new PostgresChangeFeed({ connection: options.connection, connectTimeoutMs, sql, choice: feedOptions.source, ...feedOptions }),
+    sql,
     close: async () => {
       await prisma.$disconnect();
       await pool.end();

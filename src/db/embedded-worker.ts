@@ -22,6 +22,7 @@ async function open(): Promise<{ db: PGlite; server: PGLiteSocketServer }> {
     ...(data.snapshot ? { loadDataDir: new Blob([readFileSync(data.snapshot)]) } : {}),
   });
   await db.waitReady;
+  readAnnouncements(db);
   // The pool holds one connection; the second slot lets its replacement in while the server
   // still closes a connection the pool gave up on (a query past its time bound); the third is for
   // a read-only command run beside the server (`npm run token -- --list`).
@@ -30,11 +31,49 @@ async function open(): Promise<{ db: PGlite; server: PGLiteSocketServer }> {
   return { db, server };
 }
 
+/**
+ * Reads the notifications (`NotificationResponse`, type 'A') out of every answer PGlite sends to
+ * a client of the socket and hands them to the server's thread. PGlite is one session: a change
+ * committed by any client announces itself in the answer to that client's statement, which the
+ * server's own connection would never see.
+ */
+function readAnnouncements(db: PGlite): void {
+  const stream = db.execProtocolRawStream.bind(db);
+  db.execProtocolRawStream = (message, options) => {
+    let pending: Buffer | undefined;
+    return stream(message, {
+      ...options,
+      onRawData: (data: Uint8Array) => {
+        let buffer = pending ? Buffer.concat([pending, data]) : Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+        pending = undefined;
+        let at = 0;
+        while (buffer.length - at >= 5) {
+          const length = buffer.readInt32BE(at + 1);
+          if (buffer.length - at < 1 + length) break;
+          if (buffer[at] === 0x41 /* A */) {
+            // pid (4 bytes), channel and payload as NUL-terminated strings.
+            const start = at + 5 + 4;
+            const channelEnd = buffer.indexOf(0, start);
+            const payloadEnd = buffer.indexOf(0, channelEnd + 1);
+            reply({ type: 'notification', channel: buffer.toString('utf8', start, channelEnd), payload: buffer.toString('utf8', channelEnd + 1, payloadEnd) });
+          }
+          at += 1 + length;
+        }
+        // A message cut between two chunks: its start waits for the rest (a copy: the chunk is reused).
+        if (at < buffer.length) pending = Buffer.from(buffer.subarray(at));
+        options.onRawData(data);
+      },
+    });
+  };
+}
+
 try {
   const { db, server } = await open();
   port.on('message', async (command: EmbeddedCommand) => {
     try {
-      if (command.type === 'dump') {
+      if (command.type === 'flush') {
+        reply({ type: 'flushed', id: command.id });
+      } else if (command.type === 'dump') {
         const tarball = await db.dumpDataDir('none');
         writeFileSync(command.file, Buffer.from(await tarball.arrayBuffer()));
         reply({ type: 'dumped' });

@@ -1,3 +1,4 @@
+import { EventEmitter } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -10,12 +11,14 @@ export type EmbeddedWorkerData = {
   snapshot?: string;
   socketPath: string;
 };
-export type EmbeddedCommand = { type: 'dump'; file: string } | { type: 'stop' };
+export type EmbeddedCommand = { type: 'dump'; file: string } | { type: 'stop' } | { type: 'flush'; id: number };
 export type EmbeddedReply =
   | { type: 'ready' }
   | { type: 'dumped' }
   | { type: 'stopped' }
-  | { type: 'failed'; message: string };
+  | { type: 'failed'; message: string }
+  | { type: 'notification'; channel: string; payload: string }
+  | { type: 'flushed'; id: number };
 
 /** The port in the socket's name (`.s.PGSQL.<port>`), as the `pg` driver looks for it. */
 export const EMBEDDED_PORT = 5432;
@@ -29,6 +32,13 @@ export interface EmbeddedServer {
   /** The private folder holding the socket: `host` for the `pg` driver. */
   readonly socketDir: string;
   readonly port: number;
+  /**
+   * The session's notifications (`notification` events with their payload), read by the thread out
+   * of every answer it sends, whichever client of the socket the answer goes to.
+   */
+  readonly announcements: EventEmitter;
+  /** Resolves once every notification the thread read before the call has been emitted. */
+  flushAnnouncements(): Promise<void>;
   /** Writes the whole database as a tarball (the test suites start each file from one). */
   dump(file: string): Promise<void>;
   /** Closes the database (flushing it to its folder) and ends the thread. */
@@ -50,7 +60,19 @@ export async function startEmbeddedServer(
   let stopping = false;
   let exited = false;
   const waiters = new Set<(reply: EmbeddedReply | Error) => void>();
+  const announcements = new EventEmitter();
+  const flushes = new Map<number, () => void>();
+  let flushId = 0;
   worker.on('message', (message: EmbeddedReply) => {
+    if (message.type === 'notification') {
+      announcements.emit('notification', message.payload, message.channel);
+      return;
+    }
+    if (message.type === 'flushed') {
+      flushes.get(message.id)?.();
+      flushes.delete(message.id);
+      return;
+    }
     for (const waiter of waiters) waiter(message);
   });
   worker.on('error', (error) => {
@@ -91,6 +113,14 @@ export async function startEmbeddedServer(
   return {
     socketDir,
     port,
+    announcements,
+    // The thread's messages arrive in order: its answer comes after every notification before it.
+    flushAnnouncements: () =>
+      new Promise<void>((resolve) => {
+        const id = ++flushId;
+        flushes.set(id, resolve);
+        worker.postMessage({ type: 'flush', id } satisfies EmbeddedCommand);
+      }),
     dump: async (file) => {
       const done = next(['dumped'], OPEN_TIMEOUT_MS, 'write its snapshot');
       worker.postMessage({ type: 'dump', file } satisfies EmbeddedCommand);

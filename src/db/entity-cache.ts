@@ -1,6 +1,6 @@
 import { LRUCache } from 'lru-cache';
-import type { ChangeFeed } from './change-feed.js';
-import type { Change, ChangedEntity } from './changes.js';
+import type { ChangeFeed } from './capture/feed.js';
+import type { Change, ChangedEntity } from './capture/changes.js';
 import type { SqlDriver } from './database.js';
 import { estimateBytes } from './estimate-bytes.js';
 import { TagIndex } from './tag-index.js';
@@ -148,6 +148,11 @@ export class EntityCache {
   /** Whether entries may be served: the database's announcements are being heard. */
   get live(): boolean {
     return this.feed.live && this.entries !== undefined;
+  }
+
+  /** Resolves once every change committed before the call has been applied (tests, probes). */
+  caughtUp(timeoutMs?: number): Promise<void> {
+    return this.feed.caughtUp(timeoutMs);
   }
 
   /** Tells `listener` of every tag invalidated and every clear, until the returned function is called. */

@@ -72,6 +72,9 @@ class ReadThroughLoader<V> extends DataLoader<string, V> {
   }
 }
 
+/** The namespace of the cached child counts: `childCount:<parentId>` (amended by `services/child-counts.ts`). */
+export const CHILD_COUNT_NAMESPACE = 'childCount';
+
 export class Loaders {
   #accountById?: DataLoader<string, AccountRow | null>;
   #accountByPublicKey?: DataLoader<string, AccountRow | null>;
@@ -81,6 +84,7 @@ export class Loaders {
   #signingKeyByPublicKey?: DataLoader<string, SigningKey | null>;
   #packagePurchasesByOrganization?: DataLoader<string, PackagePurchase[]>;
   #monthlyUsage?: DataLoader<string, MonthlyUsageTotals | null>;
+  #childCountByParentId?: DataLoader<string, number>;
 
   constructor(
     private readonly prisma: PrismaClient,
@@ -233,6 +237,29 @@ export class Loaders {
       {},
       // Every organization read has a list (an empty one without purchases).
       (list) => list ?? [],
+    ));
+  }
+
+  /**
+   * How many children a parent has, any status: counted on the (parentId, createdAt, id) index
+   * once, then kept exact from the change feed (a child added or removed amends the cached count
+   * in place, see `services/child-counts.ts`), so a sign-up costs no count.
+   */
+  get childCountByParentId(): DataLoader<string, number> {
+    return (this.#childCountByParentId ??= this.readThrough(
+      CHILD_COUNT_NAMESPACE,
+      async (misses, query) => {
+        const rows = await query<{ parentId: string; children: number }>(
+          `"parentId", count(*)::int AS children`,
+          `FROM "Account" WHERE "parentId" = ANY($1::text[]) GROUP BY "parentId"`,
+          [misses],
+        );
+        return new Map(rows.map((row) => [row.parentId, row.children]));
+      },
+      (id) => [cacheTags.childMembers(id)],
+      { share: true },
+      // A parent without children has no row: none.
+      (children) => children ?? 0,
     ));
   }
 

@@ -2,7 +2,7 @@ import { decodeJwt } from 'jose';
 import { requireParent } from '../auth/authorize.js';
 import { bearerToken, credentialKey } from '../auth/credentials.js';
 import type { RequestContext } from '../context.js';
-import type { RowChange } from '../db/changes.js';
+import type { RowChange } from '../db/capture/changes.js';
 import { ApiError, ServiceUnavailableError, UnauthorizedError } from '../errors.js';
 import type { Topic } from '../live/live-updates.js';
 import { getCreditAnalysis } from '../services/get-credit-analysis.js';

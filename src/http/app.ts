@@ -113,6 +113,8 @@ export function createApp(options: AppOptions): App {
     ...(config.replicaUrls.length > 0 ? { replicas: () => ({ state: replicas?.state ?? [], reads: replicas?.reads ?? { replica: 0, primary: 0 } }) } : {}),
   });
   const feed = database.changeFeed({
+    source: config.changeSource,
+    onNotice: (message, fallback) => (fallback ? logger.warn(message) : logger.info(message)),
     onStateChange: (live, error) => {
       metrics.feedState(live);
       if (live) logger.info('listening for database changes; cache in use');
@@ -211,11 +213,11 @@ export function createApp(options: AppOptions): App {
       if (state.ready) return exchange.sendJson(200, { status: 'ready', ...details });
       return exchange.sendJson(503, { status: 'unavailable', reason: state.reason, ...details });
     }),
-    // The original health check: readiness, with the database mode and the cache's state.
+    // The original health check: readiness, with the database mode, the cache's state and where its changes come from.
     probe('/health', async (exchange) => {
       const state = await readiness.state();
       if (!state.ready) return sendRestError(exchange, new ServiceUnavailableError(`The service is not ready: ${state.reason}.`));
-      return exchange.sendJson(200, { status: 'ok', database: database.kind, cache: feed.live ? 'live' : 'bypassed' });
+      return exchange.sendJson(200, { status: 'ok', database: database.kind, cache: feed.live ? 'live' : 'bypassed', changes: feed.source });
     }),
     // Rate limited like the API: a scraper asks every few seconds. METRICS_PORT moves it off the API's port.
     ...(config.metricsPort === undefined

@@ -1,5 +1,5 @@
-import type { ChangeFeed } from '../db/change-feed.js';
-import type { Change, RowChange } from '../db/changes.js';
+import type { ChangeFeed } from '../db/capture/feed.js';
+import type { Change, RowChange } from '../db/capture/changes.js';
 import { Repeater } from '@repeaterjs/repeater';
 import { ApiError } from '../errors.js';
 

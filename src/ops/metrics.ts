@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
-import type { ChangeFeed } from '../db/change-feed.js';
+import type { ChangeFeed } from '../db/capture/feed.js';
 import type { AnswerCache } from '../db/answer-cache.js';
 import type { EntityCache } from '../db/entity-cache.js';
 import { RequestCounter, RequestHistogram } from './request-series.js';

@@ -1,8 +1,9 @@
-import type { ChangeFeed } from '../db/change-feed.js';
-import type { RowChange } from '../db/changes.js';
+import type { ChangeFeed } from '../db/capture/feed.js';
+import type { RowChange } from '../db/capture/changes.js';
 import { cacheTags } from '../db/cache-tags.js';
 import type { EntityCache } from '../db/entity-cache.js';
 import { activeAt } from '../domain/activity.js';
+import { CHILD_COUNT_NAMESPACE } from '../db/loaders.js';
 
 /**
  * A parent's child counts as cached (see `list-child-accounts.ts`): `total` null when taken from
@@ -20,10 +21,20 @@ export const childCountsKey = (parentId: string) => `stats:${parentId}|||`;
  * child was added, removed, renamed or moved (a stable change), or became active or inactive. A
  * child logging in for the first time in the window (what most sign-ins are) adds one to the
  * parent's unfiltered active count, which is amended in place rather than counted again; the
- * filtered counts are dropped. Returns the unsubscribe function.
+ * filtered counts are dropped. A child added or removed amends the parent's number of children.
+ * Returns the unsubscribe function.
  */
 export function keepChildListCurrent(feed: ChangeFeed, cache: EntityCache, now: () => number): () => void {
-  const childChanged = ({ parentId, stable, lastLogin, version }: RowChange & { parentId: string }) => {
+  const childChanged = ({ parentId, stable, lastLogin, version, op }: RowChange & { parentId: string }) => {
+    // A child added or removed: the parent's cached number of children is brought up to date in
+    // place (unless the count already saw the change), not counted again.
+    if (op !== undefined) {
+      const step = op === 'insert' ? 1 : -1;
+      cache.invalidate(cacheTags.childMembers(parentId), version, {
+        key: `${CHILD_COUNT_NAMESPACE}:${parentId}`,
+        amend: (children: number | null) => Math.max(0, (children ?? 0) + step),
+      });
+    }
     // A stable change (a child added, removed, renamed, moved) may change which children a cached
     // first page holds: every page of the parent goes. Activity (a sign-in's counters and last
     // login) changes neither membership nor order: it drops only the pages showing that child,

@@ -8,11 +8,11 @@ import type { ServiceContext } from './context.js';
 export async function getCreditAnalysis(viewer: Viewer, context: ServiceContext): Promise<CreditAnalysis> {
   const { organization } = viewer;
   const { now, holdsUntil } = context.clock();
-  const totalChildAccounts = organization.childCount;
-  const [usage, purchases, balances] = await Promise.all([
+  const [usage, purchases, balances, totalChildAccounts] = await Promise.all([
     context.loaders.monthlyUsage.load(`${organization.parentId}|${monthStart(now).toISOString()}`),
     context.loaders.packagePurchasesByOrganization.load(organization.parentId),
     context.loaders.balancesByParentId.load(organization.parentId),
+    context.loaders.childCountByParentId.load(organization.parentId),
   ]);
   if (!balances) throw new UserNotFoundError('The organization no longer exists.');
   const analysis = analyseCredits({

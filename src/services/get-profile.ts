@@ -101,8 +101,8 @@ export async function getProfile(viewer: Viewer, context: ServiceContext): Promi
   // The balances change with every sign-in: read with the row, not with the settings.
   const balances = await context.loaders.balancesByParentId.load(organization.parentId);
   if (!balances) throw new UserNotFoundError('The organization no longer exists.');
-  // Kept exact by the database (Organization.childCount), so no count per request.
-  const totalChildAccounts = async () => organization.childCount;
+  // Counted once, then kept exact from the change feed: no count per request.
+  const totalChildAccounts = () => context.loaders.childCountByParentId.load(organization.parentId);
   return Object.assign(base, {
     accountType: 'parent' as const,
     organizationUrl: organization.url,

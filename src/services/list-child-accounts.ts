@@ -150,10 +150,9 @@ type Stats = { total: number; active: number };
 type CachedStats = ChildCounts;
 
 /**
- * The filters (decisions §4) as SQL: the table to read, its WHERE clause with parameters from `$1`,
- * the scope that page tokens are bound to, and the key their counts are cached under. A search reads ChildSearch (lower-cased copies of the
- * children's names, kept by the database), where `LIKE lower(pattern)` is the ILIKE of the names;
- * without one, Account itself. Both have the columns the clause and the counts name.
+ * The filters (decisions §4) as SQL on Account: its WHERE clause with parameters from `$1`, the
+ * scope that page tokens are bound to, and the key their counts are cached under. A search is
+ * `ILIKE` on the names, which the trigram indexes serve (pg_trgm folds case).
  */
 export function filterSql(parentId: string, search: string | undefined, range: { from?: Date; to?: Date }) {
   const params: unknown[] = [parentId];
@@ -162,14 +161,16 @@ export function filterSql(parentId: string, search: string | undefined, range: {
   if (range.to) clauses.push(`"createdAt" <= $${params.push(range.to)}`);
   if (search) {
     const n = params.push(`%${escapeLike(search)}%`);
-    clauses.push(`(username LIKE lower($${n}) OR email LIKE lower($${n}))`);
+    clauses.push(`(username ILIKE $${n} OR email ILIKE $${n})`);
   }
   // The normalised filters: two requests with the same scope select the same rows.
   const scope: PageScope = `${parentId}|${range.from?.getTime() ?? ''}|${range.to?.getTime() ?? ''}|${search ?? ''}`;
-  const table = search ? '"ChildSearch"' : '"Account"';
   const filtered = clauses.length > 1;
-  return { table, searched: search !== undefined, where: clauses.join(' AND '), params, filtered, scope, cacheKey: filtered ? `stats:${scope}` : childCountsKey(parentId) };
+  return { where: clauses.join(' AND '), params, filtered, scope, cacheKey: filtered ? `stats:${scope}` : childCountsKey(parentId) };
 }
+
+/** The child list's filters as SQL (see `filterSql`). */
+export type ChildFilters = ReturnType<typeof filterSql>;
 
 /**
  * A keyset condition on the (parentId, createdAt DESC, id DESC) index: rows whose (registration,
@@ -179,19 +180,12 @@ export function keysetCondition(params: unknown[], position: Position, op: '<' |
   return ` AND ("createdAt", id) ${op} ($${params.push(position.createdAt)}, $${params.push(position.id)})`;
 }
 
-/**
- * The statement of one page: `keyset` the conditions after the filters, `limit` the parameter of
- * the row count. With a search, the page's ids come from the narrow copy, then those rows (names as
- * stored) from Account.
- */
-export function pageStatement(filters: ReturnType<typeof filterSql>, keyset: string, order: 'ASC' | 'DESC', limit: string): { columns: string; rest: string } {
-  const columns = `a.id, a.username, a.email,
-            (extract(epoch FROM a."lastLogin") * 1000)::float8 AS "lastLoginMs",
-            (extract(epoch FROM a."createdAt") * 1000)::float8 AS "createdAtMs"`;
-  const page = `WHERE ${filters.where}${keyset} ORDER BY "createdAt" ${order}, id ${order} LIMIT ${limit}`;
-  return filters.searched
-    ? { columns, rest: `FROM (SELECT id, "createdAt" FROM ${filters.table} ${page}) m JOIN "Account" a ON a.id = m.id ORDER BY m."createdAt" ${order}, m.id ${order}` }
-    : { columns, rest: `FROM ${filters.table} a ${page}` };
+/** The statement of one page: `keyset` the conditions after the filters, `limit` the parameter of the row count. */
+export function pageStatement(filters: ChildFilters, keyset: string, order: 'ASC' | 'DESC', limit: string): { columns: string; rest: string } {
+  const columns = `id, username, email,
+            (extract(epoch FROM "lastLogin") * 1000)::float8 AS "lastLoginMs",
+            (extract(epoch FROM "createdAt") * 1000)::float8 AS "createdAtMs"`;
+  return { columns, rest: `FROM "Account" WHERE ${filters.where}${keyset} ORDER BY "createdAt" ${order}, id ${order} LIMIT ${limit}` };
 }
 
 /** A parent's children, newest registration first, keyset-paginated (spec: GET /auth/child-accounts). */
@@ -243,7 +237,7 @@ export async function listChildAccounts(
     if (!position) return false;
     const probe = [...filters.params];
     const [row] = await context.staleReads.query<{ found: boolean }>(
-      `SELECT EXISTS (SELECT 1 FROM ${filters.table} WHERE ${filters.where}${keysetCondition(probe, position, op)}) AS found`,
+      `SELECT EXISTS (SELECT 1 FROM "Account" WHERE ${filters.where}${keysetCondition(probe, position, op)}) AS found`,
       probe,
     );
     return row?.found === true;
@@ -269,7 +263,7 @@ export async function listChildAccounts(
  */
 async function countChildren(
   viewer: Viewer,
-  filters: ReturnType<typeof filterSql>,
+  filters: ChildFilters,
   context: ServiceContext,
 ): Promise<Stats> {
   const parentId = viewer.account.id;
@@ -282,21 +276,21 @@ async function countChildren(
   });
   // The active count holds until its oldest login leaves the window.
   clock.holdsUntil(counted.validUntil);
-  // Unfiltered, the total is read from the organization each time, not kept with the count.
-  return { total: counted.total ?? viewer.organization.childCount, active: counted.active };
+  // Unfiltered, the total is the parent's child count, kept exact on its own (see `childCountByParentId`).
+  return { total: counted.total ?? (await context.loaders.childCountByParentId.load(parentId)), active: counted.active };
 }
 
 /** One query for the counts of `countChildren`, kept with the moment the active ones expire. */
-async function queryCounts(filters: ReturnType<typeof filterSql>, now: number, query: SnapshotQuery): Promise<CachedStats> {
+async function queryCounts(filters: ChildFilters, now: number, query: SnapshotQuery): Promise<CachedStats> {
   const params = [...filters.params];
   const cutoff = `$${params.push(new Date(now - ACTIVE_WINDOW_MS))}`;
-  // Unfiltered, the total is the organization's kept child count: only the active ones are counted.
+  // Unfiltered, the total is the parent's kept child count: only the active ones are counted.
   const total = filters.filtered ? 'count(*)::int' : 'NULL::int';
   const where = filters.filtered ? filters.where : `${filters.where} AND "lastLogin" >= ${cutoff}`;
   const [row] = await query<{ total: number | null; active: number; oldest: Date | null }>(
     `${total} AS total, count(*) FILTER (WHERE "lastLogin" >= ${cutoff})::int AS active,
      min("lastLogin") FILTER (WHERE "lastLogin" >= ${cutoff}) AS oldest`,
-    `FROM ${filters.table} WHERE ${where}`,
+    `FROM "Account" WHERE ${where}`,
     params,
   );
   return {

@@ -20,7 +20,16 @@ export type TestServer = {
 
 export async function startServer(
   database: Database,
-  options: { env?: Record<string, string>; now?: () => Date; graphiqlHeaders?: string; graphqlDoor?: AppOptions['graphqlDoor']; compileAfter?: number; httpTimeouts?: Parameters<typeof createHttpServer>[2] } = {},
+  options: {
+    env?: Record<string, string>;
+    now?: () => Date;
+    graphiqlHeaders?: string;
+    graphqlDoor?: AppOptions['graphqlDoor'];
+    compileAfter?: number;
+    httpTimeouts?: Parameters<typeof createHttpServer>[2];
+    /** Wait until the cache hears the database's changes (default), as a server soon does after its start. */
+    live?: boolean;
+  } = {},
 ): Promise<TestServer> {
   const config: Config = loadConfig({
     NODE_ENV: 'test',
@@ -34,6 +43,8 @@ export async function startServer(
   const server: Server = createHttpServer(config.limits, (request, response) => app.handle(request, response), options.httpTimeouts);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  // A server that cannot hear them (a database not migrated, stalled or gone) starts all the same.
+  if (options.live !== false) await app.deps.cache.caughtUp(10_000).catch(() => {});
   return {
     app,
     url,

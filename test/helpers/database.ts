@@ -67,21 +67,21 @@ export function useTestDatabase(): () => TestDatabase {
 }
 
 /**
- * Another service writing this file's database: a connection of its own on PostgreSQL; on PGlite,
- * the one connection there is. Opened before the file's tests and closed after them.
+ * Another service writing this file's database: a connection of its own (on PGlite, a second
+ * client of the embedded database's socket, as `psql` would be), opened before the file's tests
+ * and closed after them.
  */
 export function useOutsideWriter(database: () => TestDatabase): (sql: string, params?: unknown[]) => Promise<void> {
   let client: pg.Client | undefined;
   beforeAll(async () => {
-    if (testMode !== 'postgres') return;
-    client = new pg.Client({ connectionString: database().url! });
+    const { url, socket } = database();
+    client = url ? new pg.Client({ connectionString: url }) : new pg.Client({ host: socket!.host, port: socket!.port, user: 'postgres', database: 'postgres' });
     await client.connect();
   });
   afterAll(async () => {
     await client?.end();
   });
   return async (sql, params) => {
-    if (client) await client.query(sql, params);
-    else await database().sql.query(sql, params);
+    await client!.query(sql, params);
   };
 }

@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -30,7 +30,13 @@ export function freePort(): Promise<number> {
   });
 }
 
-export type Cluster = { url: string; stop(): void };
+export type Cluster = {
+  url: string;
+  dataDir: string;
+  stop(): void;
+  /** Restarts the server, without blocking this process's event loop (its clients must answer the shutdown). */
+  restart(): Promise<void>;
+};
 
 /**
  * A temporary folder for a cluster's files. initdb refuses to run as root, so as root the folder
@@ -55,7 +61,15 @@ export function asClusterOwner(command: string, args: string[]): void {
   if (result.status !== 0) throw new Error(`${command} failed:\n${result.stdout}${result.stderr}`);
 }
 
-export async function startCluster(binDir: string): Promise<Cluster> {
+/**
+ * `logical`: wal_level = logical with room for a replication slot and sender per server instance
+ * the tests start (the default); false: PostgreSQL's default wal_level, where the server falls
+ * back to its announcement triggers.
+ */
+export async function startCluster(binDir: string, options: { logical?: boolean; durable?: boolean } = {}): Promise<Cluster> {
+  const logical = options.logical ?? true;
+  // Durable (benchmarks of writes): WAL flushed at commit and full-page writes, as in production.
+  const durability = options.durable ? '' : ' -c fsync=off -c full_page_writes=off';
   const dir = clusterFolder('pg-test-');
   const dataDir = path.join(dir, 'data');
   const as = asClusterOwner;
@@ -63,11 +77,20 @@ export async function startCluster(binDir: string): Promise<Cluster> {
   as(path.join(binDir, 'initdb'), ['-D', dataDir, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--no-sync']);
   as(path.join(binDir, 'pg_ctl'), [
     '-D', dataDir, '-l', path.join(dir, 'server.log'), '-w', '-t', '60',
-    '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200`,
+    '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1${durability} -c max_connections=300${logical ? ' -c wal_level=logical -c max_replication_slots=100 -c max_wal_senders=100' : ''}`,
     'start',
   ]);
   return {
     url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+    dataDir,
+    restart: () =>
+      new Promise<void>((resolve, reject) => {
+        const args = [path.join(binDir, 'pg_ctl'), '-D', dataDir, '-m', 'fast', '-w', '-t', '60', 'restart'];
+        const [command, argv] = process.getuid?.() === 0 ? ['runuser', ['-u', 'postgres', '--', ...args]] : [args[0]!, args.slice(1)];
+        const child = spawn(command, argv, { stdio: 'ignore' });
+        child.on('error', reject);
+        child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`pg_ctl restart exited with ${code}`))));
+      }),
     stop: () => {
       try {
         as(path.join(binDir, 'pg_ctl'), ['-D', dataDir, '-m', 'fast', '-w', 'stop']);

@@ -29,8 +29,8 @@ export async function startReplica(binDir: string, primaryUrl: string): Promise<
   const start = () =>
     as(path.join(binDir, 'pg_ctl'), [
       '-D', dataDir, '-l', path.join(dir, 'server.log'), '-w', '-t', '60',
-      // The primary's settings where a standby must match or exceed them (max_connections is 200 there).
-      '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c hot_standby=on -c fsync=off -c max_connections=200`,
+      // The primary's settings where a standby must match or exceed them (see `startCluster`).
+      '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c hot_standby=on -c fsync=off -c max_connections=300 -c max_wal_senders=100 -c max_replication_slots=100`,
       'start',
     ]);
   start();

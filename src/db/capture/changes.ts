@@ -3,8 +3,9 @@ import { z } from 'zod';
 /*
  * The database's change announcements (migrations change_notifications and announced_versions),
  * parsed once, where they arrive, into a typed change. The triggers send one-letter JSON:
- * {"t": entity, "id": key, "x": transaction, "k"?: public key, "p"?: parent, "s"?: whether what
- * authentication relies on changed, "l"/"n"?: last login before and after (epoch ms)} or
+ * {"t": entity, "id": key, "x": transaction, "k"?: public key, "p"?: parent, "o"?: "i" or "d" for
+ * a row added or removed under that parent, "s"?: whether what authentication relies on changed,
+ * "l"/"n"?: last login before and after (epoch ms)} or
  * {"t": entity, "all": true} for a statement that changed more rows than it lists.
  */
 
@@ -23,6 +24,11 @@ export type RowChange = {
   /** A child account's parent. */
   parentId: string | undefined;
   /**
+   * The row was added (`insert`) or removed (`delete`) under this key and parent; a row moved to
+   * another parent is removed from the old and added to the new. Undefined for other updates.
+   */
+  op: 'insert' | 'delete' | undefined;
+  /**
    * False when only activity changed (counters, last login, balances): identities, signing keys
    * and verified tokens built on the row stay valid.
    */
@@ -40,6 +46,7 @@ const ANNOUNCEMENT = z.object({
   x: z.number().int().nonnegative().optional(),
   k: z.string().optional(),
   p: z.string().optional(),
+  o: z.enum(['i', 'd']).optional(),
   s: z.boolean().optional(),
   l: z.number().nullable().optional(),
   n: z.number().nullable().optional(),
@@ -61,7 +68,7 @@ export function parseChange(payload: string): Change {
   }
   const parsed = ANNOUNCEMENT.safeParse(json);
   if (!parsed.success || parsed.data.all === true || parsed.data.id === undefined) return EVERYTHING;
-  const { t, id, x, k, p, s, l, n } = parsed.data;
+  const { t, id, x, k, p, o, s, l, n } = parsed.data;
   const version = x !== undefined && Number.isSafeInteger(x) ? x : undefined;
   return {
     kind: 'row',
@@ -70,6 +77,7 @@ export function parseChange(payload: string): Change {
     version,
     publicKey: k,
     parentId: p,
+    op: o === 'i' ? 'insert' : o === 'd' ? 'delete' : undefined,
     stable: s !== false,
     // Only announcements that name their transaction carry the logins (absent: never logged in).
     lastLogin: version === undefined ? undefined : { before: l ?? null, after: n ?? null },

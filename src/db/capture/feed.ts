@@ -1,0 +1,85 @@
+import { parseChange, type Change } from './changes.js';
+
+/*
+ * The database's committed changes, as the caches hear them. Two sources give them: the logical
+ * replication stream (`logical.ts`), which adds nothing to the writers' transactions, and the
+ * announcement triggers (`triggers.ts`), where the stream is not available. `select.ts` chooses.
+ */
+
+export type ChangeListener = {
+  /** One committed change, made once for every listener. */
+  change(change: Change): void;
+  /** Changes may have been missed (the source went down or came back): start again from nothing. */
+  reset(): void;
+};
+
+/**
+ * The database's committed changes. `live` is true only while every change committed up to a
+ * moment ago is known to have been delivered: a cache may serve entries only then.
+ */
+export interface ChangeFeed {
+  readonly live: boolean;
+  /** Which source delivers the changes, for `/health` and the logs. */
+  readonly source: 'logical' | 'triggers' | 'none';
+  /** Resolves once the first attempt to listen has ended, live or not. */
+  started(): Promise<void>;
+  /**
+   * Resolves once every change committed before the call has reached the listeners; rejects when
+   * that cannot be known within `timeoutMs` (the source is down or stalled).
+   */
+  caughtUp(timeoutMs?: number): Promise<void>;
+  subscribe(listener: ChangeListener): () => void;
+  close(): Promise<void>;
+}
+
+export abstract class BaseFeed implements ChangeFeed {
+  private readonly listeners = new Set<ChangeListener>();
+  abstract readonly live: boolean;
+  readonly source: ChangeFeed['source'] = 'triggers';
+  abstract started(): Promise<void>;
+  abstract caughtUp(timeoutMs?: number): Promise<void>;
+
+  subscribe(listener: ChangeListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** One announcement of the triggers, parsed once. */
+  protected emit(payload: string): void {
+    if (this.listeners.size === 0) return;
+    this.emitChange(parseChange(payload));
+  }
+
+  protected emitChange(change: Change): void {
+    for (const listener of this.listeners) listener.change(change);
+  }
+
+  protected reset(): void {
+    for (const listener of this.listeners) listener.reset();
+  }
+
+  abstract close(): Promise<void>;
+}
+
+/** `work`, or a rejection naming `what` past `timeoutMs`. */
+export function within<T>(work: Promise<T>, timeoutMs: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const bound = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} within ${timeoutMs} ms`)), timeoutMs);
+  });
+  return Promise.race([work, bound]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * The sources' checks: two a second; not live 2 s after the last one answered was sent (a source
+ * gone silent is bypassed within 2 s); its connections replaced when one is not answered in 5 s.
+ */
+export type FeedTiming = { heartbeatMs: number; staleAfterMs: number; heartbeatTimeoutMs: number };
+export function feedTiming(options: Partial<FeedTiming>): FeedTiming {
+  return { heartbeatMs: options.heartbeatMs ?? 500, staleAfterMs: options.staleAfterMs ?? 2000, heartbeatTimeoutMs: options.heartbeatTimeoutMs ?? 5000 };
+}
+
+/** How long to wait before the next attempt after `failures` failed ones: 200 ms doubling to 5 s. */
+export function retryDelay(failures: number): number {
+  return Math.min(100 * 2 ** Math.min(failures, 6), 5000);
+}

@@ -1,0 +1,312 @@
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { LogicalReplicationService } from 'pg-logical-replication';
+import { BaseFeed, feedTiming, retryDelay, within, type ChangeFeed } from './feed.js';
+import { PgoutputDecoder } from './pgoutput.js';
+
+/*
+ * The logical replication feed: the committed changes of the publication `api_cache` (the tables
+ * the API caches), decoded by PostgreSQL's walsender from the write-ahead log after commit, with
+ * the built-in `pgoutput` plugin. Nothing runs in the writers' transactions.
+ *
+ * Each instance reads through a temporary replication slot of its own, created on the replication
+ * connection that reads it: the server drops it when that session ends, however it ends (the
+ * process killed, the connection cut: within `wal_sender_timeout`, which this connection sets to
+ * `SENDER_TIMEOUT_MS`; a server restart drops every temporary slot). So no slot outlives its
+ * reader and holds WAL.
+ *
+ * Freshness: once a second the instance writes a logical message of its own into the WAL
+ * (`pg_logical_emit_message`, outside any transaction) on a second, ordinary connection. The stream
+ * delivers in WAL order, so when the message arrives every transaction committed before it was
+ * written has been delivered: the feed is live while such a message written less than
+ * `staleAfterMs` ago has come back. The same query reads the next transaction id, which gives the
+ * stream's 32-bit transaction ids their epoch.
+ */
+
+/** The publication the migrations create (migration change_capture). */
+export const PUBLICATION = 'api_cache';
+/** The prefix of the heartbeat messages this feed writes into the WAL. */
+const HEARTBEAT_PREFIX = 'api_cache_heartbeat';
+/** How long the server keeps a replication session (and its slot) whose reader went silent. */
+export const SENDER_TIMEOUT_MS = 10_000;
+
+export type LogicalFeedOptions = {
+  /** Where the server is: the same settings as the pool's. */
+  connection: pg.ClientConfig;
+  /** How often a heartbeat is written (and the position acknowledged). */
+  heartbeatMs?: number;
+  /** Not live when no heartbeat written within this long has come back through the stream. */
+  staleAfterMs?: number;
+  /** A heartbeat not back within this long ends both connections, and new ones are opened. */
+  heartbeatTimeoutMs?: number;
+  connectTimeoutMs?: number;
+  /** Creating a slot waits for the transactions running at that moment to end: at most this long. */
+  slotTimeoutMs?: number;
+  onStateChange?: (live: boolean, error?: unknown) => void;
+};
+
+type Heartbeat = { token: string; sentAt: number; back?: () => void };
+
+/** pgoutput over a temporary slot created on the replication connection itself (the library's plugin shape). */
+class TemporarySlotPlugin {
+  readonly options = { publication: PUBLICATION };
+
+  constructor(
+    private readonly onSlotTimeout: () => void,
+    private readonly slotTimeoutMs: number,
+  ) {}
+
+  get name(): string {
+    return 'pgoutput';
+  }
+
+  /** Undecoded: the feed decodes each message itself (see `pgoutput.ts`). */
+  parse(buffer: Buffer): Buffer {
+    return buffer;
+  }
+
+  async start(client: pg.Client, slotName: string): Promise<unknown> {
+    const bound = setTimeout(this.onSlotTimeout, this.slotTimeoutMs);
+    try {
+      await client.query(`CREATE_REPLICATION_SLOT "${slotName}" TEMPORARY LOGICAL pgoutput NOEXPORT_SNAPSHOT`);
+    } finally {
+      clearTimeout(bound);
+    }
+    return client.query(`START_REPLICATION SLOT "${slotName}" LOGICAL 0/0 (proto_version '1', publication_names '${this.options.publication}', messages 'true')`);
+  }
+}
+
+export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
+  override readonly source = 'logical' as const;
+  private readonly heartbeatMs: number;
+  private readonly staleAfterMs: number;
+  private readonly heartbeatTimeoutMs: number;
+  private readonly instance = randomBytes(6).toString('hex');
+  private closed = false;
+  private confirmedAt = 0;
+  private streaming = false;
+  private session: { service: LogicalReplicationService; client: pg.Client; decoder: PgoutputDecoder } | undefined;
+  private nextXid: bigint | undefined;
+  /** The highest position the stream has reached: what is acknowledged, so the slot lets WAL go. */
+  private position = 0n;
+  /** Heartbeats written and not yet back, oldest first. */
+  private readonly pending: Heartbeat[] = [];
+  private sequence = 0;
+  private writing = false;
+  private timer: NodeJS.Timeout | undefined;
+  private reconnect: NodeJS.Timeout | undefined;
+  private connecting: Promise<void> | undefined;
+  private failures = 0;
+  private generation = 0;
+  /** Resolves the wait for a stream's first heartbeat back. */
+  private confirmed: (() => void) | undefined;
+
+  constructor(private readonly options: LogicalFeedOptions) {
+    super();
+    ({ heartbeatMs: this.heartbeatMs, staleAfterMs: this.staleAfterMs, heartbeatTimeoutMs: this.heartbeatTimeoutMs } = feedTiming(options));
+    this.connecting = this.connect();
+  }
+
+  get live(): boolean {
+    return this.streaming && Date.now() - this.confirmedAt < this.staleAfterMs;
+  }
+
+  async started(): Promise<void> {
+    await this.connecting;
+  }
+
+  /** A heartbeat written now and back through the stream: everything committed before it was delivered. */
+  async caughtUp(timeoutMs = 5000): Promise<void> {
+    await within(this.started(), timeoutMs, 'the change stream did not start');
+    const session = this.session;
+    if (!session || !this.streaming) throw new Error('the change stream is not running');
+    const heartbeat: Heartbeat = { token: `${this.instance}:${++this.sequence}`, sentAt: Date.now() };
+    const back = new Promise<void>((resolve) => (heartbeat.back = resolve));
+    this.pending.push(heartbeat);
+    await within(
+      session.client.query(`SELECT pg_logical_emit_message(false, '${HEARTBEAT_PREFIX}', $1::text)`, [heartbeat.token]).then(() => back),
+      timeoutMs,
+      'the change stream did not deliver a heartbeat',
+    );
+  }
+
+  private async connect(): Promise<void> {
+    if (this.closed) return;
+    const generation = ++this.generation;
+    const connectTimeoutMs = this.options.connectTimeoutMs ?? 2000;
+    const client = new pg.Client({ ...this.options.connection, keepAlive: true, connectionTimeoutMillis: connectTimeoutMs, application_name: 'api-cache-heartbeat' });
+    client.on('error', (error) => this.lost(generation, error));
+    client.on('end', () => this.lost(generation, new Error('the heartbeat connection ended')));
+    const decoder = new PgoutputDecoder(() => this.nextXid);
+    const service = new LogicalReplicationService(
+      {
+        ...this.options.connection,
+        keepAlive: true,
+        connectionTimeoutMillis: connectTimeoutMs,
+        application_name: 'api-cache-stream',
+        // Timestamps as the decoder reads them; the server ends the session (and drops its slot)
+        // when this reader stops answering.
+        options: `${this.options.connection.options ?? ''} -c wal_sender_timeout=${SENDER_TIMEOUT_MS} -c DateStyle=ISO -c TimeZone=UTC`.trim(),
+      },
+      // Acknowledged once a heartbeat, not once a message: every reply costs the walsender work.
+      { acknowledge: { auto: false, timeoutSeconds: 0 } },
+    );
+    this.session = { service, client, decoder };
+    service.on('error', (error: Error) => this.lost(generation, error));
+    service.on('data', (_lsn: string, message: Buffer) => this.receive(generation, decoder, message));
+    service.on('heartbeat', (lsn: string, _time: number, shouldRespond: boolean) => {
+      this.advance(parseLsn(lsn));
+      if (shouldRespond) void service.acknowledge(formatLsn(this.position));
+    });
+    service.on('start', () => {
+      if (generation !== this.generation) return;
+      this.streaming = true;
+      this.failures = 0;
+      // Whatever was cached before this stream may have missed changes; live at the first heartbeat back.
+      this.reset();
+      this.timer = setInterval(() => void this.beat(generation), this.heartbeatMs);
+      this.timer.unref();
+      void this.beat(generation);
+    });
+    try {
+      await client.connect();
+      await this.readNextXid(client);
+      const plugin = new TemporarySlotPlugin(
+        () => this.lost(generation, new Error(`no replication slot within ${this.options.slotTimeoutMs ?? 30_000} ms: a long transaction is running`)),
+        this.options.slotTimeoutMs ?? 30_000,
+      );
+      const slot = `api_cache_${this.instance}_${generation}`;
+      // Resolves when the stream ends: not awaited past its start.
+      const subscribed = service.subscribe(plugin, slot);
+      subscribed.then(
+        () => this.lost(generation, new Error('the replication stream ended')),
+        (error: unknown) => this.lost(generation, error),
+      );
+      // Started once the first heartbeat is back (live), or the attempt failed, or its bound passed.
+      const ended = subscribed.then(() => {}, () => {});
+      await Promise.race([new Promise<void>((resolve) => (this.confirmed = resolve)), ended, delay(this.heartbeatTimeoutMs + (this.options.slotTimeoutMs ?? 30_000))]);
+      this.confirmed = undefined;
+    } catch (error) {
+      this.lost(generation, error);
+    } finally {
+      this.connecting = undefined;
+    }
+  }
+
+  private async readNextXid(client: pg.Client): Promise<void> {
+    const { rows } = await client.query<{ next: string }>(`SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS next`);
+    if (rows[0]) this.nextXid = BigInt(rows[0].next);
+  }
+
+  private receive(generation: number, decoder: PgoutputDecoder, message: Buffer): void {
+    if (generation !== this.generation) return;
+    const event = decoder.decode(message);
+    if (event.kind === 'commit') {
+      for (const change of event.changes) this.emitChange(change);
+      this.advance(event.endLsn);
+    } else if (event.kind === 'message') {
+      this.advance(event.lsn);
+      if (event.prefix !== HEARTBEAT_PREFIX) return;
+      const index = this.pending.findIndex((heartbeat) => heartbeat.token === event.content);
+      if (index < 0) return;
+      // This heartbeat and every earlier one are back: all written before it was delivered.
+      const first = this.confirmedAt === 0;
+      this.confirmedAt = Math.max(this.confirmedAt, this.pending[index]!.sentAt);
+      for (const heartbeat of this.pending.splice(0, index + 1)) heartbeat.back?.();
+      if (first) {
+        this.confirmed?.();
+        this.options.onStateChange?.(true);
+      }
+    }
+  }
+
+  private advance(lsn: bigint): void {
+    if (lsn > this.position) this.position = lsn;
+  }
+
+  /**
+   * One heartbeat: written into the WAL (one at a time: never queued behind an unanswered one),
+   * the position reached acknowledged, and the connections given up when an earlier heartbeat has
+   * not come back within its bound (a frozen server, a cut path, a stalled walsender).
+   */
+  private async beat(generation: number): Promise<void> {
+    const session = this.session;
+    if (!session || generation !== this.generation || !this.streaming) return;
+    const oldest = this.pending[0];
+    if (oldest && Date.now() - oldest.sentAt > this.heartbeatTimeoutMs) {
+      this.lost(generation, new Error(`the change stream's heartbeat did not come back within ${this.heartbeatTimeoutMs} ms`));
+      return;
+    }
+    if (this.position > 0n) void session.service.acknowledge(formatLsn(this.position));
+    if (this.writing) return;
+    this.writing = true;
+    const heartbeat = { token: `${this.instance}:${++this.sequence}`, sentAt: Date.now() };
+    // At most a few outstanding: a stream that stopped delivering fails the bound above first.
+    this.pending.push(heartbeat);
+    if (this.pending.length > 64) this.pending.shift();
+    try {
+      const { rows } = await session.client.query<{ next: string }>(
+        `SELECT pg_logical_emit_message(false, '${HEARTBEAT_PREFIX}', $1::text)::text AS lsn, pg_snapshot_xmax(pg_current_snapshot())::text AS next`,
+        [heartbeat.token],
+      );
+      if (rows[0]) this.nextXid = BigInt(rows[0].next);
+    } catch (error) {
+      this.lost(generation, error);
+    } finally {
+      this.writing = false;
+    }
+  }
+
+  private lost(generation: number, error?: unknown): void {
+    if (generation !== this.generation) return;
+    this.generation += 1;
+    const session = this.session;
+    this.session = undefined;
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+    this.pending.length = 0;
+    this.writing = false;
+    const wasStreaming = this.streaming;
+    this.streaming = false;
+    this.confirmedAt = 0;
+    if (session) {
+      session.client.removeAllListeners('end');
+      session.client.on('error', () => {});
+      void session.client.end().catch(() => {});
+      void session.service.destroy().catch(() => {});
+    }
+    if (wasStreaming) {
+      this.reset();
+      if (!this.closed) this.options.onStateChange?.(false, error);
+    }
+    if (this.closed || this.reconnect) return;
+    this.failures += 1;
+    const delay = retryDelay(this.failures);
+    this.reconnect = setTimeout(() => {
+      this.reconnect = undefined;
+      this.connecting = this.connect();
+    }, delay);
+    this.reconnect.unref();
+    if (!wasStreaming && this.failures === 1) this.options.onStateChange?.(false, error);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.reconnect) clearTimeout(this.reconnect);
+    await this.connecting?.catch(() => {});
+    this.lost(this.generation);
+  }
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref());
+}
+
+function parseLsn(text: string): bigint {
+  const [high, low] = text.split('/');
+  return (BigInt(`0x${high ?? '0'}`) << 32n) | BigInt(`0x${low ?? '0'}`);
+}
+
+function formatLsn(lsn: bigint): string {
+  return `${(lsn >> 32n).toString(16).toUpperCase()}/${(lsn & 0xffffffffn).toString(16).toUpperCase()}`;
+}

@@ -1,0 +1,229 @@
+/*
+ * What the API costs the writers: the sign-in transaction, as the sign-in service writes it (the
+ * child's counters and last login, the parent's counters, the organization's balance, this
+ * month's usage), run by pgbench over 200 organizations of 100 children on a durable cluster
+ * (fsync and full-page writes on), with and without the API's change capture.
+ *
+ *   npm run bench:writes -- [--seconds 10] [--rate 300] [--rounds 2] [--samples 200]
+ *
+ * Rows, each measured in every round, in an order that alternates between rounds:
+ *   bare          no API at all: replica identity DEFAULT, no trigram indexes
+ *   schema        the API's migrations (REPLICA IDENTITY FULL, trigram indexes), no instance running
+ *   logical x1    one instance's change stream (a temporary slot and its walsender, heartbeats)
+ *   logical x3    three instances' streams
+ *   triggers x1   the fallback: announcement triggers in every transaction, one listener
+ * For each: PostgreSQL's CPU a sign-in at a fixed rate (every postgres process: backends,
+ * walsenders, background workers; from /proc, with exited backends through the postmaster's
+ * children's times), WAL bytes a sign-in, and peak sign-ins a second with 16 writers. Then the
+ * staleness after COMMIT under sign-ins: the time from an UPDATE's COMMIT returning to its
+ * change reaching the feed's listeners, worst and p99, for the stream and for the triggers.
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync, writeFileSync, mkdtempSync, chmodSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import pg from 'pg';
+import type { ChangeFeed } from '../../src/db/capture/feed.js';
+import { LogicalChangeFeed } from '../../src/db/capture/logical.js';
+import { installTriggers, NotifyChangeFeed, removeTriggers } from '../../src/db/capture/triggers.js';
+import { openDatabase } from '../../src/db/database.js';
+import { migrate } from '../../src/db/migrator.js';
+import { postgresBinDir, startCluster } from '../helpers/postgres-cluster.js';
+
+const argument = (name: string) => {
+  const index = process.argv.indexOf(`--${name}`);
+  return index >= 0 ? process.argv[index + 1] : undefined;
+};
+const seconds = Number(argument('seconds') ?? 10);
+const rate = Number(argument('rate') ?? 300);
+const rounds = Number(argument('rounds') ?? 2);
+const samples = Number(argument('samples') ?? 200);
+const ORGANIZATIONS = 200;
+const CHILDREN = 100;
+
+const bin = postgresBinDir();
+if (!bin) throw new Error('the PostgreSQL server binaries are needed (pg_config --bindir)');
+const cluster = await startCluster(bin, { logical: true, durable: true });
+const url = cluster.url;
+const database = await openDatabase({ url, poolSize: 3 });
+const ticks = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim() || 100);
+
+const work = mkdtempSync(path.join(tmpdir(), 'bench-writes-'));
+chmodSync(work, 0o755);
+const script = path.join(work, 'signin.sql');
+writeFileSync(
+  script,
+  `\\set c random(1, ${ORGANIZATIONS * CHILDREN})
+BEGIN;
+UPDATE "Account" SET "signInCount" = "signInCount" + 1, "lastLogin" = now(), "lastLoginProvider" = 'email', "updatedAt" = now() WHERE id = 'USR_c' || :c RETURNING "parentId" AS parent \\gset
+UPDATE "Account" SET "signInCount" = "signInCount" + 1, "updatedAt" = now() WHERE id = :'parent';
+UPDATE "Organization" SET "creditBalance" = "creditBalance" - 1, "updatedAt" = now() WHERE "parentId" = :'parent';
+INSERT INTO "MonthlyUsage" ("organizationId", month, "signIns") VALUES (:'parent', date_trunc('month', now() AT TIME ZONE 'UTC'), 1)
+  ON CONFLICT ("organizationId", month) DO UPDATE SET "signIns" = "MonthlyUsage"."signIns" + 1;
+COMMIT;
+`,
+);
+chmodSync(script, 0o644);
+
+try {
+  await migrate(database.sql);
+  await database.sql.exec(`
+    INSERT INTO "Account" (id, type, username, email, "publicKey")
+      SELECT 'USR_p' || o, 'parent', 'parent' || o, 'parent' || o || '@example.com', 'APK_p' || o FROM generate_series(1, ${ORGANIZATIONS}) o;
+    INSERT INTO "Organization" ("parentId", name, url, "signinUrl", "signupUrl", "verifyUrl", "resetUrl", "updateUrl", "resendUrl", "successfulUrl", "jwtSecret", "creditBalance")
+      SELECT 'USR_p' || o, 'Org ' || o, 'https://o.example', 'u', 'u', 'u', 'u', 'u', 'u', 'u', md5(o::text) || md5((o + 1)::text), 100000000 FROM generate_series(1, ${ORGANIZATIONS}) o;
+    INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey", "createdAt")
+      SELECT 'USR_c' || c, 'child', 'USR_p' || ((c - 1) / ${CHILDREN} + 1), 'child' || c, 'child' || c || '@example.com', 'APK_c' || c, now() - c * interval '1 minute'
+      FROM generate_series(1, ${ORGANIZATIONS * CHILDREN}) c;
+    VACUUM ANALYZE;`);
+
+  /** CPU ticks of every postgres process so far: live ones, and exited ones through the postmaster. */
+  const postgresTicks = (): number => {
+    const postmaster = Number(readFileSync(path.join(cluster.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+    const fields = (pid: number | string) => readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '').split(' ');
+    const own = fields(postmaster);
+    // utime, stime, cutime, cstime are fields 14-17 (11-14 after the command).
+    let total = Number(own[11]) + Number(own[12]) + Number(own[13]) + Number(own[14]);
+    for (const pid of spawnSync('pgrep', ['-P', String(postmaster)], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean)) {
+      try {
+        const child = fields(pid);
+        total += Number(child[11]) + Number(child[12]);
+      } catch {
+        // exited meanwhile: counted in the postmaster's children's times once reaped
+      }
+    }
+    return total;
+  };
+  const walLsn = async () => BigInt((await database.sql.query<{ lsn: string }>(`SELECT (pg_current_wal_lsn() - '0/0')::text AS lsn`))[0]!.lsn);
+
+  /** pgbench's command line for the sign-in script (as the clusters' owner when run as root). */
+  const pgbenchCommand = (args: string[]): [string, string[]] => {
+    const command = path.join(bin, 'pgbench');
+    const full = ['-n', '-f', script, ...args, url];
+    return process.getuid?.() === 0 ? ['runuser', ['-u', 'postgres', '--', command, ...full]] : [command, full];
+  };
+  const pgbench = (args: string[]): { transactions: number; tps: number } => {
+    const result = spawnSync(...pgbenchCommand(args), { encoding: 'utf8' });
+    if (result.status !== 0) throw new Error(`pgbench failed: ${result.stderr}`);
+    const transactions = Number(/number of transactions actually processed: (\d+)/.exec(result.stdout)?.[1] ?? 0);
+    const tps = Number(/tps = ([\d.]+) \(without initial connection time\)/.exec(result.stdout)?.[1] ?? 0);
+    return { transactions, tps };
+  };
+
+  type Mode = { name: string; setUp(): Promise<() => Promise<void>> };
+  const feeds = (count: number, open: () => ChangeFeed) => async () => {
+    const opened = Array.from({ length: count }, open);
+    for (const feed of opened) feed.subscribe({ change: () => {}, reset: () => {} });
+    await Promise.all(opened.map((feed) => feed.started()));
+    if (!opened.every((feed) => feed.live)) throw new Error('a feed did not become live');
+    return async () => {
+      await Promise.all(opened.map((feed) => feed.close()));
+    };
+  };
+  const connection = { connectionString: url };
+  const modes: Mode[] = [
+    {
+      name: 'bare (no API)',
+      setUp: async () => {
+        await database.sql.exec(`ALTER TABLE "Account" REPLICA IDENTITY DEFAULT; ALTER TABLE "Organization" REPLICA IDENTITY DEFAULT; ALTER TABLE "PackagePurchase" REPLICA IDENTITY DEFAULT;
+          DROP INDEX "Account_username_trgm_idx"; DROP INDEX "Account_email_trgm_idx";`);
+        return async () => {
+          await database.sql.exec(`ALTER TABLE "Account" REPLICA IDENTITY FULL; ALTER TABLE "Organization" REPLICA IDENTITY FULL; ALTER TABLE "PackagePurchase" REPLICA IDENTITY FULL;
+            CREATE INDEX "Account_username_trgm_idx" ON "Account" USING GIN ("username" gin_trgm_ops); CREATE INDEX "Account_email_trgm_idx" ON "Account" USING GIN ("email" gin_trgm_ops);`);
+        };
+      },
+    },
+    { name: 'schema, no instance', setUp: async () => async () => {} },
+    { name: 'logical x1', setUp: feeds(1, () => new LogicalChangeFeed({ connection })) },
+    { name: 'logical x3', setUp: feeds(3, () => new LogicalChangeFeed({ connection })) },
+    {
+      name: 'triggers x1',
+      setUp: async () => {
+        const stop = await feeds(1, () => new NotifyChangeFeed({ connection, install: () => installTriggers(database.sql) }))();
+        return async () => {
+          await stop();
+          await removeTriggers(database.sql);
+        };
+      },
+    },
+  ];
+
+  type Figures = { cpuMs: number[]; walBytes: number[]; peak: number[] };
+  const figures = new Map<string, Figures>(modes.map((mode) => [mode.name, { cpuMs: [], walBytes: [], peak: [] }]));
+  for (let round = 0; round < rounds; round++) {
+    const order = round % 2 === 0 ? modes : [...modes].reverse();
+    for (const mode of order) {
+      const tearDown = await mode.setUp();
+      try {
+        await database.sql.exec('CHECKPOINT');
+        const [cpuBefore, walBefore] = [postgresTicks(), await walLsn()];
+        const fixed = pgbench(['-c', '4', '-j', '1', '-R', String(rate), '-T', String(seconds)]);
+        await new Promise((resolve) => setTimeout(resolve, 500));
+        const [cpuAfter, walAfter] = [postgresTicks(), await walLsn()];
+        const peak = pgbench(['-c', '16', '-j', '2', '-T', String(seconds)]);
+        const row = figures.get(mode.name)!;
+        row.cpuMs.push((((cpuAfter - cpuBefore) / ticks) * 1000) / fixed.transactions);
+        row.walBytes.push(Number(walAfter - walBefore) / fixed.transactions);
+        row.peak.push(peak.tps);
+        console.log(`round ${round + 1} ${mode.name}: ${row.cpuMs.at(-1)!.toFixed(2)} ms CPU a sign-in, ${Math.round(row.walBytes.at(-1)!)} WAL bytes, ${Math.round(peak.tps)} sign-ins/s peak`);
+      } finally {
+        await tearDown();
+      }
+    }
+  }
+
+  /** From an UPDATE's COMMIT returning to its change reaching the feed's listeners, under sign-ins at `rate`. */
+  const staleness = async (feed: ChangeFeed): Promise<number[]> => {
+    const waiting = new Map<string, () => void>();
+    feed.subscribe({
+      change: (change) => {
+        if (change.kind === 'row' && change.entity === 'organization') waiting.get(change.id)?.();
+      },
+      reset: () => {},
+    });
+    await feed.started();
+    const writer = new pg.Client({ connectionString: url });
+    await writer.connect();
+    const load = new Promise<void>((resolve) => {
+      const child = spawn(...pgbenchCommand(['-c', '2', '-j', '1', '-R', String(rate), '-T', String(Math.ceil(samples / 20) + 5)]), { stdio: 'ignore' });
+      child.on('exit', () => resolve());
+    });
+    const times: number[] = [];
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    for (let i = 0; i < samples; i++) {
+      const id = `USR_p${1 + (i % ORGANIZATIONS)}`;
+      const arrived = new Promise<number>((resolve) => waiting.set(id, () => resolve(performance.now())));
+      await writer.query(`UPDATE "Organization" SET name = $2 WHERE "parentId" = $1`, [id, `Renamed ${i}`]);
+      const committed = performance.now();
+      times.push((await arrived) - committed);
+      waiting.delete(id);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    await writer.end();
+    await load;
+    await feed.close();
+    return times.sort((a, b) => a - b);
+  };
+  const logicalTimes = await staleness(new LogicalChangeFeed({ connection }));
+  const triggerTimes = await staleness(new NotifyChangeFeed({ connection, install: () => installTriggers(database.sql) }));
+  await removeTriggers(database.sql);
+
+  const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+  const base = figures.get('bare (no API)')!;
+  console.log(`\nmedians of ${rounds} rounds, ${seconds} s each; fixed rate ${rate}/s with 4 writers, peak with 16 (2 cores shared with pgbench)`);
+  console.log('| row | PostgreSQL CPU a sign-in | x bare | WAL bytes a sign-in | peak sign-ins/s | x bare |');
+  console.log('|---|---|---|---|---|---|');
+  for (const [name, row] of figures) {
+    console.log(
+      `| ${name} | ${median(row.cpuMs).toFixed(2)} ms | ${(median(row.cpuMs) / median(base.cpuMs)).toFixed(2)} | ${Math.round(median(row.walBytes))} | ${Math.round(median(row.peak))} | ${(median(row.peak) / median(base.peak)).toFixed(2)} |`,
+    );
+  }
+  const pct = (values: number[], p: number) => values[Math.min(values.length - 1, Math.floor((values.length * p) / 100))]!;
+  console.log(`\nstaleness after COMMIT under ${rate} sign-ins/s, ${samples} changes each:`);
+  for (const [name, times] of [['logical', logicalTimes], ['triggers', triggerTimes]] as const) {
+    console.log(`| ${name} | median ${median(times).toFixed(1)} ms | p99 ${pct(times, 99).toFixed(1)} ms | worst ${times.at(-1)!.toFixed(1)} ms |`);
+  }
+} finally {
+  await database.close();
+  cluster.stop();
+}
