@@ -72,7 +72,7 @@ class TemporarySlotPlugin {
     } finally {
       clearTimeout(bound);
     }
-    return client.query(`START_REPLICATION SLOT "${slotName}" LOGICAL 0/0 (proto_version '1', publication_names '${this.options.publication}', messages 'true')`);
+    return client.query(`START_REPLICATION SLOT "${slotName}" LOGICAL 0/0 (proto_version '1', publication_names '${this.options.publication}', messages 'true', binary 'true')`);
   }
 }
 
@@ -144,9 +144,8 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
         keepAlive: true,
         connectionTimeoutMillis: connectTimeoutMs,
         application_name: 'api-cache-stream',
-        // Timestamps as the decoder reads them; the server ends the session (and drops its slot)
-        // when this reader stops answering.
-        options: `${this.options.connection.options ?? ''} -c wal_sender_timeout=${SENDER_TIMEOUT_MS} -c DateStyle=ISO -c TimeZone=UTC`.trim(),
+        // The server ends the session (and drops its slot) when this reader stops answering.
+        options: `${this.options.connection.options ?? ''} -c wal_sender_timeout=${SENDER_TIMEOUT_MS}`.trim(),
       },
       // Acknowledged once a heartbeat, not once a message: every reply costs the walsender work.
       { acknowledge: { auto: false, timeoutSeconds: 0 } },

@@ -1,13 +1,15 @@
-import pg from 'pg';
 import type { Change, ChangedEntity, RowChange } from './changes.js';
 
 /*
  * The changes of PostgreSQL's logical replication stream (the `pgoutput` plugin, protocol version
  * 1, https://www.postgresql.org/docs/current/protocol-logicalrep-message-formats.html) as the
- * caches' changes. pg-logical-replication's own parser converts every column of every row with
- * the driver's type parsers; the caches compare a row's old and new values and read five columns,
- * so this one keeps values as the bytes they came in, compares those, and decodes only the key
- * columns it needs. Rows past a bulk transaction's bound are only counted, not decoded.
+ * caches' changes. The stream is asked for values in binary (`binary 'true'`): the walsender
+ * then writes each column with its type's send function, not its text output (formatting a
+ * timestamp as text is most of what decoding a sign-in costs the server). pg-logical-replication's
+ * own parser converts every column of every row with the driver's text parsers; the caches
+ * compare a row's old and new values and read a few columns, so this one keeps values as the
+ * bytes they came in, compares those, and decodes only the columns it needs (text keys, a
+ * timestamp, an integer). Rows past a bulk transaction's bound are only counted, not decoded.
  */
 
 /** A transaction changing more rows than this empties the caches instead of naming each row. */
@@ -36,7 +38,8 @@ const ORGANIZATION_UNANNOUNCED = new Set(['detailsRetrievalCount', 'lastDetailsR
 /** What every sign-in changes in an organization; its settings (and its tokens' key) stay. */
 const ORGANIZATION_BALANCES = new Set(['creditBalance', 'accountBalance', 'availableBalance', 'updatedAt']);
 
-const parseTimestamp = pg.types.getTypeParser(pg.types.builtins.TIMESTAMPTZ) as (text: string) => Date;
+/** PostgreSQL's epoch (2000-01-01 UTC) in Unix milliseconds: binary timestamps count from it. */
+const POSTGRES_EPOCH_MS = 946_684_800_000;
 
 /** A message of the stream as the feed needs it. */
 export type StreamEvent =
@@ -248,7 +251,10 @@ export class PgoutputDecoder {
     if (!next || !old) return;
     if (entity === 'organization') {
       if (!differs(ORGANIZATION_UNANNOUNCED)) return;
-      const funded = (tuple: Tuple) => Number(value(tuple, 'creditBalance')?.toString('utf8') ?? '0') > 0;
+      const funded = (tuple: Tuple) => {
+        const balance = value(tuple, 'creditBalance');
+        return balance?.length === 4 && balance.readInt32BE(0) > 0;
+      };
       const stable = differs(new Set([...ORGANIZATION_UNANNOUNCED, ...ORGANIZATION_BALANCES])) || funded(old) !== funded(next);
       const before = text(old, 'parentId');
       const after = text(next, 'parentId');
@@ -284,8 +290,10 @@ function equalValues(a: Value, b: Value): boolean {
   return a.equals(b);
 }
 
+/** A binary timestamptz (microseconds since 2000-01-01 UTC) as Unix milliseconds; null for none or ±infinity. */
 function epochMs(value: Value): number | null {
-  if (!value) return null;
-  const time = parseTimestamp(value.toString('utf8')).getTime();
-  return Number.isFinite(time) ? time : null;
+  if (!value || value.length !== 8) return null;
+  const micros = value.readBigInt64BE(0);
+  if (micros === 0x7fffffffffffffffn || micros === -0x8000000000000000n) return null;
+  return Math.floor(Number(micros) / 1000) + POSTGRES_EPOCH_MS;
 }
