@@ -40,17 +40,33 @@ async function open(): Promise<{ db: PGlite; server: PGLiteSocketServer }> {
 function readAnnouncements(db: PGlite): void {
   const stream = db.execProtocolRawStream.bind(db);
   db.execProtocolRawStream = (message, options) => {
+    // What is left of a message cut between two chunks: the bytes of a notification (kept until
+    // it is whole: a few hundred bytes), or only a count of the bytes of anything else to skip,
+    // so that a long answer streamed in many chunks is read once, never copied again.
     let pending: Buffer | undefined;
+    let skip = 0;
     return stream(message, {
       ...options,
       onRawData: (data: Uint8Array) => {
-        let buffer = pending ? Buffer.concat([pending, data]) : Buffer.from(data.buffer, data.byteOffset, data.byteLength);
-        pending = undefined;
-        let at = 0;
+        const chunk = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+        let at = Math.min(skip, chunk.length);
+        skip -= at;
+        let buffer = chunk;
+        if (pending) {
+          buffer = Buffer.concat([pending, chunk]);
+          pending = undefined;
+        }
         while (buffer.length - at >= 5) {
           const length = buffer.readInt32BE(at + 1);
-          if (buffer.length - at < 1 + length) break;
-          if (buffer[at] === 0x41 /* A */) {
+          const isNotification = buffer[at] === 0x41; /* A */
+          if (buffer.length - at < 1 + length) {
+            if (!isNotification) {
+              skip = 1 + length - (buffer.length - at);
+              at = buffer.length;
+            }
+            break;
+          }
+          if (isNotification) {
             // pid (4 bytes), channel and payload as NUL-terminated strings.
             const start = at + 5 + 4;
             const channelEnd = buffer.indexOf(0, start);
@@ -59,7 +75,7 @@ function readAnnouncements(db: PGlite): void {
           }
           at += 1 + length;
         }
-        // A message cut between two chunks: its start waits for the rest (a copy: the chunk is reused).
+        // A notification, or a header, cut between two chunks: a copy (the chunk is reused).
         if (at < buffer.length) pending = Buffer.from(buffer.subarray(at));
         options.onRawData(data);
       },

@@ -289,11 +289,12 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
     if (!wasStreaming && this.failures === 1) this.options.onStateChange?.(false, error);
   }
 
+  /** Ends the connections first: an attempt still waiting for its slot ends with them, not after its bound. */
   async close(): Promise<void> {
     this.closed = true;
     if (this.reconnect) clearTimeout(this.reconnect);
-    await this.connecting?.catch(() => {});
     this.lost(this.generation);
+    await this.connecting?.catch(() => {});
   }
 }
 

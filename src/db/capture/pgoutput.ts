@@ -36,7 +36,9 @@ const ACCOUNT_ACTIVITY = new Set([
 /** Written by the retrieval counter alone (decisions §3): changes nothing the API caches. */
 const ORGANIZATION_UNANNOUNCED = new Set(['detailsRetrievalCount', 'lastDetailsRetrievalAt']);
 /** What every sign-in changes in an organization; its settings (and its tokens' key) stay. */
-const ORGANIZATION_BALANCES = new Set(['creditBalance', 'accountBalance', 'availableBalance', 'updatedAt']);
+const ORGANIZATION_BALANCES = ['creditBalance', 'accountBalance', 'availableBalance', 'updatedAt'];
+/** An organization's settings: all but the unannounced columns and the balances. */
+const ORGANIZATION_NOT_SETTINGS = new Set([...ORGANIZATION_UNANNOUNCED, ...ORGANIZATION_BALANCES]);
 
 /** PostgreSQL's epoch (2000-01-01 UTC) in Unix milliseconds: binary timestamps count from it. */
 const POSTGRES_EPOCH_MS = 946_684_800_000;
@@ -255,7 +257,7 @@ export class PgoutputDecoder {
         const balance = value(tuple, 'creditBalance');
         return balance?.length === 4 && balance.readInt32BE(0) > 0;
       };
-      const stable = differs(new Set([...ORGANIZATION_UNANNOUNCED, ...ORGANIZATION_BALANCES])) || funded(old) !== funded(next);
+      const stable = differs(ORGANIZATION_NOT_SETTINGS) || funded(old) !== funded(next);
       const before = text(old, 'parentId');
       const after = text(next, 'parentId');
       change(after, { stable });
