@@ -75,6 +75,29 @@ describe(`change capture (${testMode})`, () => {
     expect(others).toEqual([]);
   });
 
+  it('a sign-in writes no index entry: its updates of Account and Organization stay in place (HOT)', async () => {
+    // No index of the API holds a column a sign-in changes: a sign-in's row versions stay in
+    // their page and no index is written (what the migration hot_sign_ins is for).
+    const { url, socket } = database();
+    const client = url ? new pg.Client({ connectionString: url }) : new pg.Client({ host: socket!.host, port: socket!.port, user: 'postgres', database: 'postgres' });
+    await client.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query(SIGN_IN_SQL, [childId]);
+      const { rows } = await client.query(
+        `SELECT relname, n_tup_upd::int AS updated, n_tup_hot_upd::int AS hot FROM pg_stat_xact_user_tables
+         WHERE relname IN ('Account', 'Organization') ORDER BY relname`,
+      );
+      await client.query('COMMIT');
+      expect(rows).toEqual([
+        { relname: 'Account', updated: 2, hot: 2 },
+        { relname: 'Organization', updated: 1, hot: 1 },
+      ]);
+    } finally {
+      await client.end();
+    }
+  });
+
   it('under sign-ins, a change shows within 100 ms of its COMMIT; a lock and a depleted balance within 200 ms', async () => {
     // The neighbours write meanwhile: a sign-in every few milliseconds.
     let signingIn = true;

@@ -113,4 +113,38 @@ describe(`child search follows Account (${testMode})`, () => {
     expect(names(await search(`search=${encodeURIComponent('K\\S')}`, (i) => i.stats.total === 1))).toEqual(['back\\slash']);
     await search(`search=${encodeURIComponent('e_y')}`, (i) => i.stats.total === 0);
   });
+  it('pages a large parent\'s search the same whether it walks the children or looks the matches up', async () => {
+    // 1,200 children of one parent: "mid" in one name of 60, "rare" in five (most beyond the first
+    // 500 the page walks before it looks matches up), "common" in one of three, "qz" (too short
+    // for the trigram indexes) in four, one registration a minute, some at the same minute.
+    const big = await createOrganization(database());
+    const bigToken = await tokenFor(big.parent, big, { now });
+    await sql(
+      `INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey", "createdAt")
+       SELECT 'USR_sp' || i, 'child', $1,
+              CASE WHEN i IN (3, 610, 777, 901, 1190) THEN 'Rare' || i WHEN i % 60 = 0 THEN 'Mid' || i ELSE 'u' || i END
+                || CASE WHEN i % 3 = 0 THEN '-common' ELSE '' END || CASE WHEN i IN (5, 400, 800, 1100) THEN '-qz' ELSE '' END,
+              'p' || i || '@example.com', 'APK_sp' || i || '_' || i, $2::timestamptz + (i / 2) * interval '1 minute'
+       FROM generate_series(1, 1200) i`,
+      [big.parent.id, new Date('2025-01-01T00:00:00.000Z')],
+    );
+    for (const term of ['rare', 'MID', 'common', 'qz', 'absent']) {
+      const expected = (
+        await sql(
+          `SELECT username FROM "Account" WHERE "parentId" = $1 AND (username ILIKE $2 OR email ILIKE $2) ORDER BY "createdAt" DESC, id DESC`,
+          [big.parent.id, `%${term}%`],
+        )
+      ).map((row: any) => row.username);
+      const seen: string[] = [];
+      let query = `search=${term}&limit=7`;
+      for (let page = 0; page < 200; page++) {
+        const inner = await search(query, () => true, bigToken);
+        expect(inner.stats.total).toBe(expected.length);
+        seen.push(...names(inner));
+        if (!inner.pagination.hasMore) break;
+        query = `search=${term}&limit=7&lastKey=${encodeURIComponent(inner.pagination.nextPageToken)}`;
+      }
+      expect(seen, term).toEqual(expected);
+    }
+  });
 });

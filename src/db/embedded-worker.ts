@@ -7,6 +7,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
 import { PGlite } from '@electric-sql/pglite';
+import { btree_gin } from '@electric-sql/pglite/contrib/btree_gin';
 import { pg_trgm } from '@electric-sql/pglite/contrib/pg_trgm';
 import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
 import type { EmbeddedCommand, EmbeddedReply, EmbeddedWorkerData } from './embedded.js';
@@ -18,7 +19,7 @@ const reply = (message: EmbeddedReply) => port.postMessage(message);
 async function open(): Promise<{ db: PGlite; server: PGLiteSocketServer }> {
   const db = new PGlite({
     dataDir: data.dataDir,
-    extensions: { pg_trgm },
+    extensions: { pg_trgm, btree_gin },
     ...(data.snapshot ? { loadDataDir: new Blob([readFileSync(data.snapshot)]) } : {}),
   });
   await db.waitReady;

@@ -4,6 +4,7 @@ import { isoTime, parseDateRange } from '../domain/dates.js';
 import { decodePageToken, encodePageToken, type PageScope, type Position } from '../domain/pagination.js';
 import { InvalidLimitError, InvalidSearchError } from '../errors.js';
 import { cacheTags } from '../db/cache-tags.js';
+import { MISS } from '../db/entity-cache.js';
 import type { SnapshotQuery } from '../db/snapshots.js';
 import { childCountsKey, type ChildCounts } from './child-counts.js';
 import { ACTIVE_WINDOW_MS } from '../domain/activity.js';
@@ -159,14 +160,28 @@ export function filterSql(parentId: string, search: string | undefined, range: {
   const clauses = ['"parentId" = $1'];
   if (range.from) clauses.push(`"createdAt" >= $${params.push(range.from)}`);
   if (range.to) clauses.push(`"createdAt" <= $${params.push(range.to)}`);
+  const unsearched = clauses.join(' AND ');
+  let match: string | undefined;
   if (search) {
     const n = params.push(`%${escapeLike(search)}%`);
-    clauses.push(`(username ILIKE $${n} OR email ILIKE $${n})`);
+    match = `(username ILIKE $${n} OR email ILIKE $${n})`;
+    clauses.push(match);
   }
   // The normalised filters: two requests with the same scope select the same rows.
   const scope: PageScope = `${parentId}|${range.from?.getTime() ?? ''}|${range.to?.getTime() ?? ''}|${search ?? ''}`;
   const filtered = clauses.length > 1;
-  return { where: clauses.join(' AND '), params, filtered, scope, cacheKey: filtered ? `stats:${scope}` : childCountsKey(parentId) };
+  return {
+    where: clauses.join(' AND '),
+    /** The search alone (undefined without one), and the other filters without it. */
+    match,
+    unsearched,
+    /** Whether the trigram indexes can serve the search: it holds three characters at least. */
+    indexable: search !== undefined && [...search].length >= 3,
+    params,
+    filtered,
+    scope,
+    cacheKey: filtered ? `stats:${scope}` : childCountsKey(parentId),
+  };
 }
 
 /** The child list's filters as SQL (see `filterSql`). */
@@ -210,14 +225,18 @@ export async function listChildAccounts(
   // Row comparisons: range conditions on the (parentId, createdAt DESC, id DESC) index, read
   // forwards (older) from `after` or backwards (newer) from `before`.
   const keyset = (after ? keysetCondition(params, after, '<') : '') + (before ? keysetCondition(params, before, '>') : '');
-  const statement = pageStatement(filters, keyset, backwards ? 'ASC' : 'DESC', `$${params.push(limit + 1)}`);
+  const order = backwards ? 'ASC' : 'DESC';
+  const wanted = `$${params.push(limit + 1)}`;
+  const statement = pageStatement(filters, keyset, order, wanted);
   // The unfiltered first page is what dashboards poll: cached until a child of the parent is added,
   // removed or changed in anything but its activity, or a child it shows signs in (its rows' own
   // tags); one entry per parent and limit, so no caller can fill the cache with pages of its
   // choosing; read on the primary. Other pages are read where bounded staleness is allowed (a replica
   // when one is usable: at most REPLICA_MAX_LAG_MS behind).
   const rows =
-    filters.filtered || after || before || backwards
+    filters.match !== undefined
+      ? await searchPage(filters, keyset, { params, wanted, limit, order }, context)
+      : filters.filtered || after || before || backwards
       ? formatted(await context.staleReads.query<ChildRow>(`SELECT ${statement.columns} ${statement.rest}`, params))
       : await context.cache.through(
           `firstPage:${parentId}|${limit}`,
@@ -254,6 +273,57 @@ export async function listChildAccounts(
     hasPreviousPage: () => (backwards ? Promise.resolve(more) : (newer ??= beyond(after, '>='))),
     stats: () => (stats ??= countChildren(viewer, filters, context)),
   };
+}
+
+/** Children a search page reads in registration order before it looks its matches up instead. */
+export const SEARCH_WALK_ROWS = 500;
+
+/**
+ * One page of a search. Walking the parent's children in registration order stops as soon as the
+ * page is full: cheap when the search matches many, a walk through every child when it matches
+ * few. Looking the matches up in the trigram indexes (which hold the parent) reads only the
+ * matches, then sorts them: cheap when they are few. PostgreSQL's estimate of how many a
+ * substring matches is too rough to choose between the two (it walked 5,600 rows for a name that
+ * 0.4 % of 100,000 children have: 11 ms where the lookup takes 2 ms), so the page chooses by what
+ * it sees: it walks at most SEARCH_WALK_ROWS children first, which fills the page when matches
+ * are common; otherwise the matches found there estimate how many the parent has, and the
+ * cheaper of a whole walk and the lookup (which needs three characters) reads the page. When the
+ * search's counts are cached, they tell how many match without the walk.
+ */
+async function searchPage(
+  filters: ChildFilters,
+  keyset: string,
+  page: { params: unknown[]; wanted: string; limit: number; order: 'ASC' | 'DESC' },
+  context: ServiceContext,
+): Promise<ListedRow[]> {
+  const { params, wanted, limit, order } = page;
+  const { columns } = pageStatement(filters, keyset, order, wanted);
+  const sorted = `ORDER BY "createdAt" ${order}, id ${order} LIMIT ${wanted}`;
+  const parentId = String(filters.params[0]);
+  const read = (lookUp: boolean) =>
+    context.staleReads.query<ChildRow>(
+      // OFFSET 0 keeps the planner from walking the registration index to honour the ORDER BY.
+      `SELECT ${columns} FROM ${lookUp ? `(SELECT * FROM "Account" WHERE ${filters.where}${keyset} OFFSET 0) AS "Account"` : `"Account" WHERE ${filters.where}${keyset}`} ${sorted}`,
+      params,
+    );
+  // How many children match, when the search's counts are cached (a search asked again, its
+  // counts asked with its first page): the choice needs no walk.
+  const counted = context.cache.hit<ChildCounts>('', filters.cacheKey, () => [cacheTags.children(parentId)]);
+  if (counted !== MISS && counted !== null && counted.total !== null) {
+    if (counted.total === 0) return [];
+    const children = await context.loaders.childCountByParentId.load(parentId);
+    return formatted(await read(filters.indexable && counted.total < ((limit + 1) * (children ?? 0)) / counted.total));
+  }
+  const walked = await context.staleReads.query<ChildRow>(
+    `SELECT ${columns} FROM (SELECT * FROM "Account" WHERE ${filters.unsearched}${keyset}
+       ORDER BY "createdAt" ${order}, id ${order} LIMIT ${SEARCH_WALK_ROWS}) AS "Account"
+     WHERE ${filters.match} ${sorted}`,
+    params,
+  );
+  if (walked.length > limit) return formatted(walked);
+  const children = await context.loaders.childCountByParentId.load(parentId);
+  const share = Math.max(walked.length, 0.5) / SEARCH_WALK_ROWS;
+  return formatted(await read(filters.indexable && share * (children ?? 0) < (limit + 1) / share));
 }
 
 /**

@@ -10,6 +10,7 @@
  *   bare          no API at all: replica identity DEFAULT, no trigram indexes
  *   schema        the API's migrations (REPLICA IDENTITY FULL, trigram indexes), no instance running
  *   logical x1    one instance's change stream (a temporary slot and its walsender, heartbeats)
+ *   logical x1, last-login index   the same with the index a sign-in's update used to write to
  *   logical x3    three instances' streams
  *   triggers x1   the fallback: announcement triggers in every transaction, one listener
  * For each: PostgreSQL's CPU a sign-in at a fixed rate (every postgres process: backends,
@@ -39,6 +40,8 @@ const rate = Number(argument('rate') ?? 300);
 const rounds = Number(argument('rounds') ?? 2);
 const samples = Number(argument('samples') ?? 200);
 const ORGANIZATIONS = 200;
+const TRIGRAM_INDEXES = `CREATE INDEX "Account_parentId_username_trgm_idx" ON "Account" USING GIN ("parentId", "username" gin_trgm_ops);
+  CREATE INDEX "Account_parentId_email_trgm_idx" ON "Account" USING GIN ("parentId", "email" gin_trgm_ops);`;
 const CHILDREN = 100;
 
 const bin = postgresBinDir();
@@ -127,15 +130,29 @@ try {
       name: 'bare (no API)',
       setUp: async () => {
         await database.sql.exec(`ALTER TABLE "Account" REPLICA IDENTITY DEFAULT; ALTER TABLE "Organization" REPLICA IDENTITY DEFAULT; ALTER TABLE "PackagePurchase" REPLICA IDENTITY DEFAULT;
-          DROP INDEX "Account_username_trgm_idx"; DROP INDEX "Account_email_trgm_idx";`);
+          DROP INDEX "Account_parentId_username_trgm_idx"; DROP INDEX "Account_parentId_email_trgm_idx";`);
         return async () => {
           await database.sql.exec(`ALTER TABLE "Account" REPLICA IDENTITY FULL; ALTER TABLE "Organization" REPLICA IDENTITY FULL; ALTER TABLE "PackagePurchase" REPLICA IDENTITY FULL;
-            CREATE INDEX "Account_username_trgm_idx" ON "Account" USING GIN ("username" gin_trgm_ops); CREATE INDEX "Account_email_trgm_idx" ON "Account" USING GIN ("email" gin_trgm_ops);`);
+            ${TRIGRAM_INDEXES}`);
         };
       },
     },
     { name: 'schema, no instance', setUp: async () => async () => {} },
     { name: 'logical x1', setUp: feeds(1, () => new LogicalChangeFeed({ connection })) },
+    {
+      // The schema before the migration hot_sign_ins: an index on the last login (every sign-in's
+      // update of the child then writes an entry in every index of Account) and the trigram
+      // indexes without the parent.
+      name: 'logical x1, last-login index',
+      setUp: async () => {
+        await database.sql.exec(`CREATE INDEX "Account_parentId_lastLogin_idx" ON "Account"("parentId", "lastLogin");`);
+        const stop = await feeds(1, () => new LogicalChangeFeed({ connection }))();
+        return async () => {
+          await stop();
+          await database.sql.exec(`DROP INDEX "Account_parentId_lastLogin_idx";`);
+        };
+      },
+    },
     { name: 'logical x3', setUp: feeds(3, () => new LogicalChangeFeed({ connection })) },
     {
       name: 'triggers x1',
