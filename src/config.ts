@@ -4,6 +4,7 @@ import proxyAddr from 'proxy-addr';
 import { z } from 'zod';
 import { ANSWER_CACHE_DEFAULTS } from './db/answer-cache.js';
 import { CACHE_DEFAULTS } from './db/entity-cache.js';
+import { relayAddress } from './db/capture/relay.js';
 
 const bool = (fallback: boolean) =>
   z
@@ -64,6 +65,19 @@ const environment = z.object({
   REPLICA_MAX_LAG_MS: withDefault(integer(0, 3_600_000), 1000),
   /** Where the caches learn of committed changes on PostgreSQL: the replication stream when available. */
   CHANGE_SOURCE: z.enum(['auto', 'logical', 'triggers']).default('auto'),
+  /** Set on every instance: one reads the stream and relays it to the others at the URL it advertises. */
+  CHANGE_RELAY_URL: z
+    .string()
+    .refine((text) => {
+      try {
+        relayAddress(text);
+        return true;
+      } catch {
+        return false;
+      }
+    }, 'must be http://host:port (how the other instances reach this one), at most 36 characters')
+    .optional(),
+  CHANGE_RELAY_HOST: z.string().min(1).optional(),
   DATA_DIR: z.string().min(1).default('./data'),
   MIGRATE_ON_START: bool(true),
   MIGRATION_LOCK_TIMEOUT_MS: withDefault(integer(1000, MAX_TIMER_MS), 600_000),
@@ -155,6 +169,8 @@ export type Config = {
   replicaMaxLagMs: number;
   /** PostgreSQL: the source of the caches' changes (`src/db/capture/`). */
   changeSource: 'auto' | 'logical' | 'triggers';
+  /** PostgreSQL: the stream relayed by one instance to the others; unset: one stream per instance. */
+  changeRelay: { url: string; host?: string } | undefined;
   jwt: { issuer: string | undefined; audience: string | undefined };
   /** Key for page tokens; unset: derived per organization from its signing secret. */
   paginationSecret: string | undefined;
@@ -257,6 +273,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     replicaUrls: e.DATABASE_REPLICA_URL ? e.DATABASE_REPLICA_URL.split(',').map((url) => url.trim()).filter(Boolean) : [],
     replicaMaxLagMs: e.REPLICA_MAX_LAG_MS,
     changeSource: e.CHANGE_SOURCE,
+    changeRelay: e.CHANGE_RELAY_URL ? { url: e.CHANGE_RELAY_URL, host: e.CHANGE_RELAY_HOST } : undefined,
     jwt: { issuer: e.JWT_ISSUER, audience: e.JWT_AUDIENCE },
     paginationSecret: e.PAGINATION_SECRET,
     graphiql: e.GRAPHIQL === undefined ? e.NODE_ENV !== 'production' : ['true', '1', 'yes', 'on'].includes(e.GRAPHIQL),

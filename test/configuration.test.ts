@@ -101,6 +101,15 @@ describe('configuration', () => {
     expect(loadConfig({ RATE_LIMIT_WINDOW_SECONDS: ' 120 ' }).rateLimit.windowSeconds).toBe(120);
   });
 
+  it('CHANGE_RELAY_URL: an http address with a port, short enough to advertise, or a refusal naming it', () => {
+    expect(refusal({ CHANGE_RELAY_URL: 'http://10.0.0.5:9465' })).toEqual([]);
+    expect(loadConfig({ CHANGE_RELAY_URL: 'http://10.0.0.5:9465' }).changeRelay).toEqual({ url: 'http://10.0.0.5:9465', host: undefined });
+    const why = 'CHANGE_RELAY_URL: must be http://host:port (how the other instances reach this one), at most 36 characters';
+    for (const bad of ['https://10.0.0.5:9465', 'http://10.0.0.5', 'http://10.0.0.5:9465/relay', `http://${'a'.repeat(40)}.example:9465`]) {
+      expect(refusal({ CHANGE_RELAY_URL: bad }), bad).toEqual([why]);
+    }
+  });
+
   it('TRUST_PROXY: a hop count is bounded too', () => {
     expect(refusal({ TRUST_PROXY: '2' })).toEqual([]);
     expect(refusal({ TRUST_PROXY: '101' })).toEqual(['TRUST_PROXY: a hop count must be at most 100']);

@@ -65,6 +65,8 @@ export type ChangeFeedOptions = {
   onNotice?: (message: string, fallback: boolean) => void;
   /** PostgreSQL: the source of the changes (`auto` by default). */
   source?: ChangeSourceChoice;
+  /** PostgreSQL: one instance reads the stream and relays it to the others (CHANGE_RELAY_URL). */
+  relay?: { url: string; host?: string };
 };
 
 export type DatabaseOptions = (

@@ -114,6 +114,7 @@ export function createApp(options: AppOptions): App {
   });
   const feed = database.changeFeed({
     source: config.changeSource,
+    relay: config.changeRelay,
     onNotice: (message, fallback) => (fallback ? logger.warn(message) : logger.info(message)),
     onStateChange: (live, error) => {
       metrics.feedState(live);
@@ -217,7 +218,7 @@ export function createApp(options: AppOptions): App {
     probe('/health', async (exchange) => {
       const state = await readiness.state();
       if (!state.ready) return sendRestError(exchange, new ServiceUnavailableError(`The service is not ready: ${state.reason}.`));
-      return exchange.sendJson(200, { status: 'ok', database: database.kind, cache: feed.live ? 'live' : 'bypassed', changes: feed.source });
+      return exchange.sendJson(200, { status: 'ok', database: database.kind, cache: feed.live ? 'live' : 'bypassed', changes: feed.source, ...(feed.relay ? { relay: feed.relay } : {}) });
     }),
     // Rate limited like the API: a scraper asks every few seconds. METRICS_PORT moves it off the API's port.
     ...(config.metricsPort === undefined

@@ -12,6 +12,7 @@
  *   logical x1    one instance's change stream (a temporary slot and its walsender, heartbeats)
  *   logical x1, last-login index   the same with the index a sign-in's update used to write to
  *   logical x3    three instances' streams
+ *   relayed x3    three instances with CHANGE_RELAY_URL: one stream, relayed to the other two
  *   triggers x1   the fallback: announcement triggers in every transaction, one listener
  * For each: PostgreSQL's CPU a sign-in at a fixed rate (every postgres process: backends,
  * walsenders, background workers; from /proc, with exited backends through the postmaster's
@@ -26,10 +27,11 @@ import path from 'node:path';
 import pg from 'pg';
 import { within, type ChangeFeed } from '../../src/db/capture/feed.js';
 import { LogicalChangeFeed } from '../../src/db/capture/logical.js';
+import { RelayChangeFeed } from '../../src/db/capture/relay.js';
 import { installTriggers, NotifyChangeFeed, removeTriggers } from '../../src/db/capture/triggers.js';
 import { openDatabase } from '../../src/db/database.js';
 import { migrate } from '../../src/db/migrator.js';
-import { postgresBinDir, startCluster } from '../helpers/postgres-cluster.js';
+import { freePort, postgresBinDir, startCluster } from '../helpers/postgres-cluster.js';
 
 const argument = (name: string) => {
   const index = process.argv.indexOf(`--${name}`);
@@ -118,13 +120,24 @@ try {
   const feeds = (count: number, open: () => ChangeFeed) => async () => {
     const opened = Array.from({ length: count }, open);
     for (const feed of opened) feed.subscribe({ change: () => {}, reset: () => {} });
-    await Promise.all(opened.map((feed) => feed.started()));
+    await Promise.all(
+      opened.map(async (feed) => {
+        await feed.started();
+        await feed.caughtUp(15_000);
+      }),
+    );
     if (!opened.every((feed) => feed.live)) throw new Error('a feed did not become live');
     return async () => {
       await Promise.all(opened.map((feed) => feed.close()));
     };
   };
   const connection = { connectionString: url };
+  /** Three instances with CHANGE_RELAY_URL: one stream, relayed to the other two. */
+  const relayed = async () => {
+    const ports = [await freePort(), await freePort(), await freePort()];
+    let next = 0;
+    return () => new RelayChangeFeed({ connection, url: `http://127.0.0.1:${ports[next++ % 3]}`, host: '127.0.0.1' });
+  };
   const modes: Mode[] = [
     {
       name: 'bare (no API)',
@@ -154,6 +167,7 @@ try {
       },
     },
     { name: 'logical x3', setUp: feeds(3, () => new LogicalChangeFeed({ connection })) },
+    { name: 'relayed x3', setUp: async () => feeds(3, await relayed())() },
     {
       name: 'triggers x1',
       setUp: async () => {
@@ -213,7 +227,7 @@ try {
       const id = `USR_p${1 + (i % ORGANIZATIONS)}`;
       const arrived = new Promise<number>((resolve) => waiting.set(id, () => resolve(performance.now())));
       // A name it never had: an update that changes nothing is not a change.
-      await writer.query(`UPDATE "Organization" SET name = $2 WHERE "parentId" = $1`, [id, `Renamed by ${feed.source} ${i}`]);
+      await writer.query(`UPDATE "Organization" SET name = $2 WHERE "parentId" = $1`, [id, `Renamed by ${feed.source}${feed.relay ?? ''} ${i}`]);
       const committed = performance.now();
       times.push((await within(arrived, 10_000, `the change of ${id} did not arrive`)) - committed);
       waiting.delete(id);
@@ -225,6 +239,15 @@ try {
     return times.sort((a, b) => a - b);
   };
   const logicalTimes = await staleness(new LogicalChangeFeed({ connection }));
+  // A follower of the relay: the stream read by another instance, then relayed.
+  const relayPorts = [await freePort(), await freePort()];
+  const relayReader = new RelayChangeFeed({ connection, url: `http://127.0.0.1:${relayPorts[0]}`, host: '127.0.0.1' });
+  await relayReader.caughtUp(15_000);
+  const follower = new RelayChangeFeed({ connection, url: `http://127.0.0.1:${relayPorts[1]}`, host: '127.0.0.1' });
+  await follower.caughtUp(15_000);
+  if (follower.relay !== 'follower') throw new Error('the second relay instance does not follow the first');
+  const relayedTimes = await staleness(follower);
+  await relayReader.close();
   const triggerTimes = await staleness(new NotifyChangeFeed({ connection, install: () => installTriggers(database.sql) }));
   await removeTriggers(database.sql);
 
@@ -240,7 +263,7 @@ try {
   }
   const pct = (values: number[], p: number) => values[Math.min(values.length - 1, Math.floor((values.length * p) / 100))]!;
   console.log(`\nstaleness after COMMIT under ${rate} sign-ins/s, ${samples} changes each:`);
-  for (const [name, times] of [['logical', logicalTimes], ['triggers', triggerTimes]] as const) {
+  for (const [name, times] of [['logical', logicalTimes], ['relayed (a follower)', relayedTimes], ['triggers', triggerTimes]] as const) {
     console.log(`| ${name} | median ${median(times).toFixed(1)} ms | p99 ${pct(times, 99).toFixed(1)} ms | worst ${times.at(-1)!.toFixed(1)} ms |`);
   }
 } finally {

@@ -21,6 +21,8 @@ export interface ChangeFeed {
   readonly live: boolean;
   /** Which source delivers the changes, for `/health` and the logs. */
   readonly source: 'logical' | 'triggers' | 'none';
+  /** With a relay (`relay.ts`): whether this instance reads the stream or follows the one that does. */
+  readonly relay?: 'reader' | 'follower' | 'none';
   /** Resolves once the first attempt to listen has ended, live or not. */
   started(): Promise<void>;
   /**

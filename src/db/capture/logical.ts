@@ -85,7 +85,8 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
   private closed = false;
   private confirmedAt = 0;
   private streaming = false;
-  private session: { service: LogicalReplicationService; client: pg.Client; decoder: PgoutputDecoder } | undefined;
+  /** `queue`: the heartbeat connection's statements, one at a time (pg deprecates queueing them itself). */
+  private session: { service: LogicalReplicationService; client: pg.Client; decoder: PgoutputDecoder; queue: Promise<unknown> } | undefined;
   private nextXid: bigint | undefined;
   /** The highest position the stream has reached: what is acknowledged, so the slot lets WAL go. */
   private position = 0n;
@@ -124,7 +125,7 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
     const back = new Promise<void>((resolve) => (heartbeat.back = resolve));
     this.pending.push(heartbeat);
     await within(
-      session.client.query(`SELECT pg_logical_emit_message(false, '${HEARTBEAT_PREFIX}', $1::text)`, [heartbeat.token]).then(() => back),
+      serially(session, () => session.client.query(`SELECT pg_logical_emit_message(false, '${HEARTBEAT_PREFIX}', $1::text)`, [heartbeat.token])).then(() => back),
       timeoutMs,
       'the change stream did not deliver a heartbeat',
     );
@@ -150,7 +151,7 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
       // Acknowledged once a heartbeat, not once a message: every reply costs the walsender work.
       { acknowledge: { auto: false, timeoutSeconds: 0 } },
     );
-    this.session = { service, client, decoder };
+    this.session = { service, client, decoder, queue: Promise.resolve() };
     service.on('error', (error: Error) => this.lost(generation, error));
     service.on('data', (_lsn: string, message: Buffer) => this.receive(generation, decoder, message));
     service.on('heartbeat', (lsn: string, _time: number, shouldRespond: boolean) => {
@@ -244,9 +245,11 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
     this.pending.push(heartbeat);
     if (this.pending.length > 64) this.pending.shift();
     try {
-      const { rows } = await session.client.query<{ next: string }>(
-        `SELECT pg_logical_emit_message(false, '${HEARTBEAT_PREFIX}', $1::text)::text AS lsn, pg_snapshot_xmax(pg_current_snapshot())::text AS next`,
-        [heartbeat.token],
+      const { rows } = await serially(session, () =>
+        session.client.query<{ next: string }>(
+          `SELECT pg_logical_emit_message(false, '${HEARTBEAT_PREFIX}', $1::text)::text AS lsn, pg_snapshot_xmax(pg_current_snapshot())::text AS next`,
+          [heartbeat.token],
+        ),
       );
       if (rows[0]) this.nextXid = BigInt(rows[0].next);
     } catch (error) {
@@ -309,4 +312,11 @@ function parseLsn(text: string): bigint {
 
 function formatLsn(lsn: bigint): string {
   return `${(lsn >> 32n).toString(16).toUpperCase()}/${(lsn & 0xffffffffn).toString(16).toUpperCase()}`;
+}
+
+/** `work` once the session's earlier statements have ended. */
+function serially<T>(session: { queue: Promise<unknown> }, work: () => Promise<T>): Promise<T> {
+  const next = session.queue.then(work, work);
+  session.queue = next.catch(() => {});
+  return next;
 }

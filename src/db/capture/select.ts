@@ -3,6 +3,7 @@ import type { SqlDriver } from '../database.js';
 import type { Change } from './changes.js';
 import { retryDelay, within, type ChangeFeed, type ChangeListener } from './feed.js';
 import { LogicalChangeFeed, PUBLICATION } from './logical.js';
+import { RelayChangeFeed } from './relay.js';
 import { installTriggers, NotifyChangeFeed, removeTriggers } from './triggers.js';
 
 /*
@@ -19,6 +20,8 @@ export type PostgresFeedOptions = {
   connection: pg.ClientConfig;
   sql: SqlDriver;
   choice?: ChangeSourceChoice;
+  /** With several instances: one reads the stream and relays it to the others (CHANGE_RELAY_URL). */
+  relay?: { url: string; host?: string };
   connectTimeoutMs?: number;
   heartbeatMs?: number;
   staleAfterMs?: number;
@@ -69,6 +72,10 @@ export class PostgresChangeFeed implements ChangeFeed {
     return this.inner?.source ?? 'none';
   }
 
+  get relay(): ChangeFeed['relay'] {
+    return this.options.relay ? (this.inner?.relay ?? 'none') : undefined;
+  }
+
   async started(): Promise<void> {
     await this.chosen;
     await this.inner?.started();
@@ -103,8 +110,13 @@ export class PostgresChangeFeed implements ChangeFeed {
         const common = { connection: options.connection, connectTimeoutMs: options.connectTimeoutMs, heartbeatMs: options.heartbeatMs, staleAfterMs: options.staleAfterMs, heartbeatTimeoutMs: options.heartbeatTimeoutMs, onStateChange: options.onStateChange };
         if (why === undefined) {
           if (await removeTriggers(options.sql)) options.onNotice?.('removed the announcement triggers a server without the replication stream had installed', false);
-          this.inner = new LogicalChangeFeed(common);
-          options.onNotice?.(`database changes read from the logical replication stream (publication ${PUBLICATION}, a temporary slot per instance)`, false);
+          if (options.relay) {
+            this.inner = new RelayChangeFeed({ ...common, ...options.relay });
+            options.onNotice?.(`database changes read from the logical replication stream (publication ${PUBLICATION}) by one instance, relayed to the others; this one's relay: ${options.relay.url}`, false);
+          } else {
+            this.inner = new LogicalChangeFeed(common);
+            options.onNotice?.(`database changes read from the logical replication stream (publication ${PUBLICATION}, a temporary slot per instance)`, false);
+          }
         } else {
           this.inner = new NotifyChangeFeed({ ...common, install: () => installTriggers(options.sql) });
           options.onNotice?.(
