@@ -3,6 +3,7 @@ import { rest, startServer, type TestServer } from './helpers/app.js';
 import { createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
 import { freePort } from './helpers/postgres-cluster.js';
+import { baseEnv, listening, run } from './helpers/processes.js';
 
 /*
  * Several instances with CHANGE_RELAY_URL: one reads the replication stream (one slot, one
@@ -91,4 +92,30 @@ describe.runIf(testMode === 'postgres')('one replication stream relayed to every
     await database().sql.query(`UPDATE "Account" SET status = 'locked', "lockedUntil" = now() + interval '1 hour' WHERE id = $1`, [childId]);
     await allAnswer(403, 100);
   }, 30_000);
+
+  it('a reader killed with SIGKILL: its lock and slot go with its sessions, and the follower reads the stream', async () => {
+    for (const [i, server] of servers.entries()) {
+      await server?.close();
+      delete servers[i];
+    }
+    const url = `http://127.0.0.1:${await freePort()}`;
+    const killed = run('src/main.ts', baseEnv({ DATABASE_URL: database().url!, MIGRATE_ON_START: 'false', CHANGE_RELAY_URL: url, CHANGE_RELAY_HOST: '127.0.0.1' }));
+    try {
+      await listening(killed);
+      await expect.poll(async () => (await fetch(`${url}/changes`).then((r) => r.status, () => 0)), { timeout: 15_000, interval: 100 }).toBe(401);
+      const follower = await startServer(database(), { env: { CHANGE_RELAY_URL: `http://127.0.0.1:${await freePort()}`, CHANGE_RELAY_HOST: '127.0.0.1' } });
+      servers.push(follower);
+      expect((await rest(follower, '/health')).body).toMatchObject({ cache: 'live', relay: 'follower' });
+      killed.child.kill('SIGKILL');
+      await killed.exited;
+      const killedAt = performance.now();
+      await expect.poll(async () => (await rest(follower, '/health')).body, { timeout: 10_000, interval: 50 }).toMatchObject({ cache: 'live', relay: 'reader' });
+      expect(performance.now() - killedAt).toBeLessThan(5000);
+      expect(await slots()).toBe(1);
+      await database().sql.query(`UPDATE "Account" SET status = 'active', "lockedUntil" = NULL WHERE id = $1`, [childId]);
+      await allAnswer(200, 100);
+    } finally {
+      killed.child.kill('SIGKILL');
+    }
+  }, 60_000);
 });

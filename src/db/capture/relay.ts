@@ -106,17 +106,27 @@ export class RelayChangeFeed extends BaseFeed {
     await this.first;
   }
 
+  /** Tried again until `timeoutMs` runs out: a reader may go, and another take over, meanwhile. */
   async caughtUp(timeoutMs = 5000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     await within(this.first, timeoutMs, 'the change relay did not start');
-    // Between a reader's going and the next one's first beat: wait for either role.
-    while (!this.leading && !(this.following && this.following.beatAt > 0)) {
-      if (this.closed || Date.now() >= deadline) throw new Error('no change relay is read or followed');
-      await new Promise((resolve) => setTimeout(resolve, 20));
+    for (;;) {
+      try {
+        // Between a reader's going and the next one's first beat: wait for either role.
+        while (!this.leading && !(this.following && this.following.beatAt > 0)) {
+          if (this.closed || Date.now() >= deadline) throw new Error('no change relay is read or followed');
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        }
+        const left = Math.max(1, deadline - Date.now());
+        return await (this.leading ? this.leading.feed.caughtUp(left) : this.followerCaughtUp(this.following!, left));
+      } catch (error) {
+        if (this.closed || Date.now() + 50 >= deadline) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
     }
-    timeoutMs = Math.max(1, deadline - Date.now());
-    if (this.leading) return this.leading.feed.caughtUp(timeoutMs);
-    const following = this.following!;
+  }
+
+  private async followerCaughtUp(following: Following, timeoutMs: number): Promise<void> {
     // The reader catches up, then sends the mark down this follower's stream after every change before it.
     const mark = `${process.pid}.${++this.sequence}`;
     const arrived = new Promise<void>((resolve) => following.marks.set(mark, resolve));
