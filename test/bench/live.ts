@@ -1,4 +1,7 @@
 import { spawn } from 'node:child_process';
+import { rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { createInterface } from 'node:readline';
 import v8 from 'node:v8';
@@ -11,6 +14,7 @@ import { seed } from '../../src/dev/demo-data.js';
 import { createApp } from '../../src/http/app.js';
 import { createHttpServer } from '../../src/http/server.js';
 import { createLogger } from '../../src/logger.js';
+import { heapGrowth, heapTotals } from './heap-diff.js';
 
 /*
  * `npm run bench:live [-- --streams 10000] [-- --organizations 50]`: live updates. Opens that many
@@ -18,6 +22,8 @@ import { createLogger } from '../../src/logger.js';
  * organizations, each with its own token) and prints the server's heap and resident memory per
  * open stream; then writes 100 sign-ins a second for 10 seconds, spread over the organizations,
  * and prints the pushes a second and the server's CPU. Figures, printed, not asserted.
+ * `--snapshot`: heap snapshots before and after the streams open, and what grew per stream, by
+ * kind of object (`heap-diff.ts`).
  */
 v8.setFlagsFromString('--expose-gc');
 const collect = vm.runInNewContext('gc') as () => void;
@@ -56,7 +62,10 @@ const memory = () => {
   const { heapUsed, rss } = process.memoryUsage();
   return { heapUsed, rss };
 };
+const snapshots = process.argv.includes('--snapshot');
 const before = memory();
+const snapshotFile = (name: string) => path.join(tmpdir(), `live-${process.pid}-${name}.heapsnapshot`);
+const snapshotBefore = snapshots ? v8.writeHeapSnapshot(snapshotFile('before')) : undefined;
 const clients = parents.map(({ o, jwtSecret }) => {
   const token = mintAccessToken({ secret: jwtSecret, kid: o.parent.publicKey, subject: o.parent.userID, ttlSeconds: 3600 });
   return token.then((t) => spawn(process.execPath, ['test/bench/sse-clients.mjs', url, t, String(perOrganization)], { stdio: ['ignore', 'pipe', 'inherit'] }));
@@ -83,6 +92,12 @@ const open = app.deps.live!.open;
 const held = memory();
 console.log(`open streams: ${open.toLocaleString('en')} (${parents.length} organizations, ${perOrganization} streams each asked)`);
 console.log(`heap: ${((held.heapUsed - before.heapUsed) / open).toFixed(0)} bytes a stream; resident: ${((held.rss - before.rss) / open).toFixed(0)} bytes a stream (${((held.rss - before.rss) / 1024 / 1024).toFixed(0)} MB in all)`);
+if (snapshotBefore) {
+  const snapshotHeld = v8.writeHeapSnapshot(snapshotFile('held'));
+  for (const line of heapGrowth(heapTotals(snapshotBefore), heapTotals(snapshotHeld), open)) console.log(line);
+  rmSync(snapshotBefore);
+  rmSync(snapshotHeld);
+}
 
 // 100 sign-ins a second for 10 seconds, as the sign-in service writes them.
 const SIGN_IN = `WITH child AS (UPDATE "Account" SET "signInCount" = "signInCount" + 1, "lastLogin" = now(), "updatedAt" = now() WHERE id = $1 RETURNING "parentId"),
