@@ -196,11 +196,17 @@ export function keysetCondition(params: unknown[], position: Position, op: '<' |
 }
 
 /** The statement of one page: `keyset` the conditions after the filters, `limit` the parameter of the row count. */
-export function pageStatement(filters: ChildFilters, keyset: string, order: 'ASC' | 'DESC', limit: string): { columns: string; rest: string } {
+export function pageStatement(filters: ChildFilters, keyset: string, order: 'ASC' | 'DESC', limit: string): { columns: string; sorted: string; rest: string } {
   const columns = `id, username, email,
             (extract(epoch FROM "lastLogin") * 1000)::float8 AS "lastLoginMs",
             (extract(epoch FROM "createdAt") * 1000)::float8 AS "createdAtMs"`;
-  return { columns, rest: `FROM "Account" WHERE ${filters.where}${keyset} ORDER BY "createdAt" ${order}, id ${order} LIMIT ${limit}` };
+  const sorted = registrationOrder(order, limit);
+  return { columns, sorted, rest: `FROM "Account" WHERE ${filters.where}${keyset} ${sorted}` };
+}
+
+/** Registration order (newest first with DESC), ties by id: the order of every child list. */
+function registrationOrder(order: 'ASC' | 'DESC', limit: string | number): string {
+  return `ORDER BY "createdAt" ${order}, id ${order} LIMIT ${limit}`;
 }
 
 /** A parent's children, newest registration first, keyset-paginated (spec: GET /auth/child-accounts). */
@@ -226,8 +232,7 @@ export async function listChildAccounts(
   // forwards (older) from `after` or backwards (newer) from `before`.
   const keyset = (after ? keysetCondition(params, after, '<') : '') + (before ? keysetCondition(params, before, '>') : '');
   const order = backwards ? 'ASC' : 'DESC';
-  const wanted = `$${params.push(limit + 1)}`;
-  const statement = pageStatement(filters, keyset, order, wanted);
+  const statement = pageStatement(filters, keyset, order, `$${params.push(limit + 1)}`);
   // The unfiltered first page is what dashboards poll: cached until a child of the parent is added,
   // removed or changed in anything but its activity, or a child it shows signs in (its rows' own
   // tags); one entry per parent and limit, so no caller can fill the cache with pages of its
@@ -235,7 +240,7 @@ export async function listChildAccounts(
   // when one is usable: at most REPLICA_MAX_LAG_MS behind).
   const rows =
     filters.match !== undefined
-      ? await searchPage(filters, keyset, { params, wanted, limit, order }, context)
+      ? await searchPage(filters, keyset, statement, { params, limit, order }, context)
       : filters.filtered || after || before || backwards
       ? formatted(await context.staleReads.query<ChildRow>(`SELECT ${statement.columns} ${statement.rest}`, params))
       : await context.cache.through(
@@ -293,37 +298,37 @@ export const SEARCH_WALK_ROWS = 500;
 async function searchPage(
   filters: ChildFilters,
   keyset: string,
-  page: { params: unknown[]; wanted: string; limit: number; order: 'ASC' | 'DESC' },
+  statement: ReturnType<typeof pageStatement>,
+  page: { params: unknown[]; limit: number; order: 'ASC' | 'DESC' },
   context: ServiceContext,
 ): Promise<ListedRow[]> {
-  const { params, wanted, limit, order } = page;
-  const { columns } = pageStatement(filters, keyset, order, wanted);
-  const sorted = `ORDER BY "createdAt" ${order}, id ${order} LIMIT ${wanted}`;
+  const { params, limit, order } = page;
+  const { columns, sorted } = statement;
   const parentId = String(filters.params[0]);
-  const read = (lookUp: boolean) =>
-    context.staleReads.query<ChildRow>(
-      // OFFSET 0 keeps the planner from walking the registration index to honour the ORDER BY.
-      `SELECT ${columns} FROM ${lookUp ? `(SELECT * FROM "Account" WHERE ${filters.where}${keyset} OFFSET 0) AS "Account"` : `"Account" WHERE ${filters.where}${keyset}`} ${sorted}`,
-      params,
-    );
+  // The lookup reads the matches; the walk reads about (limit + 1) * children / matches rows.
+  const read = async (matches: number, children: number) => {
+    const lookUp = filters.indexable && matches < ((limit + 1) * children) / matches;
+    // OFFSET 0 keeps the planner from walking the registration index to honour the ORDER BY.
+    const text = lookUp
+      ? `SELECT ${columns} FROM (SELECT * FROM "Account" WHERE ${filters.where}${keyset} OFFSET 0) AS "Account" ${sorted}`
+      : `SELECT ${columns} ${statement.rest}`;
+    return formatted(await context.staleReads.query<ChildRow>(text, params));
+  };
+  const children = async () => (await context.loaders.childCountByParentId.load(parentId)) ?? 0;
   // How many children match, when the search's counts are cached (a search asked again, its
   // counts asked with its first page): the choice needs no walk.
   const counted = context.cache.hit<ChildCounts>('', filters.cacheKey, () => [cacheTags.children(parentId)]);
   if (counted !== MISS && counted !== null && counted.total !== null) {
-    if (counted.total === 0) return [];
-    const children = await context.loaders.childCountByParentId.load(parentId);
-    return formatted(await read(filters.indexable && counted.total < ((limit + 1) * (children ?? 0)) / counted.total));
+    return counted.total === 0 ? [] : read(counted.total, await children());
   }
   const walked = await context.staleReads.query<ChildRow>(
-    `SELECT ${columns} FROM (SELECT * FROM "Account" WHERE ${filters.unsearched}${keyset}
-       ORDER BY "createdAt" ${order}, id ${order} LIMIT ${SEARCH_WALK_ROWS}) AS "Account"
+    `SELECT ${columns} FROM (SELECT * FROM "Account" WHERE ${filters.unsearched}${keyset} ${registrationOrder(order, SEARCH_WALK_ROWS)}) AS "Account"
      WHERE ${filters.match} ${sorted}`,
     params,
   );
   if (walked.length > limit) return formatted(walked);
-  const children = await context.loaders.childCountByParentId.load(parentId);
-  const share = Math.max(walked.length, 0.5) / SEARCH_WALK_ROWS;
-  return formatted(await read(filters.indexable && share * (children ?? 0) < (limit + 1) / share));
+  const total = await children();
+  return read((Math.max(walked.length, 0.5) / SEARCH_WALK_ROWS) * total, total);
 }
 
 /**

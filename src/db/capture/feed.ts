@@ -85,3 +85,8 @@ export function feedTiming(options: Partial<FeedTiming>): FeedTiming {
 export function retryDelay(failures: number): number {
   return Math.min(100 * 2 ** Math.min(failures, 6), 5000);
 }
+
+/** `attempt` once, after `retryDelay(failures)`, on a timer that does not keep the process alive. */
+export function retryLater(failures: number, attempt: () => void): NodeJS.Timeout {
+  return setTimeout(attempt, retryDelay(failures)).unref();
+}

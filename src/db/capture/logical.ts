@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { LogicalReplicationService } from 'pg-logical-replication';
-import { BaseFeed, feedTiming, retryDelay, within, type ChangeFeed } from './feed.js';
+import { BaseFeed, feedTiming, retryLater, within, type ChangeFeed } from './feed.js';
 import { PgoutputDecoder } from './pgoutput.js';
 
 /*
@@ -283,12 +283,10 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
     }
     if (this.closed || this.reconnect) return;
     this.failures += 1;
-    const delay = retryDelay(this.failures);
-    this.reconnect = setTimeout(() => {
+    this.reconnect = retryLater(this.failures, () => {
       this.reconnect = undefined;
       this.connecting = this.connect();
-    }, delay);
-    this.reconnect.unref();
+    });
     if (!wasStreaming && this.failures === 1) this.options.onStateChange?.(false, error);
   }
 

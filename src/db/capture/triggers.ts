@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { EventEmitter } from 'node:events';
 import pg from 'pg';
 import type { SqlDriver } from '../database.js';
-import { BaseFeed, feedTiming, retryDelay, within, type ChangeFeed } from './feed.js';
+import { BaseFeed, feedTiming, retryDelay, retryLater, within, type ChangeFeed } from './feed.js';
 
 /*
  * The trigger feed: where logical replication is not available (the embedded database, a
@@ -416,12 +416,10 @@ export class NotifyChangeFeed extends BaseFeed implements ChangeFeed {
     }
     if (this.closed || this.reconnect) return;
     this.failures += 1;
-    const delay = retryDelay(this.failures);
-    this.reconnect = setTimeout(() => {
+    this.reconnect = retryLater(this.failures, () => {
       this.reconnect = undefined;
       this.connecting = this.connect();
-    }, delay);
-    this.reconnect.unref();
+    });
   }
 
   async close(): Promise<void> {
