@@ -114,7 +114,9 @@ function detectorOf(organization: Viewer['organization'], secret: string): (payl
 /** Whether a payload holds `secret`, as sent or as escaped in a JSON string. */
 export function secretDetector(secret: string): (payload: string | Buffer) => boolean {
   const forms = [...new Set([secret, JSON.stringify(secret).slice(1, -1)])];
-  const bytes = forms.map((form) => Buffer.from(form));
+  // Not Buffer.from: a small one is a slice of an 8 KB pool, which it keeps alive for as long as
+  // the detector lives (a cached organization's, an open stream's).
+  const bytes = forms.map((form) => Buffer.alloc(Buffer.byteLength(form), form));
   return (payload) =>
     typeof payload === 'string' ? forms.some((form) => payload.includes(form)) : bytes.some((form) => payload.includes(form));
 }
@@ -219,9 +221,17 @@ export function createRequestContext(deps: AppDependencies, source: RequestSourc
       into.operation = answer.label;
       for (const organizationId of answer.retrievals) services.retrievals.record(organizationId);
     },
-    renew: () => createRequestContext(deps, { credentials, requestId, record: {} }, { countRetrievals: false }),
+    renew: renewal(deps, credentials, requestId),
   };
   return context;
+}
+
+/**
+ * `RequestContext.renew`, made apart from the context so that it holds only what a new context is
+ * made from: a subscription keeps it for its whole life, and must not keep the request's loaders.
+ */
+function renewal(deps: AppDependencies, credentials: Credentials, requestId: string): () => RequestContext {
+  return () => createRequestContext(deps, { credentials, requestId, record: {} }, { countRetrievals: false });
 }
 
 /**

@@ -127,7 +127,7 @@ export class Loaders {
       (misses, query) => accountsWhere(query, 'publicKey', misses),
       // The key's row changing, or a row taking the key.
       (key, account) => (account ? [cacheTags.account(account.id), cacheTags.publicKey(key)] : [cacheTags.publicKey(key)]),
-      { form: accountForm },
+      { form: accountForm, share: true },
       // What is found by key is the account by id for the rest of the request.
       (account) => {
         if (account) this.accountById.prime(account.id, account);

@@ -31,6 +31,9 @@ export const builder = new SchemaBuilder<{
   defaultFieldNullability: false,
   scopeAuth: {
     treatErrorsAsUnauthorized: true,
+    // A subscription's scopes are checked when it is made; each answer it pushes is read with the
+    // caller verified again (graphql/subscriptions.ts), so its events need no check of their own.
+    authorizeOnSubscribe: true,
     unauthorizedError: (_parent, _context, _info, result) => {
       rethrowScopeError(result.failure);
       return new UnauthorizedAccessError();

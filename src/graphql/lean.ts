@@ -7,6 +7,7 @@ import type { Exchange } from '../http/exchange.js';
 import { regularMediaType, sendAnswer, sendResult, serialiseResult, type RegularMediaType } from './http.js';
 import { resolvePersistedOperation, type GraphQLParams, type PersistedRule } from './persisted.js';
 import type { GraphQLPipeline, PlannedQuery } from './pipeline.js';
+import { wantsEventStream, type EventStreams } from './event-stream.js';
 
 /*
  * The lean GraphQL door: what API clients send (a JSON operation by POST, or a query string by
@@ -133,6 +134,8 @@ export type LeanDoorOptions = {
   answers?: AnswerCache;
   /** The clock kept answers are checked against (epoch ms). */
   now: () => number;
+  /** Subscriptions asked for as event streams; none: the full server streams them. */
+  streams?: EventStreams;
 };
 
 export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptions): LeanDoor {
@@ -155,25 +158,39 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
     return key.length <= MAX_ANSWER_KEY_LENGTH ? key : undefined;
   }
 
-  /** The request's operation and media type, when the lean door takes it. */
-  function take(exchange: Exchange, body: Buffer | undefined): { params: GraphQLParams; mediaType: RegularMediaType } | undefined {
+  /** The request's operation, when it is one the lean door reads. */
+  function paramsOf(exchange: Exchange, body: Buffer | undefined): GraphQLParams | undefined {
     const method = exchange.request.method;
-    const accept = exchange.header('accept');
-    const mediaType = regularMediaType(accept);
-    if (mediaType === null) return undefined;
-    let params: GraphQLParams | undefined;
     if (method === 'GET') {
       // A browser asking for a page gets GraphiQL.
-      if (options.graphiql && accept?.includes('text/html')) return undefined;
-      params = fromQueryString(exchange.query);
-    } else if (method === 'POST' && body?.length && isJsonBody(exchange.header('content-type'))) {
-      params = bodies.get(body);
-      if (params === undefined) {
-        params = wellFormed(parseJson(body.toString('utf8')));
-        if (params) params = bodies.remember(body, params);
-      }
+      if (options.graphiql && exchange.header('accept')?.includes('text/html')) return undefined;
+      return fromQueryString(exchange.query);
     }
+    if (method !== 'POST' || !body?.length || !isJsonBody(exchange.header('content-type'))) return undefined;
+    const known = bodies.get(body);
+    if (known !== undefined) return known;
+    const params = wellFormed(parseJson(body.toString('utf8')));
+    return params && bodies.remember(body, params);
+  }
+
+  /** The request's operation and media type, when the lean door takes it. */
+  function take(exchange: Exchange, body: Buffer | undefined): { params: GraphQLParams; mediaType: RegularMediaType } | undefined {
+    const mediaType = regularMediaType(exchange.header('accept'));
+    if (mediaType === null) return undefined;
+    const params = paramsOf(exchange, body);
     return params && { params, mediaType };
+  }
+
+  /** A subscription asked for as an event stream: opened here, or left to the full server. */
+  async function stream(exchange: Exchange, body: Buffer | undefined): Promise<boolean> {
+    const taken = paramsOf(exchange, body);
+    if (!taken || !options.streams) return false;
+    try {
+      return await options.streams.serve(exchange, resolvePersistedOperation(taken, options.persisted, exchange.record));
+    } catch {
+      // The full server says why, in its own words.
+      return false;
+    }
   }
 
   /**
@@ -222,6 +239,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
   }
 
   return async function serveLean(exchange, body) {
+    if (wantsEventStream(exchange)) return stream(exchange, body);
     const taken = take(exchange, body);
     if (!taken) return false;
     let params: GraphQLParams;

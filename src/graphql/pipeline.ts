@@ -222,6 +222,12 @@ export type GraphQLPipeline = {
    * (the whole pipeline answers those, in the reference executor's words).
    */
   runPlanned: (plan: PlannedQuery, initial: GraphQLInitialContext & { params: GraphQLParams }) => Promise<ExecutionResult> | undefined;
+  /**
+   * What the execute phase's hooks do once a result is known, for an execution made outside them
+   * (a planned query, a subscription's push on the lean event stream): the request's caches
+   * released, unexpected errors logged with the request id, errors masked.
+   */
+  settle: (contextValue: object, result: ExecutionResult) => ExecutionResult;
   /** The error mask, for what fails outside execution (a door's own refusals, a thrown parse error). */
   maskError: (error: unknown) => GraphQLError;
   /** Executions by engine since the start. */
@@ -283,19 +289,21 @@ export function createGraphQLPipeline(deps: AppDependencies, logger: Logger, opt
     const observed = observedIn(contextValue);
     if (observed) observed.operation = planned.label;
     executions.compiled += 1;
-    return Promise.resolve(planned.query.query(undefined, contextValue, variables)).then((raw) => {
-      releaseRequestCaches(contextValue);
-      const result = asReference(raw);
-      if (!result.errors?.length) return result;
-      observeErrors(logger, contextValue, result.errors);
-      return { ...result, errors: result.errors.map((error) => maskError(error)) };
-    });
+    return Promise.resolve(planned.query.query(undefined, contextValue, variables)).then((raw) => settle(contextValue, asReference(raw)));
+  }
+
+  function settle(contextValue: object, result: ExecutionResult): ExecutionResult {
+    releaseRequestCaches(contextValue);
+    if (!result.errors?.length) return result;
+    observeErrors(logger, contextValue, result.errors);
+    return { ...result, errors: result.errors.map((error) => maskError(error)) };
   }
 
   return {
     getEnveloped: envelop({ plugins }) as unknown as GetEnvelopedFn<GraphQLContext>,
     plan,
     runPlanned,
+    settle,
     maskError,
     executions,
     context: (exchange) => createRequestContext(deps, exchange),

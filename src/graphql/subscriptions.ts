@@ -1,9 +1,10 @@
+import { createHash } from 'node:crypto';
 import { decodeJwt } from 'jose';
 import { requireParent } from '../auth/authorize.js';
 import { bearerToken, credentialKey } from '../auth/credentials.js';
 import type { RequestContext } from '../context.js';
 import type { RowChange } from '../db/capture/changes.js';
-import { ApiError, ServiceUnavailableError, UnauthorizedError } from '../errors.js';
+import { ApiError, isDatabaseUnavailable, ServiceUnavailableError, toApiError, UnauthorizedError } from '../errors.js';
 import type { Topic } from '../live/live-updates.js';
 import { getCreditAnalysis } from '../services/get-credit-analysis.js';
 import { getOrganizationDetails } from '../services/get-organization-details.js';
@@ -31,27 +32,36 @@ function expiryOf(context: RequestContext): number {
  * The subscription's answers: `read` with a renewed context (shared with the organization's other
  * subscriptions of the same `kind`, which names the answer and the account, at the same change:
  * the same account sees the same answer whichever of its tokens it came with), skipped when equal to the last,
- * an API error said once.
+ * an API error said once. What it keeps while it waits is the renewal (the credentials, not the
+ * request's context) and a digest of the last answer.
  */
 function follow<T>(context: RequestContext, organizationId: string, kind: string, concerns: Topic['concerns'], read: (fresh: RequestContext) => Promise<T>, key: (value: T) => string) {
   const live = context.live;
   if (!live) throw new ServiceUnavailableError('Live updates are not available on this server.');
   const expiresAt = expiryOf(context);
   const credential = credentialKey(context.credentials.authorization ?? undefined, undefined) ?? organizationId;
+  const renew = context.renew;
   let last: string | undefined;
   return live.subscribe<T | ApiError>(credential, { organizationId, concerns }, expiresAt, async () => {
     try {
-      const value = await live.shared(organizationId, kind, () => read(context.renew()));
-      const seen = key(value);
+      const { value, seen } = await live.shared(organizationId, kind, async () => {
+        const value = await read(renew());
+        return { value, seen: digest(key(value)) };
+      });
       if (seen === last) return undefined;
       last = seen;
       return value;
     } catch (error) {
       if (error instanceof ApiError) return error;
+      // A database that does not answer is said once (SERVICE_UNAVAILABLE), and the stream ends.
+      if (isDatabaseUnavailable(error)) return toApiError(error);
       throw error;
     }
   });
 }
+
+/** A short stand-in for an answer's text: what a subscription compares its next answer with. */
+const digest = (text: string) => createHash('sha256').update(text).digest('base64url');
 
 const unwrap = <T>(payload: T | ApiError): T => {
   if (payload instanceof ApiError) throw payload;

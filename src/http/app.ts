@@ -18,6 +18,7 @@ import {
 } from '../errors.js';
 import { sendGraphQLError } from '../graphql/http.js';
 import { createLeanDoor } from '../graphql/lean.js';
+import { createEventStreams } from '../graphql/event-stream.js';
 import type { ExecutionCounts } from '../graphql/compiled.js';
 import { createGraphQLPipeline } from '../graphql/pipeline.js';
 import { createYogaDoor, type YogaDoor } from '../graphql/yoga.js';
@@ -154,7 +155,8 @@ export function createApp(options: AppOptions): App {
   // One rule for both doors: stored operations, and in the default mode the ones clients register.
   const persisted = { persistedOnly: config.persistedOperationsOnly, registered: new RegisteredOperations() };
   const yoga = createYogaDoor(pipeline, config, { graphiqlHeaders: options.graphiqlHeaders, persisted });
-  const lean = options.graphqlDoor === 'full' ? undefined : createLeanDoor(pipeline, { graphiql: config.graphiql, persisted, answers, now: clock });
+  const streams = options.graphqlDoor === 'full' ? undefined : createEventStreams(pipeline, { stallMs: config.live.stallMs });
+  const lean = options.graphqlDoor === 'full' ? undefined : createLeanDoor(pipeline, { graphiql: config.graphiql, persisted, answers, now: clock, streams });
   const limiter = new RateLimiter(config.rateLimit, database.pgPool, (up, error) => {
     if (up) logger.info('rate-limit store connected; limits are shared');
     else logger.warn('rate-limit store unreachable; this instance limits in memory until it is back', { error });
@@ -279,6 +281,7 @@ export function createApp(options: AppOptions): App {
     metricsText: async () => ({ contentType: metrics.registry.contentType, text: await metrics.registry.metrics() }),
     close: async () => {
       deps.live?.close();
+      streams?.close();
       exports.abortAll();
       limiter.close();
       await replicas?.close();

@@ -35,43 +35,85 @@ export class LiveUnavailableError extends ApiError {
 /** What one subscription follows: the organization, and which of its changes alter its answer. */
 export type Topic = { organizationId: string; concerns: (change: RowChange) => boolean };
 
-type Subscription = {
-  topic: Topic;
-  credential: string;
-  dirty: boolean;
-  /** Set by the token's expiry, the instance's shutdown, or the client leaving. */
-  ended: boolean;
-  /** Waiting out the interval after a push: a change marks it dirty but does not wake it. */
-  waitingInterval: boolean;
-  wake: (() => void) | undefined;
+/** Where a subscription's answers go: its transport (an event stream, or an iterator for graphql-js). */
+export type LiveSink<T> = {
+  /** Sends an answer; the next is computed only once the returned promise settles (the client took it). */
+  push(value: T): Promise<unknown> | void;
+  /** The subscription ended by itself (its token expired, the instance drains, an error was said), or failed (`error`). */
+  end(error?: unknown): void;
 };
 
-const FOREVER_MS = 2_147_483_647;
+/**
+ * One open subscription, registered and counted from the moment it is made. It holds flags and
+ * two timers, no promise, while it waits: an idle stream costs a few hundred bytes here.
+ */
+class Subscription<T = unknown> {
+  dirty = false;
+  ended = false;
+  /** Computing or pushing an answer: a change only marks it dirty meanwhile. */
+  busy = false;
+  lastPush = Number.NEGATIVE_INFINITY;
+  /** The wait for the interval after the last push, when a change came inside it. */
+  timer: NodeJS.Timeout | undefined = undefined;
+  sink: LiveSink<T> | undefined = undefined;
 
-/** Sleeps `ms`, or until the subscription is woken (a change, its end). */
-const sleep = (ms: number, subscription: Subscription) =>
-  new Promise<void>((resolve) => {
-    const timer = setTimeout(() => {
-      subscription.wake = undefined;
-      resolve();
-    }, ms);
-    subscription.wake = () => {
-      subscription.wake = undefined;
-      clearTimeout(timer);
-      resolve();
-    };
-  });
+  constructor(
+    readonly topic: Topic,
+    readonly credential: string,
+    /** When its token expires (epoch ms): the subscription ends then (see `LiveUpdates.sweep`). */
+    readonly expiresAt: number,
+    readonly compute: () => Promise<T | undefined>,
+  ) {}
+}
+
+/**
+ * A subscription made but not started: `start` gives it a sink and pushes its first answer;
+ * `cancel` ends it without a word (the client left). As an AsyncIterable it is what graphql-js
+ * subscribes with (the full server's path); the lean event stream starts it with its own sink.
+ */
+export class LiveSubscription<T> implements AsyncIterable<T> {
+  constructor(
+    private readonly live: LiveUpdates,
+    private readonly subscription: Subscription<T>,
+  ) {}
+
+  start(sink: LiveSink<T>): void {
+    this.live.start(this.subscription, sink);
+  }
+
+  cancel(): void {
+    this.live.release(this.subscription);
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<T> {
+    return new Repeater<T>(async (push, stop) => {
+      this.start({ push, end: (error) => stop(error) });
+      await stop;
+      this.cancel();
+    })[Symbol.asyncIterator]();
+  }
+}
+
+/** How often the expired subscriptions are ended: a stream outlives its token by at most this. */
+const EXPIRY_SWEEP_MS = 500;
+/** How long a shared answer is held for the subscriptions that want it, before it is held weakly. */
+const SHARED_HOLD_MS = 5_000;
+
+/** An answer read once for an organization's subscriptions at one version of its data. */
+type SharedAnswer = { version: number; strong: Promise<unknown> | undefined; weak: WeakRef<Promise<unknown>>; at: number };
 
 export class LiveUpdates {
-  private readonly subscriptions = new Set<Subscription>();
+  private readonly subscriptions = new Set<Subscription<any>>();
   private readonly byCredential = new Map<string, number>();
-  private readonly byOrganization = new Map<string, Set<Subscription>>();
+  private readonly byOrganization = new Map<string, Set<Subscription<any>>>();
   private readonly unsubscribe: () => void;
   /** Per organization with open subscriptions: a number that moves with each change that concerns it. */
   private readonly versions = new Map<string, number>();
   /** Answers read at an organization's version, shared by the subscriptions that want the same one. */
-  private readonly answers = new Map<string, { version: number; answer: Promise<unknown> }>();
+  private readonly answers = new Map<string, SharedAnswer>();
   private epoch = 0;
+  /** The sweep of expired subscriptions, while any is open. */
+  private expiries: NodeJS.Timeout | undefined;
   private closed = false;
   /** Pushes made, for the metrics. */
   pushes = 0;
@@ -79,6 +121,7 @@ export class LiveUpdates {
   constructor(
     feed: ChangeFeed,
     private readonly limits: LiveLimits,
+    private readonly now: () => number = Date.now,
   ) {
     this.unsubscribe = feed.subscribe({
       change: (change) => this.changed(change),
@@ -106,37 +149,72 @@ export class LiveUpdates {
 
   /**
    * One read of an answer per organization and change, however many subscriptions push it: the
-   * subscriptions of one organization are woken by the same change and would otherwise each read
-   * the same rows. `key` names what is read and for whom (the answer's kind and the caller).
+   * subscriptions of one organization are woken by the same change, or open in a burst, and would
+   * otherwise each read the same rows. `key` names what is read and for whom (the answer's kind
+   * and the caller). The answer is held for SHARED_HOLD_MS, then weakly: it holds the loaders it
+   * was read with, and an idle stream must not.
    */
   shared<T>(organizationId: string, key: string, read: () => Promise<T>): Promise<T> {
     const version = (this.versions.get(organizationId) ?? 0) + this.epoch * 1e9;
     const slot = `${organizationId}|${key}`;
     const kept = this.answers.get(slot);
-    if (kept && kept.version === version) return kept.answer as Promise<T>;
+    const held = kept?.version === version ? (kept.strong ?? kept.weak.deref()) : undefined;
+    if (held) return held as Promise<T>;
     const answer = read();
-    this.answers.set(slot, { version, answer });
+    const entry: SharedAnswer = { version, strong: answer, weak: new WeakRef(answer), at: this.now() };
+    this.answers.set(slot, entry);
     // A failed read is not kept: the next push reads again.
     answer.catch(() => {
-      if (this.answers.get(slot)?.answer === answer) this.answers.delete(slot);
+      if (this.answers.get(slot) === entry) this.answers.delete(slot);
     });
     return answer;
   }
 
   private mark(subscription: Subscription): void {
     subscription.dirty = true;
-    if (!subscription.waitingInterval) subscription.wake?.();
+    this.schedule(subscription);
+  }
+
+  /** The next answer now, or when the interval since the last push has passed. */
+  private schedule(subscription: Subscription): void {
+    if (subscription.busy || subscription.ended || subscription.timer !== undefined || subscription.sink === undefined) return;
+    const wait = subscription.lastPush + this.limits.minIntervalMs - this.now();
+    if (wait <= 0) return void this.run(subscription);
+    subscription.timer = setTimeout(() => {
+      subscription.timer = undefined;
+      void this.run(subscription);
+    }, wait);
+  }
+
+  /** Computes the answer and pushes it, unless equal to the last; then follows the changes that came meanwhile. */
+  private async run(subscription: Subscription): Promise<void> {
+    subscription.busy = true;
+    subscription.dirty = false;
+    try {
+      const value = await subscription.compute();
+      if (value === undefined || subscription.ended) return;
+      subscription.lastPush = this.now();
+      this.pushes += 1;
+      await subscription.sink!.push(value);
+      // The caller may no longer read this (a locked account, a removed organization): said once, then the end.
+      if (value instanceof Error) this.end(subscription);
+    } catch (error) {
+      this.end(subscription, error);
+    } finally {
+      subscription.busy = false;
+      if (subscription.dirty) this.schedule(subscription);
+    }
   }
 
   /**
-   * Opens a subscription: pushes `compute()`'s answer at once, then after each change that concerns
-   * it, at most once per `minIntervalMs`, until the token expires (`expiresAtMs`), the client goes
-   * away (the iterator's `return`, which ends it at once), or the instance shuts down. An answer
-   * equal to the last one pushed is not pushed again (`compute` returns undefined for it). The next
-   * answer is computed only once the client has taken the last: a slow reader holds one answer at
-   * most. Refused beyond the bounds.
+   * Makes a subscription, counted at once against the bounds (refused beyond them): started, it
+   * pushes `compute()`'s answer at once, then after each change that concerns it, at most once per
+   * `minIntervalMs`, until the token expires (`expiresAtMs`), the client goes away (`cancel`), or
+   * the instance shuts down. An answer equal to the last one pushed is not pushed again (`compute`
+   * returns undefined for it). The next answer is computed only once the client has taken the
+   * last: a slow reader holds one answer at most.
    */
-  subscribe<T>(credential: string, topic: Topic, expiresAtMs: number, compute: () => Promise<T | undefined>, now: () => number = Date.now): Repeater<T> {
+  subscribe<T>(credential: string, topic: Topic, expiresAtMs: number, compute: () => Promise<T | undefined>): LiveSubscription<T> {
     if (this.closed) throw new LiveUnavailableError();
     const { limits } = this;
     if (this.subscriptions.size >= limits.maxTotal) throw new TooManySubscriptionsError('This server holds as many subscriptions as it allows; try again later or on another instance.');
@@ -146,69 +224,65 @@ export class LiveUpdates {
     if ((this.byOrganization.get(topic.organizationId)?.size ?? 0) >= limits.maxPerOrganization) {
       throw new TooManySubscriptionsError(`At most ${limits.maxPerOrganization} subscriptions may be open for one organization.`);
     }
-    const subscription: Subscription = { topic, credential, dirty: false, ended: false, waitingInterval: false, wake: undefined };
+    const subscription = new Subscription<T>(topic, credential, expiresAtMs, compute);
     this.subscriptions.add(subscription);
     this.byCredential.set(credential, (this.byCredential.get(credential) ?? 0) + 1);
     let organization = this.byOrganization.get(topic.organizationId);
     if (!organization) this.byOrganization.set(topic.organizationId, (organization = new Set()));
     organization.add(subscription);
-    const expiry = setTimeout(() => this.end(subscription), Math.max(0, Math.min(expiresAtMs - now(), FOREVER_MS)));
-    const release = () => {
-      clearTimeout(expiry);
-      subscription.ended = true;
-      if (!this.subscriptions.delete(subscription)) return;
-      const count = (this.byCredential.get(credential) ?? 1) - 1;
-      if (count === 0) this.byCredential.delete(credential);
-      else this.byCredential.set(credential, count);
-      organization!.delete(subscription);
-      if (organization!.size === 0) {
-        this.byOrganization.delete(topic.organizationId);
-        this.versions.delete(topic.organizationId);
-        for (const slot of this.answers.keys()) if (slot.startsWith(`${topic.organizationId}|`)) this.answers.delete(slot);
-      }
-    };
-    return new Repeater<T>(async (push, stop) => {
-      void stop.then(() => this.end(subscription));
-      try {
-        let lastPush = Number.NEGATIVE_INFINITY;
-        for (let first = true; !subscription.ended; first = false) {
-          if (!first) {
-            while (!subscription.dirty && !subscription.ended) await sleep(FOREVER_MS, subscription);
-            const wait = lastPush + limits.minIntervalMs - now();
-            if (wait > 0 && !subscription.ended) {
-              subscription.waitingInterval = true;
-              await sleep(wait, subscription);
-              subscription.waitingInterval = false;
-            }
-            if (subscription.ended) break;
-          }
-          subscription.dirty = false;
-          const value = await compute();
-          if (value === undefined || subscription.ended) continue;
-          lastPush = now();
-          this.pushes += 1;
-          await push(value);
-          // The caller may no longer read this (a locked account, a removed organization): said once, then the end.
-          if (value instanceof Error) break;
-        }
-        stop();
-      } catch (error) {
-        stop(error);
-      } finally {
-        release();
-      }
-    });
+    this.expiries ??= setInterval(() => this.sweep(), EXPIRY_SWEEP_MS).unref();
+    return new LiveSubscription(this, subscription);
   }
 
-  private end(subscription: Subscription): void {
+  /** `LiveSubscription.start`: the first answer now. */
+  start<T>(subscription: Subscription<T>, sink: LiveSink<T>): void {
+    if (subscription.sink !== undefined) return;
+    subscription.sink = sink;
+    if (subscription.ended) return sink.end();
+    void this.run(subscription);
+  }
+
+  /** Forgets a subscription: its timers, its place in the counts. Once; later calls do nothing. */
+  release(subscription: Subscription): void {
     subscription.ended = true;
-    subscription.wake?.();
+    clearTimeout(subscription.timer);
+    subscription.timer = undefined;
+    if (!this.subscriptions.delete(subscription)) return;
+    if (this.subscriptions.size === 0) {
+      clearInterval(this.expiries);
+      this.expiries = undefined;
+    }
+    const { credential, topic } = subscription;
+    const count = (this.byCredential.get(credential) ?? 1) - 1;
+    if (count === 0) this.byCredential.delete(credential);
+    else this.byCredential.set(credential, count);
+    const organization = this.byOrganization.get(topic.organizationId);
+    organization?.delete(subscription);
+    if (organization?.size === 0) {
+      this.byOrganization.delete(topic.organizationId);
+      this.versions.delete(topic.organizationId);
+      for (const slot of this.answers.keys()) if (slot.startsWith(`${topic.organizationId}|`)) this.answers.delete(slot);
+    }
+  }
+
+  /** Ends a subscription from this side: released, and its stream told (it completes cleanly). */
+  private end(subscription: Subscription, error?: unknown): void {
+    if (subscription.ended && !this.subscriptions.has(subscription)) return;
+    this.release(subscription);
+    subscription.sink?.end(error);
+  }
+
+  /** Ends the subscriptions whose token has expired: one timer for all of them, not one each. */
+  private sweep(): void {
+    const now = this.now();
+    for (const subscription of this.subscriptions) if (subscription.expiresAt <= now) this.end(subscription);
+    for (const entry of this.answers.values()) if (entry.strong && now - entry.at > SHARED_HOLD_MS) entry.strong = undefined;
   }
 
   /** Ends every subscription (each stream completes cleanly) and refuses new ones: shutdown. */
   endAll(): void {
     this.closed = true;
-    for (const subscription of this.subscriptions) this.end(subscription);
+    for (const subscription of [...this.subscriptions]) this.end(subscription);
   }
 
   close(): void {
