@@ -2,9 +2,9 @@ import { existsSync, readFileSync } from 'node:fs';
 import { parseEnv } from 'node:util';
 import proxyAddr from 'proxy-addr';
 import { z } from 'zod';
-import { ANSWER_CACHE_DEFAULTS } from './db/answer-cache.js';
 import { CACHE_DEFAULTS } from './db/entity-cache.js';
 import { relayAddress } from './db/capture/relay.js';
+import { memoryBudget, processMemoryFacts, type MemoryBudget, type MemoryFacts } from './ops/memory-budget.js';
 
 const bool = (fallback: boolean) =>
   z
@@ -134,15 +134,19 @@ const environment = z.object({
   LIVE_MIN_INTERVAL_MS: withDefault(integer(0, MAX_TIMER_MS), 1000),
   LIVE_MAX_PER_CREDENTIAL: withDefault(integer(1, 1_000), 5),
   LIVE_MAX_PER_ORGANIZATION: withDefault(integer(1, 1_000_000), 200),
-  LIVE_MAX_STREAMS: withDefault(integer(1, 1_000_000), 1_000),
+  /** Unset: as many as the memory budget's share for streams holds. */
+  LIVE_MAX_STREAMS: integer(1, 1_000_000),
   LIVE_STALL_MS: withDefault(integer(1000, MAX_TIMER_MS), 60_000),
   EXPORT_MAX_CONCURRENT: withDefault(integer(1, 64), 2),
   EXPORT_STALL_MS: withDefault(integer(1000, MAX_TIMER_MS), 30_000),
   EXPORT_RATE_COST: withDefault(integer(1, 1_000_000), 30),
   CACHE_MAX_ENTRIES: withDefault(integer(0, 100_000_000), CACHE_DEFAULTS.maxEntries),
-  CACHE_MAX_BYTES: withDefault(integer(0, 1_099_511_627_776), CACHE_DEFAULTS.maxBytes),
+  /** Unset: the memory budget's share for the entity cache. */
+  CACHE_MAX_BYTES: integer(0, 1_099_511_627_776),
   CACHE_TTL_SECONDS: withDefault(integer(1, MAX_TIMER_SECONDS), CACHE_DEFAULTS.ttlMs / 1000),
-  ANSWER_CACHE_MAX_BYTES: withDefault(integer(0, 1_099_511_627_776), ANSWER_CACHE_DEFAULTS.maxBytes),
+  ANSWER_CACHE_MAX_BYTES: integer(0, 1_099_511_627_776),
+  /** The process's memory (resident), from which every bound follows; unset: the container's limit, else 250 MB. */
+  MEMORY_BUDGET_MB: integer(64, 1_048_576),
   GRAPHIQL: z.enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off']).optional(),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
   LOG_FORMAT: z.enum(['auto', 'json', 'pretty']).default('auto'),
@@ -223,6 +227,8 @@ export type Config = {
   logFormat: 'auto' | 'json' | 'pretty';
   /** GraphQL runs only the operations stored in the repository, named by their hash. */
   persistedOperationsOnly: boolean;
+  /** The memory budget and its shares (`ops/memory-budget.ts`): the bounds above that hold memory follow from it. */
+  memory: MemoryBudget;
 };
 
 export class ConfigError extends Error {
@@ -232,7 +238,7 @@ export class ConfigError extends Error {
 }
 
 /** Parses the environment once; every invalid setting is reported on its own line. */
-export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFacts = processMemoryFacts()): Config {
   const parsed = environment.safeParse(env);
   if (parsed.success && parsed.data.RATE_LIMIT_STORE === 'postgres' && !parsed.data.DATABASE_URL) {
     throw new ConfigError(['RATE_LIMIT_STORE: postgres needs DATABASE_URL (the embedded database serves one process)']);
@@ -255,7 +261,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     );
   }
   const e = parsed.data;
+  let memory: MemoryBudget;
+  try {
+    memory = memoryBudget(e.MEMORY_BUDGET_MB, { cacheMaxBytes: e.CACHE_MAX_BYTES, answerCacheMaxBytes: e.ANSWER_CACHE_MAX_BYTES, maxStreams: e.LIVE_MAX_STREAMS }, facts);
+  } catch (error) {
+    throw new ConfigError([`MEMORY_BUDGET_MB: ${(error as Error).message}`]);
+  }
   return {
+    memory,
     env: e.NODE_ENV,
     port: e.PORT,
     metricsPort: e.METRICS_PORT,
@@ -311,12 +324,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       minIntervalMs: e.LIVE_MIN_INTERVAL_MS,
       maxPerCredential: e.LIVE_MAX_PER_CREDENTIAL,
       maxPerOrganization: e.LIVE_MAX_PER_ORGANIZATION,
-      maxTotal: e.LIVE_MAX_STREAMS,
+      maxTotal: memory.maxStreams,
       stallMs: e.LIVE_STALL_MS,
     },
     export: { maxConcurrent: e.EXPORT_MAX_CONCURRENT, stallMs: e.EXPORT_STALL_MS, rateCost: e.EXPORT_RATE_COST },
-    cache: { maxEntries: e.CACHE_MAX_ENTRIES, maxBytes: e.CACHE_MAX_BYTES, ttlMs: e.CACHE_TTL_SECONDS * 1000 },
-    answerCache: { maxBytes: e.ANSWER_CACHE_MAX_BYTES, ttlMs: e.CACHE_TTL_SECONDS * 1000 },
+    cache: { maxEntries: e.CACHE_MAX_ENTRIES, maxBytes: memory.shares.entityCache, ttlMs: e.CACHE_TTL_SECONDS * 1000 },
+    answerCache: { maxBytes: memory.shares.answerCache, ttlMs: e.CACHE_TTL_SECONDS * 1000 },
     corsOrigins: e.CORS_ORIGINS.trim() === '*' ? '*' : e.CORS_ORIGINS.split(',').map((o) => o.trim()).filter(Boolean),
   };
 }

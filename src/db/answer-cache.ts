@@ -162,6 +162,11 @@ export class AnswerCache {
     return this.entries?.size ?? 0;
   }
 
+  /** Evicts the least recently used entries until at most `bytes` are held (memory pressure). */
+  shrinkTo(bytes: number): void {
+    while (this.entries && this.entries.size > 0 && this.entries.calculatedSize > bytes) this.entries.pop();
+  }
+
   /** Estimated bytes held now. */
   get bytes(): number {
     return this.entries?.calculatedSize ?? 0;

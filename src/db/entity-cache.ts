@@ -178,6 +178,11 @@ export class EntityCache {
     return this.entries?.size ?? 0;
   }
 
+  /** Evicts the least recently used entries until at most `bytes` are held (memory pressure). */
+  shrinkTo(bytes: number): void {
+    while (this.entries && this.entries.size > 0 && this.entries.calculatedSize > bytes) this.entries.pop();
+  }
+
   /** Estimated bytes held now (never above the configured bound). */
   get bytes(): number {
     return this.entries?.calculatedSize ?? 0;

@@ -109,9 +109,18 @@ export function createEventStreams(pipeline: GraphQLPipeline, options: { stallMs
       const source = await createSourceEventStream({ schema: enveloped.schema, document, contextValue, variableValues: params.variables, operationName: params.operationName });
       releaseRequestCaches(contextValue);
       if (!(source instanceof LiveSubscription)) {
-        // Refused (its errors are the full server's to say) or a source of another kind.
-        if (source && typeof (source as AsyncIterable<unknown>)[Symbol.asyncIterator] === 'function') await (source as AsyncIterable<unknown>)[Symbol.asyncIterator]().return?.();
-        return false;
+        if (Symbol.asyncIterator in source) {
+          // A source of another kind: the full server iterates it.
+          await source[Symbol.asyncIterator]().return?.();
+          return false;
+        }
+        // Refused (a caller that may not subscribe, too many subscriptions, low memory): said as
+        // Yoga says it, one event and the end, status 200.
+        exchange.record.operation = operationLabel(document, params.operationName);
+        exchange.record.carriesSecret = undefined;
+        exchange.startStream(200, 'text/event-stream', { 'Cache-Control': 'no-cache' });
+        exchange.response.end(`${PING}event: next\ndata: ${serialiseResult(pipeline.settle(contextValue, source))}\n\n${COMPLETE}`);
+        return true;
       }
       exchange.record.operation = operationLabel(document, params.operationName);
       // Events are never revalidated: the detector of the parent's secret is not needed, and not kept.

@@ -24,17 +24,22 @@ const BUDGETS_TRACKED = 20_000;
  * sends its document there once.
  */
 export class RegisteredOperations {
-  private readonly documents = new LRUCache<string, string>({
-    maxSize: REGISTERED_BYTES,
-    maxEntrySize: MAX_DOCUMENT_BYTES,
-    sizeCalculation: (document, id) => document.length * 2 + id.length + 64,
-  });
+  private readonly documents: LRUCache<string, string>;
   /** Registrations spent by each credential in its current window. */
   private readonly spent: LRUCache<string, { count: number }>;
   /** Documents registered, and offers refused: the caller was not verified, or its budget was spent. */
   readonly stats = { registered: 0, unverified: 0, overBudget: 0 };
 
-  constructor(private readonly budget: RegistrationBudget = DEFAULT_REGISTRATION_BUDGET) {
+  constructor(
+    private readonly budget: RegistrationBudget = DEFAULT_REGISTRATION_BUDGET,
+    /** The memory budget's share for registered documents. */
+    maxBytes = REGISTERED_BYTES,
+  ) {
+    this.documents = new LRUCache<string, string>({
+      maxSize: Math.max(maxBytes, MAX_DOCUMENT_BYTES),
+      maxEntrySize: MAX_DOCUMENT_BYTES,
+      sizeCalculation: (document, id) => document.length * 2 + id.length + 64,
+    });
     this.spent = new LRUCache({ max: BUDGETS_TRACKED, ttl: budget.windowMs, noUpdateTTL: true });
   }
 
@@ -68,6 +73,11 @@ export class RegisteredOperations {
 
   get size(): number {
     return this.documents.size;
+  }
+
+  /** Estimated bytes of the documents registered. */
+  get bytes(): number {
+    return this.documents.calculatedSize;
   }
 }
 

@@ -24,9 +24,11 @@ import { createGraphQLPipeline } from '../graphql/pipeline.js';
 import { createYogaDoor, type YogaDoor } from '../graphql/yoga.js';
 import type { Logger } from '../logger.js';
 import { createMetrics } from '../ops/metrics.js';
+import { RATE_LIMIT_KEY_BYTES, STREAM_BYTES } from '../ops/memory-budget.js';
 import { Replicas } from '../db/replicas.js';
 import { RateLimiter } from './rate-limit.js';
 import { Readiness } from './readiness.js';
+import { MemoryPressure } from '../ops/memory-pressure.js';
 import { childAccounts } from '../rest/child-accounts.js';
 import { creditAnalysis } from '../rest/credit-analysis.js';
 import { DOCS_PATHS, OPENAPI_PATH, serveDocs } from '../rest/docs.js';
@@ -55,6 +57,8 @@ export type App = {
   executions(): ExecutionCounts;
   /** The child-list exports running. */
   exports: Pick<Exports, 'running'>;
+  /** Where the heap stands against the memory budget. */
+  pressure: MemoryPressure;
   /** The Prometheus text of `GET /metrics`, wherever it is served (see METRICS_PORT). */
   metricsText(): Promise<{ contentType: string; text: string }>;
 };
@@ -75,6 +79,8 @@ type Route = {
   handle(exchange: Exchange): Promise<void> | void;
 };
 
+/** What a request refused for memory is told to wait. */
+const MEMORY_RETRY_AFTER_SECONDS = 5;
 /** How long a readiness check waits for the database. */
 const READINESS_TIMEOUT_MS = 1000;
 export type AppOptions = {
@@ -87,6 +93,8 @@ export type AppOptions = {
   graphqlDoor?: 'lean' | 'full';
   /** Executions of a document before it runs compiled (tests: 0 always, Infinity never). */
   compileAfter?: number;
+  /** The heap in use as the memory pressure reads it (tests drive the levels with their own). */
+  memoryUsed?: () => number;
 };
 
 /**
@@ -110,6 +118,19 @@ export function createApp(options: AppOptions): App {
     liveSubscriptions: () => deps.live?.open ?? 0,
     livePushes: () => deps.live?.pushes ?? 0,
     exportsRunning: () => exports.running(),
+    memory: () => ({
+      budget: config.memory,
+      level: pressure.level,
+      heapUsed: pressure.ratio * config.memory.heapBytes,
+      used: {
+        entityCache: deps.cache.bytes,
+        answerCache: answers.bytes,
+        streams: (deps.live?.open ?? 0) * STREAM_BYTES,
+        registrations: persisted.registered.bytes,
+        rateLimiter: limiter.memoryKeys * RATE_LIMIT_KEY_BYTES,
+      },
+      refusals: pressure.refusals,
+    }),
     ...(config.rateLimit.store === 'redis' ? { rateLimitStoreUp: () => limiter.storeUp === true } : {}),
     ...(config.replicaUrls.length > 0 ? { replicas: () => ({ state: replicas?.state ?? [], reads: replicas?.reads ?? { replica: 0, primary: 0 } }) } : {}),
   });
@@ -153,15 +174,30 @@ export function createApp(options: AppOptions): App {
   const stopChildList = keepChildListCurrent(feed, deps.cache, () => now().getTime());
   const pipeline = createGraphQLPipeline(deps, logger, { compileAfter: options.compileAfter });
   // One rule for both doors: stored operations, and in the default mode the ones clients register.
-  const persisted = { persistedOnly: config.persistedOperationsOnly, registered: new RegisteredOperations() };
+  const persisted = { persistedOnly: config.persistedOperationsOnly, registered: new RegisteredOperations(undefined, config.memory.shares.registrations) };
   const yoga = createYogaDoor(pipeline, config, { graphiqlHeaders: options.graphiqlHeaders, persisted });
   const streams = options.graphqlDoor === 'full' ? undefined : createEventStreams(pipeline, { stallMs: config.live.stallMs });
   const lean = options.graphqlDoor === 'full' ? undefined : createLeanDoor(pipeline, { graphiql: config.graphiql, persisted, answers, now: clock, streams });
-  const limiter = new RateLimiter(config.rateLimit, database.pgPool, (up, error) => {
-    if (up) logger.info('rate-limit store connected; limits are shared');
-    else logger.warn('rate-limit store unreachable; this instance limits in memory until it is back', { error });
+  const limiter = new RateLimiter(
+    config.rateLimit,
+    database.pgPool,
+    (up, error) => {
+      if (up) logger.info('rate-limit store connected; limits are shared');
+      else logger.warn('rate-limit store unreachable; this instance limits in memory until it is back', { error });
+    },
+    config.memory.rateLimitKeys,
+  );
+  // Near the budget's heap: the caches shrink, then streams and at last requests are refused.
+  const pressure = new MemoryPressure({
+    heapBytes: config.memory.heapBytes,
+    used: options.memoryUsed,
+    shrink: (fraction) => {
+      deps.cache.shrinkTo(deps.cache.bytes * fraction);
+      answers.shrinkTo(answers.bytes * fraction);
+    },
   });
-  const readiness = new Readiness(database, READINESS_TIMEOUT_MS);
+  if (deps.live) deps.live.admits = () => pressure.admitsStream();
+  const readiness = new Readiness(database, READINESS_TIMEOUT_MS, () => pressure.level >= 3);
   const cors = createCorsPolicy(config.corsOrigins);
   const exports = createExports({ ...config.export, maxQueryParameters: config.limits.maxQueryParameters }, logger);
   const checkHead = headChecker(config.limits);
@@ -269,6 +305,11 @@ export function createApp(options: AppOptions): App {
       return exchange.send(204, undefined, '');
     }
     if (route.protocol === 'rest' && refusedMethod(exchange)) return;
+    // The last resort near the memory budget: refused before any work, probes still answered.
+    if (route.limited && route.label !== '/metrics' && !pressure.admitsRequest()) {
+      exchange.addHeaders({ 'Retry-After': String(MEMORY_RETRY_AFTER_SECONDS) });
+      return refuse(exchange, route, new ServiceUnavailableError('The server is low on memory; try again shortly or on another instance.'));
+    }
     await route.handle(exchange);
   }
 
@@ -278,8 +319,10 @@ export function createApp(options: AppOptions): App {
     answers,
     executions: () => pipeline.executions,
     exports,
+    pressure,
     metricsText: async () => ({ contentType: metrics.registry.contentType, text: await metrics.registry.metrics() }),
     close: async () => {
+      pressure.close();
       deps.live?.close();
       streams?.close();
       exports.abortAll();

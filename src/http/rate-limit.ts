@@ -1,6 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import proxyAddr from 'proxy-addr';
 import { Redis } from 'ioredis';
+import { LRUCache } from 'lru-cache';
 import { RateLimiterMemory, RateLimiterPostgres, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import { credentialKey } from '../auth/credentials.js';
 import type { Config } from '../config.js';
@@ -26,6 +27,9 @@ export class RateLimiter {
   private readonly byCredential: RateLimiterAbstract | undefined;
   private readonly trust: ((address: string, hop: number) => boolean) | undefined;
 
+  /** The memory stores (the limits', or their insurance limiters'). */
+  private readonly stores: BoundedMemoryStorage[] = [];
+
   /** RATE_LIMIT_STORE=redis: the connection to the store, shared by both limits. */
   private readonly redis: Redis | undefined;
 
@@ -33,10 +37,17 @@ export class RateLimiter {
     private readonly config: Config['rateLimit'],
     postgresPool?: unknown,
     onStoreState?: (up: boolean, error?: Error) => void,
+    /** Keys the memory store holds at most, for both limits together (the memory budget's share). */
+    memoryKeys = 100_000,
   ) {
     if (config.store === 'redis' && config.redisUrl && (config.perAddress > 0 || config.perCredential > 0)) {
       this.redis = connectRedis(config.redisUrl, onStoreState);
     }
+    const inMemory = (options: { points: number; duration: number; keyPrefix: string }) => {
+      const store = new BoundedMemoryStorage(Math.ceil(memoryKeys / 2));
+      this.stores.push(store);
+      return bounded(new RateLimiterMemory(options), store);
+    };
     const make = (points: number, prefix: string) => {
       if (points === 0) return undefined;
       const options = { points, duration: config.windowSeconds, keyPrefix: prefix };
@@ -46,7 +57,7 @@ export class RateLimiter {
           storeClient: this.redis,
           // Not connected: the insurance limiter answers at once instead of a command that waits.
           rejectIfRedisNotReady: true,
-          insuranceLimiter: new RateLimiterMemory(options),
+          insuranceLimiter: inMemory(options),
         });
       }
       if (config.store === 'postgres' && postgresPool) {
@@ -58,10 +69,10 @@ export class RateLimiter {
           tableCreated: true,
           clearExpiredByTimeout: false,
           // If the shared store cannot be reached, keep limiting in memory.
-          insuranceLimiter: new RateLimiterMemory(options),
+          insuranceLimiter: inMemory(options),
         } as ConstructorParameters<typeof RateLimiterPostgres>[0]);
       }
-      return new RateLimiterMemory(options);
+      return inMemory(options);
     };
     this.byAddress = make(config.perAddress, 'addr');
     this.byCredential = make(config.perCredential, 'cred');
@@ -78,6 +89,11 @@ export class RateLimiter {
   /** Closes the connection to the shared store, if any. */
   close(): void {
     this.redis?.disconnect();
+  }
+
+  /** Keys the memory stores hold now (both limits, the insurance limiters included). */
+  get memoryKeys(): number {
+    return this.stores.reduce((sum, store) => sum + store.size, 0);
   }
 
   /** Whether any limit is on: with none, requests are not even looked at. */
@@ -158,4 +174,61 @@ function connectRedis(url: string, onStoreState?: (up: boolean, error?: Error) =
   client.on('error', (error: Error) => report(false, error));
   client.on('close', () => report(false));
   return client;
+}
+
+/**
+ * rate-limiter-flexible's memory store holds every key it saw until its window ends, with a timer
+ * each: a flood of distinct callers grows it without bound. This store has the same calls on an
+ * LRU of at most `maxKeys` keys, whose windows end on read (no timer): past the bound the caller
+ * least recently seen is forgotten, and starts a new window when it comes back.
+ */
+class BoundedMemoryStorage {
+  private readonly records: LRUCache<string, { value: number; expiresAt: number | null }>;
+
+  constructor(maxKeys: number) {
+    this.records = new LRUCache({ max: maxKeys });
+  }
+
+  /** What rate-limiter-flexible iterates to dump its store. */
+  get _storage(): Map<string, { value: number; expiresAt: number | null }> {
+    return new Map(this.records.entries());
+  }
+
+  incrby(key: string, value: number, durationSec: number): RateLimiterRes {
+    const record = this.records.get(key);
+    const left = record?.expiresAt ? record.expiresAt - Date.now() : -1;
+    if (!record || (record.expiresAt && left <= 0)) return this.set(key, value, durationSec);
+    record.value += value;
+    return new RateLimiterRes(0, left, record.value, false);
+  }
+
+  set(key: string, value: number, durationSec: number): RateLimiterRes {
+    const durationMs = durationSec * 1000;
+    this.records.set(key, { value, expiresAt: durationMs > 0 ? Date.now() + durationMs : null });
+    return new RateLimiterRes(0, durationMs === 0 ? -1 : durationMs, value, true);
+  }
+
+  get(key: string): RateLimiterRes | null {
+    const record = this.records.get(key);
+    if (!record) return null;
+    return new RateLimiterRes(0, record.expiresAt ? record.expiresAt - Date.now() : -1, record.value, false);
+  }
+
+  delete(key: string): boolean {
+    return this.records.delete(key);
+  }
+
+  get size(): number {
+    return this.records.size;
+  }
+
+  _restoreRecord(key: string, value: number, expiresAt: number | null): void {
+    this.records.set(key, { value, expiresAt });
+  }
+}
+
+/** A memory limiter on the bounded store (its `_memoryStorage` is the one thing replaced). */
+function bounded(limiter: RateLimiterMemory, store: BoundedMemoryStorage): RateLimiterMemory {
+  (limiter as unknown as { _memoryStorage: BoundedMemoryStorage })._memoryStorage = store;
+  return limiter;
 }

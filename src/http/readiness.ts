@@ -3,7 +3,7 @@ import { readMigrations } from '../db/migrator.js';
 
 export type ReadinessState =
   | { ready: true }
-  | { ready: false; reason: 'draining' | 'database unavailable' | 'migrations pending' };
+  | { ready: false; reason: 'draining' | 'low on memory' | 'database unavailable' | 'migrations pending' };
 
 /** How long one check's answer is reused: probes from many balancers cost one query a second. */
 const REUSE_MS = 1000;
@@ -22,6 +22,8 @@ export class Readiness {
   constructor(
     private readonly database: Database,
     private readonly timeoutMs: number,
+    /** Whether the process refuses requests for memory (`ops/memory-pressure.ts`). */
+    private readonly shedding: () => boolean = () => false,
   ) {
     this.migrations = readMigrations().map((migration) => migration.name);
   }
@@ -33,6 +35,7 @@ export class Readiness {
 
   async state(): Promise<ReadinessState> {
     if (this.draining) return { ready: false, reason: 'draining' };
+    if (this.shedding()) return { ready: false, reason: 'low on memory' };
     if (this.last && Date.now() - this.last.at < REUSE_MS) return this.last.state;
     this.running ??= this.check().then((state) => {
       this.last = { at: Date.now(), state };

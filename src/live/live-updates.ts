@@ -117,6 +117,8 @@ export class LiveUpdates {
   private closed = false;
   /** Pushes made, for the metrics. */
   pushes = 0;
+  /** Whether memory allows one more subscription (`ops/memory-pressure.ts`). */
+  admits: () => boolean = () => true;
 
   constructor(
     feed: ChangeFeed,
@@ -217,6 +219,7 @@ export class LiveUpdates {
   subscribe<T>(credential: string, topic: Topic, expiresAtMs: number, compute: () => Promise<T | undefined>): LiveSubscription<T> {
     if (this.closed) throw new LiveUnavailableError();
     const { limits } = this;
+    if (!this.admits()) throw new TooManySubscriptionsError('This server is low on memory; subscribe again later or on another instance.');
     if (this.subscriptions.size >= limits.maxTotal) throw new TooManySubscriptionsError('This server holds as many subscriptions as it allows; try again later or on another instance.');
     if ((this.byCredential.get(credential) ?? 0) >= limits.maxPerCredential) {
       throw new TooManySubscriptionsError(`At most ${limits.maxPerCredential} subscriptions may be open with one credential.`);

@@ -4,6 +4,7 @@ import type { ChangeFeed } from '../db/capture/feed.js';
 import type { AnswerCache } from '../db/answer-cache.js';
 import type { EntityCache } from '../db/entity-cache.js';
 import { RequestCounter, RequestHistogram } from './request-series.js';
+import type { MemoryBudget, Share } from './memory-budget.js';
 
 /** What the metrics read when scraped; given as functions, since some are made after the metrics. */
 export type MetricSources = {
@@ -32,6 +33,16 @@ export type MetricSources = {
   answers?: () => AnswerCache;
   /** Automatic persisted queries: documents registered, and offers refused by reason. */
   registrations?: () => { registered: number; unverified: number; overBudget: number };
+  /** The memory budget, each share's use, the pressure level and what it refused. */
+  memory?: () => MemoryState;
+};
+
+export type MemoryState = {
+  budget: MemoryBudget;
+  level: number;
+  heapUsed: number;
+  used: Partial<Record<Share, number>>;
+  refusals: { streams: number; requests: number };
 };
 
 /** One answered request, as its log line and metrics see it. */
@@ -167,6 +178,32 @@ export function createMetrics(sources: MetricSources): Metrics {
       const { replica, primary } = replicas().reads;
       return { replica, primary };
     });
+  }
+  const memory = sources.memory;
+  if (memory) {
+    gauge('api_memory_budget_bytes', 'The memory budget (MEMORY_BUDGET_MB, the container limit, or 250 MB) every bound follows from.', () => memory().budget.budgetBytes);
+    gauge('api_memory_heap_budget_bytes', "The budget's heap, against which the pressure level is read.", () => memory().budget.heapBytes);
+    gauge('api_memory_heap_used_bytes', 'The V8 heap in use, as the pressure level reads it.', () => memory().heapUsed);
+    gauge('api_memory_pressure_level', 'Memory pressure: 0 none, 1 caches shrink, 2 new streams refused, 3 requests refused (503).', () => memory().level);
+    new Gauge({
+      name: 'api_memory_share_bytes',
+      help: "Each structure's share of the memory budget (or its explicit bound).",
+      labelNames: ['share'],
+      registers: [registry],
+      collect() {
+        for (const [share, bytes] of Object.entries(memory().budget.shares)) this.set({ share }, bytes);
+      },
+    });
+    new Gauge({
+      name: 'api_memory_share_used_bytes',
+      help: 'What each structure holds now (estimated bytes; streams as open streams x 10 KiB).',
+      labelNames: ['share'],
+      registers: [registry],
+      collect() {
+        for (const [share, bytes] of Object.entries(memory().used)) this.set({ share }, bytes ?? 0);
+      },
+    });
+    mirroredBy('api_memory_refusals_total', 'What was refused because the heap neared the budget: new streams (429) and requests (503).', 'kind', () => memory().refusals);
   }
   const storeUp = sources.rateLimitStoreUp;
   if (storeUp) gauge('api_rate_limit_store_up', 'RATE_LIMIT_STORE=redis: 1 while the shared store is connected, 0 while each instance limits in memory.', () => (storeUp() ? 1 : 0));

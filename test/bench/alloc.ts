@@ -141,6 +141,7 @@ const tokens = await Promise.all(children.map(({ id }) => mintAccessToken({ secr
 const config = loadConfig({
   ...process.env,
   NODE_ENV: 'production',
+  MEMORY_BUDGET_MB: '8192',
   LOG_LEVEL: 'warn',
   RATE_LIMIT_PER_ADDRESS: '0',
   RATE_LIMIT_PER_CREDENTIAL: '0',

@@ -34,7 +34,7 @@ await database.sql.query('UPDATE "Organization" SET "creditBalance" = 1000000 WH
 const children = await database.sql.query<{ id: string }>(`SELECT id FROM "Account" WHERE "parentId" = $1 AND status = 'active'`, [parentId]);
 const tokens = await Promise.all(children.map((child) => mintAccessToken({ secret: jwtSecret, kid: organization!.parent.publicKey, subject: child.id, ttlSeconds: 3600 })));
 
-const config = loadConfig({ NODE_ENV: 'test', LOG_LEVEL: 'silent', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0', CACHE_MAX_ENTRIES: '1000000', CACHE_MAX_BYTES: String(256 * 1024 * 1024) });
+const config = loadConfig({ NODE_ENV: 'test', LOG_LEVEL: 'silent', MEMORY_BUDGET_MB: '8192', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0', CACHE_MAX_ENTRIES: '1000000', CACHE_MAX_BYTES: String(256 * 1024 * 1024) });
 const app = createApp({ config, database, logger: createLogger('silent') });
 const server = createHttpServer(config.limits, (request, response) => app.handle(request, response));
 await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));

@@ -43,7 +43,7 @@ await database.sql.query('ANALYZE');
 console.log(`seeded ${childCount.toLocaleString('en')} children in ${((performance.now() - started) / 1000).toFixed(1)} s (${database.kind})`);
 const token = await mintAccessToken({ secret: jwtSecret, kid: organization!.parent.publicKey, subject: parentId, ttlSeconds: 3600 });
 
-const config = loadConfig({ NODE_ENV: 'test', LOG_LEVEL: 'silent', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0' });
+const config = loadConfig({ NODE_ENV: 'test', LOG_LEVEL: 'silent', MEMORY_BUDGET_MB: '8192', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0' });
 const app = createApp({ config, database, logger: createLogger('silent') });
 const server = createHttpServer(config.limits, (req, res) => app.handle(req, res));
 await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));

@@ -22,6 +22,7 @@ import { heapGrowth, heapTotals } from './heap-diff.js';
  * organizations, each with its own token) and prints the server's heap and resident memory per
  * open stream; then writes 100 sign-ins a second for 10 seconds, spread over the organizations,
  * and prints the pushes a second and the server's CPU. Figures, printed, not asserted.
+ * `--heap-only`: stops after the heap figure (the memory-budget test reads it).
  * `--snapshot`: heap snapshots before and after the streams open, and what grew per stream, by
  * kind of object (`heap-diff.ts`).
  */
@@ -47,7 +48,7 @@ const parents = await Promise.all(
 );
 const perOrganization = Math.ceil(streams / parents.length);
 const config = loadConfig({
-  NODE_ENV: 'production', LOG_LEVEL: 'silent', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0',
+  NODE_ENV: 'production', LOG_LEVEL: 'silent', MEMORY_BUDGET_MB: '8192', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0',
   LIVE_MAX_PER_CREDENTIAL: String(perOrganization), LIVE_MAX_PER_ORGANIZATION: String(perOrganization), LIVE_MAX_STREAMS: String(streams),
 });
 const app = createApp({ config, database, logger: createLogger('silent') });
@@ -99,6 +100,10 @@ const open = app.deps.live!.open;
 const held = memory();
 console.log(`open streams: ${open.toLocaleString('en')} (${parents.length} organizations, ${perOrganization} streams each asked)`);
 console.log(`heap: ${((held.heapUsed - before.heapUsed) / open).toFixed(0)} bytes a stream; resident: ${((held.rss - before.rss) / open).toFixed(0)} bytes a stream (${((held.rss - before.rss) / 1024 / 1024).toFixed(0)} MB in all)`);
+if (process.argv.includes('--heap-only')) {
+  for (const child of children) child.kill();
+  process.exit(0);
+}
 if (snapshotBefore) {
   const snapshotHeld = v8.writeHeapSnapshot(snapshotFile('held'));
   for (const line of heapGrowth(heapTotals(snapshotBefore), heapTotals(snapshotHeld), open)) console.log(line);

@@ -26,6 +26,8 @@ export async function startServer(
     graphiqlHeaders?: string;
     graphqlDoor?: AppOptions['graphqlDoor'];
     compileAfter?: number;
+    /** The heap in use as the memory pressure reads it (see `ops/memory-pressure.ts`). */
+    memoryUsed?: () => number;
     httpTimeouts?: Parameters<typeof createHttpServer>[2];
     /** Wait until the cache hears the database's changes (default), as a server soon does after its start. */
     live?: boolean;
@@ -37,9 +39,12 @@ export async function startServer(
     // Suites send thousands of requests from one address; the limiter has tests of its own.
     RATE_LIMIT_PER_ADDRESS: '0',
     RATE_LIMIT_PER_CREDENTIAL: '0',
+    // The suite's process holds many servers and their data: the pressure is read against a heap that size
+    // (the memory-budget test drives the levels itself).
+    MEMORY_BUDGET_MB: '8192',
     ...options.env,
   });
-  const app = createApp({ config, database, logger: createLogger(config.logLevel, { format: config.logFormat }), now: options.now, graphiqlHeaders: options.graphiqlHeaders, graphqlDoor: options.graphqlDoor, compileAfter: options.compileAfter });
+  const app = createApp({ config, database, logger: createLogger(config.logLevel, { format: config.logFormat }), now: options.now, graphiqlHeaders: options.graphiqlHeaders, graphqlDoor: options.graphqlDoor, compileAfter: options.compileAfter, memoryUsed: options.memoryUsed });
   const server: Server = createHttpServer(config.limits, (request, response) => app.handle(request, response), options.httpTimeouts);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;

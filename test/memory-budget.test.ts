@@ -1,0 +1,119 @@
+import { execFileSync } from 'node:child_process';
+import v8 from 'node:v8';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { createChild, createOrganization, tokenFor } from './helpers/builders.js';
+import { useServer } from './helpers/app.js';
+import { testMode, useTestDatabase } from './helpers/database.js';
+import { baseEnv, expectOneLine, root, run } from './helpers/processes.js';
+
+const CREDIT = 'subscription { creditAnalysisChanged { creditBalance } }';
+
+/** Opens a subscription as an event stream; resolves with the first event's text and a way to leave. */
+async function subscribe(url: string, token: string): Promise<{ first: string; leave: () => void }> {
+  const controller = new AbortController();
+  const answer = await fetch(`${url}/graphql`, {
+    method: 'POST',
+    signal: controller.signal,
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'text/event-stream' },
+    body: JSON.stringify({ query: CREDIT }),
+  });
+  const reader = answer.body!.getReader();
+  let text = '';
+  while (!text.includes('event: next')) text += new TextDecoder().decode((await reader.read()).value);
+  while (!text.includes('\n\n', text.indexOf('event: next'))) text += new TextDecoder().decode((await reader.read()).value);
+  return { first: text, leave: () => controller.abort() };
+}
+
+describe(`the memory budget (${testMode})`, () => {
+  const database = useTestDatabase();
+  /** The heap's share of the budget as the pressure reads it; undefined: the real heap. */
+  let ratio: number | undefined;
+  const server = useServer(database, { memoryUsed: () => (ratio === undefined ? v8.getHeapStatistics().used_heap_size : ratio * server().app.deps.config.memory.heapBytes) });
+  const at = (value: number | undefined) => {
+    ratio = value;
+    return server().app.pressure.sample();
+  };
+
+  it('sheds in order as the heap nears it (caches, then new streams, then requests), and recovers', async () => {
+    const built = await createOrganization(database());
+    await createChild(database(), built.parent);
+    const token = await tokenFor(built.parent, built);
+    const { url, app } = server();
+    const profile = () => fetch(`${url}/auth/user-profile`, { headers: { authorization: `Bearer ${token}` } });
+    const me = () => server().graphql<{ me: { id: string } }>('{ me { id } }', { token });
+    expect((await profile()).status).toBe(200);
+    expect((await me()).status).toBe(200);
+    expect((await me()).status).toBe(200);
+    const held = await subscribe(url, token);
+    onTestFinished(() => {
+      held.leave();
+      at(undefined);
+    });
+    expect(held.first).toContain('creditBalance');
+    const cached = app.deps.cache.bytes;
+    const kept = app.answers.bytes;
+    expect(cached).toBeGreaterThan(0);
+    expect(kept).toBeGreaterThan(0);
+
+    // Level 1: the caches shrink; everything is still answered.
+    expect(at(0.8)).toBe(1);
+    expect(app.deps.cache.bytes).toBeLessThanOrEqual(cached / 2);
+    expect(app.answers.bytes).toBeLessThanOrEqual(kept / 2);
+    expect((await profile()).status).toBe(200);
+
+    // Level 2: a new stream is refused; the open one stays, requests are answered.
+    expect(at(0.88)).toBe(2);
+    const refused = await subscribe(url, token);
+    expect(refused.first).toContain('TOO_MANY_SUBSCRIPTIONS');
+    refused.leave();
+    expect(app.deps.live!.open).toBe(1);
+    expect((await profile()).status).toBe(200);
+
+    // Level 3: requests are refused 503 with Retry-After, readiness says so; liveness and metrics answer.
+    expect(at(0.95)).toBe(3);
+    const shed = await profile();
+    expect(shed.status).toBe(503);
+    expect(shed.headers.get('retry-after')).toBe('5');
+    expect(await shed.json()).toMatchObject({ success: false, error: { code: 'SERVICE_UNAVAILABLE' } });
+    const graphql = await me();
+    expect(graphql.status).toBe(503);
+    expect(graphql.errors?.[0]?.extensions?.code).toBe('SERVICE_UNAVAILABLE');
+    const ready = await fetch(`${url}/readyz`);
+    expect(ready.status).toBe(503);
+    expect(await ready.json()).toMatchObject({ reason: 'low on memory' });
+    expect((await fetch(`${url}/healthz`)).status).toBe(200);
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    expect(metrics).toMatch(/api_memory_pressure_level 3/);
+    expect(metrics).toMatch(/api_memory_refusals_total\{kind="streams"\} 1/);
+    expect(metrics).toMatch(/api_memory_refusals_total\{kind="requests"\} 2/);
+    expect(metrics).toMatch(/api_memory_share_bytes\{share="entityCache"\} \d+/);
+
+    // The heap falls back: everything is answered again, streams open again.
+    expect(at(0.5)).toBe(0);
+    expect((await profile()).status).toBe(200);
+    expect((await fetch(`${url}/readyz`)).status).toBe(200);
+    const again = await subscribe(url, token);
+    expect(again.first).toContain('creditBalance');
+    again.leave();
+  });
+
+  it('a start whose bounds cannot fit the budget fails with one line naming them', async () => {
+    const started = run('src/main.ts', baseEnv({ MEMORY_BUDGET_MB: '128', CACHE_MAX_BYTES: '100000000', LIVE_MAX_STREAMS: '3000' }));
+    const { code } = await started.exited;
+    expect(code).toBe(2);
+    expectOneLine(started.output(), /^config: MEMORY_BUDGET_MB: CACHE_MAX_BYTES 95 MiB, LIVE_MAX_STREAMS 3000 \(29 MiB\) need \d+ MiB of heap .* gives the heap 77 MiB/);
+  });
+
+  // The figure does not depend on the database (the benchmark opens its own embedded one): measured once.
+  it.skipIf(testMode === 'postgres')('an idle live stream holds at most 10 KB of heap', () => {
+    const output = execFileSync(process.execPath, ['--import', 'tsx', 'test/bench/live.ts', '--streams', '1000', '--organizations', '25', '--heap-only'], {
+      cwd: root,
+      encoding: 'utf8',
+      timeout: 240_000,
+    });
+    const perStream = Number(/heap: (-?\d+) bytes a stream/.exec(output)?.[1]);
+    expect(output).toMatch(/open streams: 1,000 /);
+    expect(perStream, output).toBeGreaterThan(2_000);
+    expect(perStream, output).toBeLessThanOrEqual(10 * 1024);
+  }, 300_000);
+});
