@@ -213,8 +213,11 @@ try {
   // BENCH_APP_FLAGS adds Node flags for the server only (for example --cpu-prof to profile it).
   const profileDir = path.join(root, '.bench', 'profile');
   if (args.profile) rmSync(profileDir, { recursive: true, force: true });
+  // The memory budget's heap flag, as the script computes it (`$(node dist/cli/heap-flag.js)`).
+  const heapFlag = spawnSync(process.execPath, [path.join(root, 'dist', 'cli', 'heap-flag.js')], { env, encoding: 'utf8' }).stdout.trim();
   const nodeFlags = [
     ...startScript.split(/\s+/).filter((word) => word.startsWith('--')),
+    ...(heapFlag ? [heapFlag] : []),
     ...(process.env.BENCH_APP_FLAGS?.split(/\s+/).filter(Boolean) ?? []),
     ...(args.profile ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : []),
   ];
