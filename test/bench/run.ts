@@ -28,6 +28,8 @@ const { values: args } = parseArgs({
     /** Profile the server's CPU and print its split by layer (per request when one server row ran). */
     profile: { type: 'boolean', default: false },
     users: { type: 'string', default: '50000' },
+    /** Idle live streams held open through the run (organizationChanged, one per user token): the rows' peak RSS includes them. */
+    streams: { type: 'string', default: '0' },
     signins: { type: 'string', default: '100' },
     json: { type: 'string', default: path.join(root, '.bench', 'results.json') },
     /** Another checkout, built there: its server runs beside this one, each row measured on both in turn. */
@@ -46,6 +48,7 @@ const { values: args } = parseArgs({
     restart: { type: 'boolean', default: false },
   },
 });
+if (args.restart && Number(args.streams) > 0) throw new Error('--restart and --streams do not go together: the streams are opened once, on the first server');
 if (args.restart && args.profile) throw new Error('--restart and --profile do not go together: the profile is of one server process');
 const children = Number(args.children);
 const duration = Number(args.duration);
@@ -207,7 +210,20 @@ try {
 
   spawnSync('npm', ['run', '-s', 'build'], { cwd: root, stdio: 'inherit' });
   const [appPort, floorPort, ceilingPort] = [await freePort(), await freePort(), await freePort()];
-  const env = { ...process.env, NODE_ENV: 'production', DATABASE_URL: databaseUrl, PORT: String(appPort), HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0', SEED_DEMO_ON_START: 'false' };
+  const streams = Number(args.streams);
+  const env = {
+    ...process.env,
+    NODE_ENV: 'production',
+    DATABASE_URL: databaseUrl,
+    PORT: String(appPort),
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'warn',
+    RATE_LIMIT_PER_ADDRESS: '0',
+    RATE_LIMIT_PER_CREDENTIAL: '0',
+    SEED_DEMO_ON_START: 'false',
+    // The streams are one organization's: its bound is lifted, the instance's stays the budget's.
+    ...(streams > 0 ? { LIVE_MAX_PER_ORGANIZATION: String(streams) } : {}),
+  };
   // The server runs as `npm start` runs it (same Node flags, such as the heap limit).
   const startScript = (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
   // BENCH_APP_FLAGS adds Node flags for the server only (for example --cpu-prof to profile it).
@@ -265,6 +281,17 @@ try {
     return lastKey!;
   })();
 
+  // --streams: idle streams of distinct callers, held open while every row runs.
+  if (streams > 0) {
+    if (users === 0) throw new Error('--streams needs --users: each stream is a user token');
+    const client = spawn(process.execPath, [path.join(root, 'test', 'bench', 'sse-clients.mjs'), base, `@${tokensFile}`, String(streams), 'subscription { organizationChanged { organizationName } }'], {
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
+    processes.push(client);
+    const line = await new Promise<string>((resolve) => client.stdout!.once('data', (chunk: Buffer) => resolve(chunk.toString().split('\n')[0]!)));
+    const { ready, failed } = JSON.parse(line) as { ready: number; failed: number };
+    console.log(`  (streams: ${ready} open, ${failed} refused; server RSS ${rssMb(app.pid!, 'VmRSS')} MB)`);
+  }
   const auth = (token: string) => ({ authorization: `Bearer ${token}` });
   const gql = (query: string, token = parentToken, accept?: string): Partial<Scenario> => ({
     method: 'POST',

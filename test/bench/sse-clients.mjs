@@ -2,9 +2,14 @@
 // reports on stdout when each has had its first event, then counts events until killed.
 import { request } from 'node:http';
 
+// `@file` for the token: one token per line, each stream with the next (many callers); a fifth
+// argument: the subscription to send.
+import { readFileSync } from 'node:fs';
+
 const [url, token, count] = [process.argv[2], process.argv[3], Number(process.argv[4])];
+const tokens = token.startsWith('@') ? readFileSync(token.slice(1), 'utf8').split('\n').filter(Boolean) : [token];
 const target = new URL(url);
-const body = JSON.stringify({ query: 'subscription { creditAnalysisChanged { creditBalance operationUsage { signIns } } }' });
+const body = JSON.stringify({ query: process.argv[5] ?? 'subscription { creditAnalysisChanged { creditBalance operationUsage { signIns } } }' });
 let ready = 0;
 let events = 0;
 let failed = 0;
@@ -12,7 +17,7 @@ const open = (i) =>
   new Promise((resolve) => {
     const req = request(
       { host: target.hostname, port: target.port, path: '/graphql', method: 'POST', agent: false,
-        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'text/event-stream', 'user-agent': 'Mozilla/5.0 (X11; Linux x86_64) Chrome/120', 'content-length': Buffer.byteLength(body) } },
+        headers: { authorization: `Bearer ${tokens[i % tokens.length]}`, 'content-type': 'application/json', accept: 'text/event-stream', 'user-agent': 'Mozilla/5.0 (X11; Linux x86_64) Chrome/120', 'content-length': Buffer.byteLength(body) } },
       (res) => {
         let first = true;
         res.setEncoding('utf8');
