@@ -5,6 +5,9 @@ import { createChild, createOrganization, tokenFor } from './helpers/builders.js
 import { useServer } from './helpers/app.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
 import { baseEnv, expectOneLine, root, run } from './helpers/processes.js';
+import type { IncomingMessage } from 'node:http';
+import { loadConfig } from '../src/config.js';
+import { RateLimiter } from '../src/http/rate-limit.js';
 
 const CREDIT = 'subscription { creditAnalysisChanged { creditBalance } }';
 
@@ -95,6 +98,19 @@ describe(`the memory budget (${testMode})`, () => {
     const again = await subscribe(url, token);
     expect(again.first).toContain('creditBalance');
     again.leave();
+  });
+
+  it("the rate limiter's memory store holds at most its share of keys, and still refuses a caller over its limit", async () => {
+    const { rateLimit } = loadConfig({ RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '3' });
+    const limiter = new RateLimiter(rateLimit, undefined, undefined, 2_000);
+    const request = (token: string) => ({ headers: { authorization: `Bearer ${token}` }, socket: { remoteAddress: '10.0.0.1' } }) as unknown as IncomingMessage;
+    // A flood of distinct credentials: the store keeps the most recent 1,000 (half the keys, per limit).
+    for (let i = 0; i < 5_000; i++) expect((await limiter.check(request(`flood-${i}`))).allowed).toBe(true);
+    expect(limiter.memoryKeys).toBe(1_000);
+    const verdicts = [];
+    for (let i = 0; i < 4; i++) verdicts.push((await limiter.check(request('steady'))).allowed);
+    expect(verdicts).toEqual([true, true, true, false]);
+    limiter.close();
   });
 
   it('a start whose bounds cannot fit the budget fails with one line naming them', async () => {

@@ -14,9 +14,10 @@ import { schema } from './schema.js';
  * Yoga holds a fetch Request, a Response, a web stream and graphql-js' iterators for each open
  * stream, about 50 KB of heap; this holds the response, the document (shared), the operation's
  * variables and the subscription's flags, and executes the operation's selection on each push
- * with a new context, as graphql-js does. Anything it does not open (a query, a document that
- * fails, a subscription refused) it leaves to the full server, before any of it was answered,
- * so that every refusal is Yoga's own, word for word. See `live/README.md`.
+ * with a new context, as graphql-js does. What is not a subscription, or fails before its
+ * resolver runs (a document that does not parse or validate), it leaves to the full server
+ * before any of it was answered, so that those refusals are Yoga's own, word for word; a
+ * subscription its resolver refuses it answers as Yoga does. See `live/README.md`.
  */
 
 /** Yoga's keep-alive: a comment every 12 seconds (proxies close a quiet connection). */
@@ -67,13 +68,12 @@ class EventStream implements LiveSink<unknown> {
   }
 }
 
-/** What every stream shares: the pipeline, the stall bound, the set of open streams and their keep-alive. */
+/** What every stream shares: the pipeline and the stall bound. */
 type StreamsState = { pipeline: GraphQLPipeline; stallMs: number };
 
 export type EventStreams = {
   /** Opens the request's subscription as an event stream; false when the full server should answer. */
   serve(exchange: Exchange, params: GraphQLParams): Promise<boolean>;
-  readonly open: number;
   close(): void;
 };
 
@@ -91,9 +91,6 @@ export function createEventStreams(pipeline: GraphQLPipeline, options: { stallMs
   }
 
   return {
-    get open() {
-      return streams.size;
-    },
     async serve(exchange, params) {
       if (params.query == null) return false;
       const enveloped = pipeline.getEnveloped({ exchange, params } as never);
@@ -108,24 +105,22 @@ export function createEventStreams(pipeline: GraphQLPipeline, options: { stallMs
       const contextValue = await enveloped.contextFactory();
       const source = await createSourceEventStream({ schema: enveloped.schema, document, contextValue, variableValues: params.variables, operationName: params.operationName });
       releaseRequestCaches(contextValue);
-      if (!(source instanceof LiveSubscription)) {
-        if (Symbol.asyncIterator in source) {
-          // A source of another kind: the full server iterates it.
-          await source[Symbol.asyncIterator]().return?.();
-          return false;
-        }
-        // Refused (a caller that may not subscribe, too many subscriptions, low memory): said as
-        // Yoga says it, one event and the end, status 200.
-        exchange.record.operation = operationLabel(document, params.operationName);
-        exchange.record.carriesSecret = undefined;
-        exchange.startStream(200, 'text/event-stream', { 'Cache-Control': 'no-cache' });
-        exchange.response.end(`${PING}event: next\ndata: ${serialiseResult(pipeline.settle(contextValue, source))}\n\n${COMPLETE}`);
-        return true;
+      if (!(source instanceof LiveSubscription) && Symbol.asyncIterator in source) {
+        // A source of another kind: the full server iterates it.
+        await source[Symbol.asyncIterator]().return?.();
+        return false;
       }
       exchange.record.operation = operationLabel(document, params.operationName);
       // Events are never revalidated: the detector of the parent's secret is not needed, and not kept.
       exchange.record.carriesSecret = undefined;
       const { response } = exchange;
+      if (!(source instanceof LiveSubscription)) {
+        // Refused (a caller that may not subscribe, too many subscriptions, low memory): said as
+        // Yoga says it, one event and the end, status 200.
+        exchange.startStream(200, 'text/event-stream', { 'Cache-Control': 'no-cache' });
+        response.end(`${PING}event: next\ndata: ${serialiseResult(pipeline.settle(contextValue, source))}\n\n${COMPLETE}`);
+        return true;
+      }
       if (response.destroyed) {
         source.cancel();
         return true;

@@ -183,8 +183,9 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
 
   /** A subscription asked for as an event stream: opened here, or left to the full server. */
   async function stream(exchange: Exchange, body: Buffer | undefined): Promise<boolean> {
+    if (!options.streams) return false;
     const taken = paramsOf(exchange, body);
-    if (!taken || !options.streams) return false;
+    if (!taken) return false;
     try {
       return await options.streams.serve(exchange, resolvePersistedOperation(taken, options.persisted, exchange.record));
     } catch {

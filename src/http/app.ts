@@ -76,6 +76,8 @@ type Route = {
   limited: boolean;
   /** How many requests one counts as (1 unless said). */
   cost?: number;
+  /** Refused (503) while the heap is at the memory budget's last level: all but probes and metrics. */
+  shed: boolean;
   handle(exchange: Exchange): Promise<void> | void;
 };
 
@@ -121,7 +123,7 @@ export function createApp(options: AppOptions): App {
     memory: () => ({
       budget: config.memory,
       level: pressure.level,
-      heapUsed: pressure.ratio * config.memory.heapBytes,
+      heapUsed: pressure.heapUsed,
       used: {
         entityCache: deps.cache.bytes,
         answerCache: answers.bytes,
@@ -211,10 +213,11 @@ export function createApp(options: AppOptions): App {
     methods: READ_ONLY,
     protocol: 'rest',
     limited: true,
+    shed: true,
     handle: (exchange) =>
       answerRest(exchange, operation, () => createRequestContext(deps, exchange), { maxQueryParameters: limits.maxQueryParameters, logger, answers, now: clock }),
   });
-  const probe = (path: string, handle: Route['handle']): Route => ({ path, label: path, methods: READ_ONLY, protocol: 'rest', limited: false, handle });
+  const probe = (path: string, handle: Route['handle']): Route => ({ path, label: path, methods: READ_ONLY, protocol: 'rest', limited: false, shed: false, handle });
 
   async function serveGraphQL(exchange: Exchange): Promise<void> {
     const method = exchange.request.method;
@@ -238,11 +241,12 @@ export function createApp(options: AppOptions): App {
       methods: READ_ONLY,
       protocol: 'rest',
       limited: true,
+      shed: true,
       cost: config.export.rateCost,
       handle: (exchange) => exports.handle(exchange, createRequestContext(deps, exchange)),
     },
     // Every method reaches GraphQL: the doors answer the ones they do not take (405).
-    { path: '/graphql', label: '/graphql', methods: 'GET, POST', protocol: 'graphql', limited: true, handle: serveGraphQL },
+    { path: '/graphql', label: '/graphql', methods: 'GET, POST', protocol: 'graphql', limited: true, shed: true, handle: serveGraphQL },
     // Liveness: the process answers; nothing else is touched.
     probe('/healthz', (exchange) => exchange.sendJson(200, { status: 'ok' })),
     probe('/readyz', async (exchange) => {
@@ -267,13 +271,14 @@ export function createApp(options: AppOptions): App {
             methods: READ_ONLY,
             protocol: 'rest',
             limited: true,
+            shed: false,
             handle: async (exchange: Exchange) => exchange.send(200, metrics.registry.contentType, await metrics.registry.metrics()),
           } satisfies Route,
         ]
       : []),
     // The REST description and its reference page; the page's scripts and styles count as the page.
     ...DOCS_PATHS.map(
-      (path): Route => ({ path, label: path === OPENAPI_PATH ? OPENAPI_PATH : '/docs', methods: READ_ONLY, protocol: 'rest', limited: true, handle: serveDocs }),
+      (path): Route => ({ path, label: path === OPENAPI_PATH ? OPENAPI_PATH : '/docs', methods: READ_ONLY, protocol: 'rest', limited: true, shed: true, handle: serveDocs }),
     ),
   ];
   const byPath = new Map(routes.map((route) => [route.path, route]));
@@ -306,7 +311,7 @@ export function createApp(options: AppOptions): App {
     }
     if (route.protocol === 'rest' && refusedMethod(exchange)) return;
     // The last resort near the memory budget: refused before any work, probes still answered.
-    if (route.limited && route.label !== '/metrics' && !pressure.admitsRequest()) {
+    if (route.shed && !pressure.admitsRequest()) {
       exchange.addHeaders({ 'Retry-After': String(MEMORY_RETRY_AFTER_SECONDS) });
       return refuse(exchange, route, new ServiceUnavailableError('The server is low on memory; try again shortly or on another instance.'));
     }

@@ -44,8 +44,8 @@ export type LiveSink<T> = {
 };
 
 /**
- * One open subscription, registered and counted from the moment it is made. It holds flags and
- * two timers, no promise, while it waits: an idle stream costs a few hundred bytes here.
+ * One open subscription, registered and counted from the moment it is made. It holds flags and at
+ * most one timer, no promise, while it waits: an idle stream costs a few hundred bytes here.
  */
 class Subscription<T = unknown> {
   dirty = false;
@@ -270,7 +270,8 @@ export class LiveUpdates {
 
   /** Ends a subscription from this side: released, and its stream told (it completes cleanly). */
   private end(subscription: Subscription, error?: unknown): void {
-    if (subscription.ended && !this.subscriptions.has(subscription)) return;
+    // Released already (`release` is what sets `ended`).
+    if (!this.subscriptions.has(subscription)) return;
     this.release(subscription);
     subscription.sink?.end(error);
   }

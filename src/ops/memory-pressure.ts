@@ -38,14 +38,14 @@ export class MemoryPressure {
     this.timer = setInterval(() => this.sample(), SAMPLE_MS).unref();
   }
 
-  /** The heap in use as a share of the budget's heap. */
-  get ratio(): number {
-    return this.used() / this.options.heapBytes;
+  /** The heap in use (bytes), as the levels read it. */
+  get heapUsed(): number {
+    return this.used();
   }
 
   /** Reads the heap and moves the level; shrinks the caches while at level 1 or above. */
   sample(): PressureLevel {
-    const ratio = this.ratio;
+    const ratio = this.used() / this.options.heapBytes;
     let level = this.level;
     while (level < 3 && ratio >= THRESHOLDS[level]!) level = (level + 1) as PressureLevel;
     while (level > 0 && ratio < THRESHOLDS[level - 1]! - HYSTERESIS) level = (level - 1) as PressureLevel;
