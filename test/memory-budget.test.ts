@@ -113,6 +113,11 @@ describe(`the memory budget (${testMode})`, () => {
     limiter.close();
   });
 
+  it('a budget smaller than what the process itself needs is refused, with the least that would do', () => {
+    expect(() => loadConfig({ MEMORY_BUDGET_MB: '64' })).toThrow(/MEMORY_BUDGET_MB: the memory budget \(MEMORY_BUDGET_MB, 64 MiB\) gives the heap 38 MiB, less than the process's own 56 MiB: raise MEMORY_BUDGET_MB to at least \d+/);
+    expect(() => loadConfig({ MEMORY_BUDGET_MB: '128' })).not.toThrow();
+  });
+
   it('a start whose bounds cannot fit the budget fails with one line naming them', async () => {
     const started = run('src/main.ts', baseEnv({ MEMORY_BUDGET_MB: '128', CACHE_MAX_BYTES: '100000000', LIVE_MAX_STREAMS: '3000' }));
     const { code } = await started.exited;

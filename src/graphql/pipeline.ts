@@ -32,10 +32,12 @@ import { schema } from './schema.js';
  * context factory and one error mask. Both doors run every operation through it: the lean door
  * (lean.ts) calls it directly, Yoga (yoga.ts) receives it whole with `useEnvelop`. A rule of this
  * API lives in an envelop hook here (parse, validate, context, execute), never in a hook only one
- * door has. The one shortcut is the pipeline's own: a query that already went through every hook
+ * door has. The shortcuts are the pipeline's own: a query that already went through every hook
  * and runs compiled runs again from its plan (`runPlanned`), which does what the execute phase's
  * hooks do without their orchestration; its parse and validation outcomes depend on the
- * document alone, so they are those of its first run.
+ * document alone, so they are those of its first run. And a subscription on the lean event
+ * stream (`event-stream.ts`) is parsed, validated and given its context by the hooks, then
+ * executes each event as graphql-js does, finished by `settle` as the execute hooks finish one.
  */
 
 /**
