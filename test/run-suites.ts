@@ -16,7 +16,10 @@ const root = fileURLToPath(new URL('..', import.meta.url));
 const extraArgs = process.argv.slice(2);
 const inCi = process.env.CI === 'true' || process.env.CI === '1';
 
-type Counts = { passed: number; failed: number; skipped: number; ok: boolean };
+type Counts = { passed: number; failed: number; skipped: number; ok: boolean; failures: string[] };
+
+/** The first line of an error, without the terminal's colours, short enough for a log's tail. */
+const firstLine = (text: string | undefined) => (text ?? '').replace(/\u001b\[[0-9;]*m/g, '').trim().split('\n')[0]!.slice(0, 300);
 
 function runVitest(label: string, env: NodeJS.ProcessEnv): Promise<Counts> {
   const report = path.join(mkdtempSync(path.join(tmpdir(), 'vitest-report-')), 'report.json');
@@ -37,26 +40,36 @@ function runVitest(label: string, env: NodeJS.ProcessEnv): Promise<Counts> {
       { cwd: root, env, stdio: 'inherit' },
     );
     child.on('exit', (code) => {
-      let counts: Counts = { passed: 0, failed: 0, skipped: 0, ok: false };
+      let counts: Counts = { passed: 0, failed: 0, skipped: 0, ok: false, failures: [] };
       if (existsSync(report)) {
         const json = JSON.parse(readFileSync(report, 'utf8')) as {
           numPassedTests: number;
           numFailedTests: number;
           numPendingTests: number;
           numTodoTests: number;
-          testResults: { status: string; assertionResults: { status: string }[] }[];
+          testResults: { name: string; status: string; message?: string; assertionResults: { status: string; fullName: string; failureMessages: string[] }[] }[];
         };
         // A file that failed with no failed test (it did not load, or a hook threw) counts as one
         // failure; a failed test is counted once, not again for its file and its describe block.
         const failedFiles = json.testResults.filter((file) => file.status === 'failed' && !file.assertionResults.some((test) => test.status === 'failed')).length;
+        // Named again at the end, so that the last lines of a long log say what failed.
+        const failures = json.testResults.flatMap((file) => {
+          const where = `${label}: ${path.relative(root, file.name)}`;
+          const tests = file.assertionResults.filter((test) => test.status === 'failed').map((test) => `${where} > ${test.fullName}: ${firstLine(test.failureMessages[0])}`);
+          if (file.status === 'failed' && (file.message || tests.length === 0)) tests.push(`${where}: ${firstLine(file.message) || 'the file failed'}`);
+          return tests;
+        });
+        if (code !== 0 && failures.length === 0) failures.push(`${label}: vitest exited with ${code} (an error outside any test: see above)`);
         counts = {
           passed: json.numPassedTests,
           failed: json.numFailedTests + failedFiles,
           skipped: json.numPendingTests + json.numTodoTests,
           ok: code === 0,
+          failures,
         };
       } else {
         counts.failed = 1;
+        counts.failures.push(`${label}: no report (vitest exited with ${code})`);
       }
       rmSync(path.dirname(report), { recursive: true, force: true });
       resolve(counts);
@@ -110,5 +123,7 @@ if (postgresProblem) {
   }
 }
 if (passed === 0) ok = false;
+const failures = totals.flatMap((c) => c.failures);
+if (failures.length > 0) console.log(`\nwhat failed:\n${failures.map((line) => `  ${line}`).join('\n')}`);
 console.log(`\n${passed} passed, ${failed} failed, ${skipped} skipped`);
 process.exit(ok ? 0 : 1);

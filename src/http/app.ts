@@ -83,6 +83,7 @@ type Route = {
 
 /** What a request refused for memory is told to wait. */
 const MEMORY_RETRY_AFTER_SECONDS = 5;
+const BUSY_RETRY_AFTER_SECONDS = 1;
 /** How long a readiness check waits for the database. */
 const READINESS_TIMEOUT_MS = 1000;
 export type AppOptions = {
@@ -124,6 +125,7 @@ export function createApp(options: AppOptions): App {
       budget: config.memory,
       level: pressure.level,
       heapUsed: pressure.heapUsed,
+      requestsInProgress: pressure.inProgress,
       used: {
         entityCache: deps.cache.bytes,
         answerCache: answers.bytes,
@@ -189,9 +191,10 @@ export function createApp(options: AppOptions): App {
     },
     config.memory.rateLimitKeys,
   );
-  // Near the budget's heap: the caches shrink, then streams and at last requests are refused.
+  // Near the budget's old generation: the caches shrink, then streams and at last requests are refused.
   const pressure = new MemoryPressure({
-    heapBytes: config.memory.heapBytes,
+    heapBytes: config.memory.oldGenerationBytes,
+    maxRequests: config.memory.maxRequests,
     used: options.memoryUsed,
     shrink: (fraction) => {
       deps.cache.shrinkTo(deps.cache.bytes * fraction);
@@ -310,10 +313,15 @@ export function createApp(options: AppOptions): App {
       return exchange.send(204, undefined, '');
     }
     if (route.protocol === 'rest' && refusedMethod(exchange)) return;
-    // The last resort near the memory budget: refused before any work, probes still answered.
-    if (route.shed && !pressure.admitsRequest()) {
-      exchange.addHeaders({ 'Retry-After': String(MEMORY_RETRY_AFTER_SECONDS) });
-      return refuse(exchange, route, new ServiceUnavailableError('The server is low on memory; try again shortly or on another instance.'));
+    // The memory budget: no more requests in progress than its working reserve holds, and none
+    // at all at the last resort near it; refused before any work, probes still answered.
+    if (route.shed) {
+      const refusal = pressure.refusesRequest();
+      if (refusal) {
+        exchange.addHeaders({ 'Retry-After': String(refusal === 'memory' ? MEMORY_RETRY_AFTER_SECONDS : BUSY_RETRY_AFTER_SECONDS) });
+        return refuse(exchange, route, new ServiceUnavailableError(refusal === 'memory' ? 'The server is low on memory; try again shortly or on another instance.' : 'The server is busy; try again shortly or on another instance.'));
+      }
+      exchange.countsAsInProgress(pressure.finished);
     }
     await route.handle(exchange);
   }
@@ -350,7 +358,10 @@ export function createApp(options: AppOptions): App {
       const exchange = new Exchange(request, response);
       const route = byPath.get(exchange.path);
       inFlight += 1;
-      response.once('close', () => (inFlight -= 1));
+      response.once('close', () => {
+        inFlight -= 1;
+        exchange.leavesProgress();
+      });
       exchange.addHeaders(cors.answer(exchange.header('origin')));
       if (draining) response.setHeader('Connection', 'close');
       response.on('finish', () => {

@@ -45,6 +45,8 @@ export class Exchange {
    */
   readonly held: (() => void)[] | undefined;
   private readonly extra = new Map<string, [string, string]>();
+  /** Set while the request counts as in progress against the memory budget: called once, when it ends or becomes a stream. */
+  private inProgress: (() => void) | undefined;
 
   constructor(
     readonly request: IncomingMessage,
@@ -58,6 +60,18 @@ export class Exchange {
     const authorization = firstValue(request.headers.authorization);
     this.credentials = { authorization, publicKey: firstValue(request.headers['x-public-key']), memo: authorization === undefined ? undefined : tokenMemoOf(request.socket) };
     this.held = request.headers['if-none-match'] === undefined ? undefined : [];
+  }
+
+  /** The request counts as in progress until it ends or becomes a stream; `finished` is then called once. */
+  countsAsInProgress(finished: () => void): void {
+    this.inProgress = finished;
+  }
+
+  /** The request no longer counts as in progress (idempotent). */
+  leavesProgress(): void {
+    const finished = this.inProgress;
+    this.inProgress = undefined;
+    finished?.();
   }
 
   /** The value of a request header (the first, when repeated). */
@@ -131,6 +145,8 @@ export class Exchange {
    * is chunked; `no-store`; the headers gathered on the exchange. Sent at once.
    */
   startStream(status: number, contentType: string, headers: Record<string, string>): void {
+    // A stream is bounded by its own share of the memory budget, not by the requests in progress.
+    this.leavesProgress();
     const response = this.response;
     response.statusCode = status;
     response.setHeader('Content-Type', contentType);

@@ -4,31 +4,48 @@ import v8 from 'node:v8';
 /*
  * One memory budget, from which every bound that holds memory follows (see `ops/README.md`,
  * "Memory budget"). The budget is the process's resident memory: MEMORY_BUDGET_MB, else the
- * container's limit (cgroup v2 `memory.max`), else 250 MB. The V8 heap gets 60 % of it (the rest
- * is the young generation, code, buffers and native memory); of the heap, the process's own
- * objects and the requests in flight keep a reserve, and what is left is shared between the
- * structures that grow with use: the entity cache, the kept answers, the live streams, the rate
- * limiter's memory store and the registered operations. A bound set explicitly takes its own
- * figure instead of its share; bounds that together exceed the heap stop the start.
+ * container's limit (cgroup v2 `memory.max`), else 250 MB. The V8 heap gets 60 % of it: a fixed
+ * young generation and the old generation, where everything that lives longer than a moment is
+ * kept and whose limit is what V8 dies of. The old generation up to where shedding starts (80 %)
+ * is accounted: the process's own objects and the requests in progress keep a reserve, and what
+ * is left is shared between the structures that grow with use: the entity cache, the kept answers,
+ * the live streams, the rate limiter's memory store and the registered operations. The rest is
+ * headroom for what the estimates miss. A bound set explicitly takes its own figure instead of its
+ * share; bounds that together exceed the accounted part stop the start.
  */
 
 const MIB = 1024 * 1024;
 export const DEFAULT_BUDGET_BYTES = 250_000_000;
-/** The heap's part of the budget. */
-const HEAP_FRACTION = 0.6;
+/** The heap's part of the budget (the rest: code, buffers, the allocator and native memory). */
+const HEAP_FRACTION = 0.64;
+/**
+ * The live heap's share of the old generation at which each level of shedding starts
+ * (`memory-pressure.ts`): the caches shrink, new streams are refused, requests are refused. The
+ * first is where the accounted part ends: bounds that are full shed nothing.
+ */
+export const SHEDDING_THRESHOLDS = [0.8, 0.88, 0.95] as const;
+const ACCOUNTED_FRACTION = SHEDDING_THRESHOLDS[0];
 /** The young generation beside the old space (three semi-spaces of `--max-semi-space-size=8`). */
 export const YOUNG_GENERATION_BYTES = 24 * MIB;
-/** The process's own heap at rest: modules, the schema, the database clients (measured: 38-44 MiB). */
-export const BASE_HEAP_BYTES = 48 * MIB;
-/** Of the heap: what requests in flight hold at once. */
-const WORKING_FRACTION = 0.2;
+/**
+ * The process's own objects in the old generation: 34 MiB live at rest, 40 MiB once every path
+ * ran (compiled code, the database clients' buffers); `test/bench/README.md` has the figures.
+ */
+export const BASE_HEAP_BYTES = 44 * MIB;
+/** Of the accounted part: what requests in progress hold at once. */
+const WORKING_FRACTION = 0.15;
+/**
+ * What one request in progress holds at most, for the bound on requests in progress (the working
+ * reserve over this): a subscription being opened measured 55 KB, a query waiting for the database less.
+ */
+export const REQUEST_BYTES = 64 * 1024;
 /** What one idle live stream holds (test/memory-budget.test.ts measures it). */
 export const STREAM_BYTES = 10 * 1024;
 /** What one key of the rate limiter's memory store holds (its LRU slot, the key, the count). */
 export const RATE_LIMIT_KEY_BYTES = 200;
 
-/** How the heap left after the reserves is shared, when a bound is not set explicitly. */
-const SHARES = { entityCache: 0.5, answerCache: 0.1, streams: 0.2, rateLimiter: 0.12, registrations: 0.08 } as const;
+/** How the accounted part left after the reserves is shared (what explicit bounds leave, in these proportions). */
+const SHARES = { entityCache: 0.45, answerCache: 0.1, streams: 0.25, rateLimiter: 0.12, registrations: 0.08 } as const;
 export type Share = keyof typeof SHARES;
 
 export type MemoryFacts = {
@@ -53,65 +70,110 @@ export function processMemoryFacts(): MemoryFacts {
 export type MemoryBudget = {
   budgetBytes: number;
   source: 'MEMORY_BUDGET_MB' | 'container limit' | 'default';
-  /** The heap this budget allows (never more than V8's own limit): what the pressure levels are read against. */
+  /** The heap this budget allows, young and old generations (never more than V8's own limit). */
   heapBytes: number;
+  /** Its old generation: what the pressure levels are read against. */
+  oldGenerationBytes: number;
+  /** The part of it the reserves and shares divide (up to where shedding starts). */
+  accountedBytes: number;
   /** The old space `npm start` gives V8 (`--max-old-space-size`, MiB). */
   oldSpaceMiB: number;
-  /** The process's own objects, and the requests in flight. */
+  /** Of the old generation: the process's own objects, and the requests in flight. */
   reserveBytes: { base: number; working: number };
   /** Each structure's bytes (explicit bounds as set, the others their share). */
   shares: Record<Share, number>;
   /** The streams and rate-limiter keys those shares hold. */
   maxStreams: number;
+  /** The requests in progress the working reserve holds; more are refused 503 until some finish. */
+  maxRequests: number;
   rateLimitKeys: number;
 };
 
 export type ExplicitBounds = { cacheMaxBytes?: number; answerCacheMaxBytes?: number; maxStreams?: number };
 
+/** How a budget divides the heap (never more than V8's own limit). */
+function heapLayout(budgetBytes: number, heapLimitBytes: number) {
+  const wanted = Math.floor(budgetBytes * HEAP_FRACTION);
+  const heapBytes = Math.min(wanted, heapLimitBytes);
+  const oldSpaceMiB = Math.max(16, Math.floor((wanted - YOUNG_GENERATION_BYTES) / MIB));
+  const oldGenerationBytes = Math.min(oldSpaceMiB * MIB, heapLimitBytes - YOUNG_GENERATION_BYTES);
+  const accountedBytes = Math.floor(oldGenerationBytes * ACCOUNTED_FRACTION);
+  return { heapBytes, oldSpaceMiB, oldGenerationBytes, accountedBytes, working: Math.floor(accountedBytes * WORKING_FRACTION) };
+}
+
+/** The least MEMORY_BUDGET_MB above `budgetBytes` with which these explicit bounds fit. */
+function leastBudget(budgetBytes: number, explicit: ExplicitBounds): number {
+  const fits = (mebibytes: number) => {
+    try {
+      memoryBudget(mebibytes, explicit, { containerLimitBytes: undefined, heapLimitBytes: Number.MAX_SAFE_INTEGER }, false);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  let low = Math.ceil(budgetBytes / MIB);
+  let high = low * 2;
+  while (!fits(high)) [low, high] = [high, high * 2];
+  while (low < high) {
+    const middle = Math.floor((low + high) / 2);
+    if (fits(middle)) high = middle;
+    else low = middle + 1;
+  }
+  return high;
+}
+
+/** Whether the accounted part holds the process's own objects and the requests in progress, with a MiB to share. */
+const roomy = (accountedBytes: number, working: number) => accountedBytes >= BASE_HEAP_BYTES + working + MIB;
+
 /** The budget and its shares; throws a one-line Error when the explicit bounds cannot fit. */
-export function memoryBudget(budgetMiB: number | undefined, explicit: ExplicitBounds, facts: MemoryFacts): MemoryBudget {
+export function memoryBudget(budgetMiB: number | undefined, explicit: ExplicitBounds, facts: MemoryFacts, sayLeast = true): MemoryBudget {
   const [budgetBytes, source]: [number, MemoryBudget['source']] =
     budgetMiB !== undefined
       ? [budgetMiB * MIB, 'MEMORY_BUDGET_MB']
       : facts.containerLimitBytes !== undefined && facts.containerLimitBytes < 1024 ** 4
         ? [facts.containerLimitBytes, 'container limit']
         : [DEFAULT_BUDGET_BYTES, 'default'];
-  const wanted = Math.floor(budgetBytes * HEAP_FRACTION);
-  const heapBytes = Math.min(wanted, facts.heapLimitBytes);
-  const oldSpaceMiB = Math.max(16, Math.floor((wanted - YOUNG_GENERATION_BYTES) / MIB));
+  const { heapBytes, oldSpaceMiB, oldGenerationBytes, accountedBytes, working } = heapLayout(budgetBytes, facts.heapLimitBytes);
   const base = BASE_HEAP_BYTES;
-  const working = Math.floor(heapBytes * WORKING_FRACTION);
-  if (heapBytes < base + working + MIB) {
-    throw new Error(`the memory budget (${source}, ${mib(budgetBytes)}) gives the heap ${mib(heapBytes)}, less than the process's own ${mib(base + working)}: raise MEMORY_BUDGET_MB to at least ${Math.ceil((base + MIB) / (1 - WORKING_FRACTION) / HEAP_FRACTION / MIB) + 1}`);
+  if (!roomy(accountedBytes, working)) {
+    const least = sayLeast ? ` to at least ${leastBudget(budgetBytes, explicit)}` : '';
+    throw new Error(`the memory budget (${source}, ${mib(budgetBytes)}) gives the heap's old generation ${mib(oldGenerationBytes)}, too little for the process's own ${mib(base + working)} below where shedding starts: raise MEMORY_BUDGET_MB${least}`);
   }
-  const left = heapBytes - base - working;
-  const share = (name: Share) => Math.floor(left * SHARES[name]);
-  const shares: Record<Share, number> = {
-    entityCache: explicit.cacheMaxBytes ?? share('entityCache'),
-    answerCache: explicit.answerCacheMaxBytes ?? share('answerCache'),
-    streams: explicit.maxStreams !== undefined ? explicit.maxStreams * STREAM_BYTES : share('streams'),
-    rateLimiter: share('rateLimiter'),
-    registrations: share('registrations'),
+  // Explicit bounds first; the other shares divide what they leave, in their proportions (with a
+  // MiB at least between them).
+  const fixed: Partial<Record<Share, number>> = {
+    entityCache: explicit.cacheMaxBytes,
+    answerCache: explicit.answerCacheMaxBytes,
+    streams: explicit.maxStreams !== undefined ? explicit.maxStreams * STREAM_BYTES : undefined,
   };
-  const needed = base + working + Object.values(shares).reduce((sum, bytes) => sum + bytes, 0);
-  if (needed > heapBytes) {
+  const names = Object.keys(SHARES) as Share[];
+  const open = names.filter((name) => fixed[name] === undefined);
+  const fixedBytes = names.reduce((sum, name) => sum + (fixed[name] ?? 0), 0);
+  const rest = accountedBytes - base - working - fixedBytes;
+  const needed = base + working + fixedBytes + (open.length > 0 ? MIB : 0);
+  if (needed > accountedBytes) {
     const set = [
       explicit.cacheMaxBytes !== undefined ? `CACHE_MAX_BYTES ${mib(explicit.cacheMaxBytes)}` : undefined,
       explicit.answerCacheMaxBytes !== undefined ? `ANSWER_CACHE_MAX_BYTES ${mib(explicit.answerCacheMaxBytes)}` : undefined,
       explicit.maxStreams !== undefined ? `LIVE_MAX_STREAMS ${explicit.maxStreams} (${mib(explicit.maxStreams * STREAM_BYTES)})` : undefined,
     ].filter(Boolean);
     throw new Error(
-      `${set.join(', ')} need ${mib(needed)} of heap with the process's own ${mib(base + working)}; the memory budget (${source}, ${mib(budgetBytes)}) gives the heap ${mib(heapBytes)}: lower them, or raise MEMORY_BUDGET_MB`,
+      `${set.join(', ')} need ${mib(needed)} of heap with the process's own ${mib(base + working)}; the memory budget (${source}, ${mib(budgetBytes)}) accounts for ${mib(accountedBytes)} of the heap: lower them, or raise MEMORY_BUDGET_MB${sayLeast ? ` to at least ${leastBudget(budgetBytes, explicit)}` : ''}`,
     );
   }
+  const openFraction = open.reduce((sum, name) => sum + SHARES[name], 0);
+  const shares = Object.fromEntries(names.map((name) => [name, fixed[name] ?? Math.floor((rest * SHARES[name]) / openFraction)])) as Record<Share, number>;
   return {
     budgetBytes,
     source,
     heapBytes,
+    oldGenerationBytes,
+    accountedBytes,
     oldSpaceMiB,
     reserveBytes: { base, working },
     shares,
     maxStreams: explicit.maxStreams ?? Math.max(1, Math.floor(shares.streams / STREAM_BYTES)),
+    maxRequests: Math.floor(working / REQUEST_BYTES),
     rateLimitKeys: Math.max(1000, Math.floor(shares.rateLimiter / RATE_LIMIT_KEY_BYTES)),
   };
 }

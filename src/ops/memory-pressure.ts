@@ -1,44 +1,90 @@
+import { constants, PerformanceObserver, type PerformanceEntry } from 'node:perf_hooks';
 import v8 from 'node:v8';
+import { SHEDDING_THRESHOLDS } from './memory-budget.js';
 
 /*
- * Refuse before running out (see `ops/README.md`, "Memory budget"). The heap in use is read
- * against the budget's heap several times a second; as it rises the process sheds, in order:
+ * Refuse before running out (see `ops/README.md`, "Memory budget"). The live heap is read against
+ * the budget's old generation several times a second; as it rises the process sheds, in order:
  * the caches shrink (level 1), new live streams are refused (level 2), and, only as a last
  * resort, requests are answered 503 with Retry-After while readiness says so (level 3). A level
  * is left once the heap is a margin below the level's threshold, so that it does not flap.
+ *
+ * The live heap is what a full (mark-compact) collection left, or the heap in use if that is less:
+ * the heap in use alone counts the garbage not yet collected, which under load fills the old
+ * generation up to V8's next collection and would refuse requests with memory to spare.
  */
 
 export type PressureLevel = 0 | 1 | 2 | 3;
 
-/** The heap's share of its limit at which each level starts. */
-const THRESHOLDS: readonly number[] = [0.75, 0.85, 0.93];
+/** The live heap's share of the old generation at which each level starts. */
+const THRESHOLDS: readonly number[] = SHEDDING_THRESHOLDS;
 /** A level is left this far below its threshold. */
 const HYSTERESIS = 0.05;
 const SAMPLE_MS = 100;
 
 export type MemoryPressureOptions = {
-  /** The heap the budget allows (bytes). */
+  /** The old generation the budget allows (bytes). */
   heapBytes: number;
-  /** Level 1 was entered, or is still on a second later: the caches shrink to this fraction of what they hold. */
+  /** Level 1 was entered, or is still on after a later collection: the caches shrink to this fraction of what they hold. */
   shrink: (fraction: number) => void;
-  /** The heap in use (tests pass their own). */
+  /** The requests in progress the budget's working reserve holds. */
+  maxRequests: number;
+  /** The live heap (tests pass their own). */
   used?: () => number;
 };
 
+/** The live heap as V8 shows it: what the last full collection kept, bounded by what is in use now. */
+class LiveHeap {
+  /** The heap in use right after the last full collection; undefined before the first one. */
+  private afterFull: number | undefined;
+  /** Full collections seen: a reading is fresh when this moved. */
+  collections = 0;
+  private readonly observer = new PerformanceObserver((list) => {
+    if (!list.getEntries().some(isFullCollection)) return;
+    this.afterFull = v8.getHeapStatistics().used_heap_size;
+    this.collections += 1;
+  });
+
+  constructor() {
+    this.observer.observe({ entryTypes: ['gc'] });
+  }
+
+  read(): number {
+    const used = v8.getHeapStatistics().used_heap_size;
+    return this.afterFull === undefined ? used : Math.min(used, this.afterFull);
+  }
+
+  close(): void {
+    this.observer.disconnect();
+  }
+}
+
+const isFullCollection = (entry: PerformanceEntry) => (entry as unknown as { detail?: { kind?: number } }).detail?.kind === constants.NODE_PERFORMANCE_GC_MAJOR;
+
 export class MemoryPressure {
   level: PressureLevel = 0;
-  /** What was refused because of memory, since the start. */
-  readonly refusals = { streams: 0, requests: 0 };
+  /** What was refused because of memory, since the start: streams, requests near the budget, requests past the bound on requests in progress. */
+  readonly refusals = { streams: 0, requests: 0, busy: 0 };
+  /** Requests admitted and not yet finished (or turned into a stream). */
+  inProgress = 0;
   private readonly timer: NodeJS.Timeout;
   private lastShrink = 0;
+  /** The live heap's collections at the last shrink: a cache shrinks again only on a reading taken since. */
+  private shrunkAt = -1;
+  private readonly live: LiveHeap | undefined;
   private readonly used: () => number;
 
   constructor(private readonly options: MemoryPressureOptions) {
-    this.used = options.used ?? (() => v8.getHeapStatistics().used_heap_size);
+    if (options.used) this.used = options.used;
+    else {
+      const live = new LiveHeap();
+      this.live = live;
+      this.used = () => live.read();
+    }
     this.timer = setInterval(() => this.sample(), SAMPLE_MS).unref();
   }
 
-  /** The heap in use (bytes), as the levels read it. */
+  /** The live heap (bytes), as the levels read it. */
   get heapUsed(): number {
     return this.used();
   }
@@ -50,9 +96,13 @@ export class MemoryPressure {
     while (level < 3 && ratio >= THRESHOLDS[level]!) level = (level + 1) as PressureLevel;
     while (level > 0 && ratio < THRESHOLDS[level - 1]! - HYSTERESIS) level = (level - 1) as PressureLevel;
     this.level = level;
+    // Once a second at most, and only on a reading taken after the last shrink could show in it
+    // (what a shrink frees shows after the next full collection).
     const now = Date.now();
-    if (level >= 1 && now - this.lastShrink >= 1000) {
+    const reading = this.live?.collections ?? now;
+    if (level >= 1 && now - this.lastShrink >= 1000 && reading !== this.shrunkAt) {
       this.lastShrink = now;
+      this.shrunkAt = reading;
       this.options.shrink(level >= 2 ? 0.25 : 0.5);
     }
     return level;
@@ -65,14 +115,31 @@ export class MemoryPressure {
     return false;
   }
 
-  /** Whether a request may be served now; counted when not. */
-  admitsRequest(): boolean {
-    if (this.level < 3) return true;
-    this.refusals.requests += 1;
-    return false;
+  /**
+   * Why a request may not start now, counted ('memory': the last resort near the budget; 'busy':
+   * as many requests in progress as the working reserve holds); undefined when it may, and it then
+   * counts as in progress until `finished` is called.
+   */
+  refusesRequest(): 'memory' | 'busy' | undefined {
+    if (this.level >= 3) {
+      this.refusals.requests += 1;
+      return 'memory';
+    }
+    if (this.inProgress >= this.options.maxRequests) {
+      this.refusals.busy += 1;
+      return 'busy';
+    }
+    this.inProgress += 1;
+    return undefined;
   }
+
+  /** A request admitted by `refusesRequest` has finished, or is now a stream (counted by its own share). */
+  readonly finished = (): void => {
+    this.inProgress -= 1;
+  };
 
   close(): void {
     clearInterval(this.timer);
+    this.live?.close();
   }
 }

@@ -41,8 +41,10 @@ export type MemoryState = {
   budget: MemoryBudget;
   level: number;
   heapUsed: number;
+  /** Requests admitted and not finished (streams excluded), against `budget.maxRequests`. */
+  requestsInProgress: number;
   used: Partial<Record<Share, number>>;
-  refusals: { streams: number; requests: number };
+  refusals: { streams: number; requests: number; busy: number };
 };
 
 /** One answered request, as its log line and metrics see it. */
@@ -182,8 +184,10 @@ export function createMetrics(sources: MetricSources): Metrics {
   const memory = sources.memory;
   if (memory) {
     gauge('api_memory_budget_bytes', 'The memory budget (MEMORY_BUDGET_MB, the container limit, or 250 MB) every bound follows from.', () => memory().budget.budgetBytes);
-    gauge('api_memory_heap_budget_bytes', "The budget's heap, against which the pressure level is read.", () => memory().budget.heapBytes);
-    gauge('api_memory_heap_used_bytes', 'The V8 heap in use, as the pressure level reads it.', () => memory().heapUsed);
+    gauge('api_memory_heap_budget_bytes', "The budget's old generation of the heap, against which the pressure level is read.", () => memory().budget.oldGenerationBytes);
+    gauge('api_memory_heap_used_bytes', 'The live heap, as the pressure level reads it (what the last full collection kept, or the heap in use if less).', () => memory().heapUsed);
+    gauge('api_memory_requests_in_progress', "Requests in progress, as the memory budget's working reserve counts them (open streams excluded).", () => memory().requestsInProgress);
+    gauge('api_memory_requests_max', 'The requests in progress the working reserve holds; more are refused 503 (busy).', () => memory().budget.maxRequests);
     gauge('api_memory_pressure_level', 'Memory pressure: 0 none, 1 caches shrink, 2 new streams refused, 3 requests refused (503).', () => memory().level);
     new Gauge({
       name: 'api_memory_share_bytes',
@@ -203,7 +207,7 @@ export function createMetrics(sources: MetricSources): Metrics {
         for (const [share, bytes] of Object.entries(memory().used)) this.set({ share }, bytes ?? 0);
       },
     });
-    mirroredBy('api_memory_refusals_total', 'What was refused because the heap neared the budget: new streams (429) and requests (503).', 'kind', () => memory().refusals);
+    mirroredBy('api_memory_refusals_total', 'What the memory budget refused: new streams near it (429), requests near it (503), requests past the bound on requests in progress (busy, 503).', 'kind', () => memory().refusals);
   }
   const storeUp = sources.rateLimitStoreUp;
   if (storeUp) gauge('api_rate_limit_store_up', 'RATE_LIMIT_STORE=redis: 1 while the shared store is connected, 0 while each instance limits in memory.', () => (storeUp() ? 1 : 0));

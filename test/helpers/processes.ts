@@ -9,9 +9,9 @@ export const root = path.resolve(import.meta.dirname, '..', '..');
 export type Run = { child: ChildProcess; output: () => string; exited: Promise<{ code: number | null; at: number }> };
 
 /** Node itself (from the sources: with tsx as a loader), so that signals reach the process and no wrapper. */
-export function run(script: string, env: NodeJS.ProcessEnv, args: string[] = [], options: { cwd?: string; tsx?: boolean } = {}): Run {
+export function run(script: string, env: NodeJS.ProcessEnv, args: string[] = [], options: { cwd?: string; tsx?: boolean; nodeArgs?: string[] } = {}): Run {
   const loader = options.tsx === false ? [] : ['--import', 'tsx'];
-  const child = spawn(process.execPath, [...loader, script, ...args], { cwd: options.cwd ?? root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), ...loader, script, ...args], { cwd: options.cwd ?? root, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   child.stdout!.on('data', (chunk) => (output += chunk));
   child.stderr!.on('data', (chunk) => (output += chunk));

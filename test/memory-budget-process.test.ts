@@ -1,0 +1,205 @@
+import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { mintAccessToken } from '../src/auth/tokens.js';
+import { loadConfig } from '../src/config.js';
+import { openDatabase, type Database } from '../src/db/database.js';
+import { migrate } from '../src/db/migrator.js';
+import { seed } from '../src/dev/demo-data.js';
+import { RATE_LIMIT_KEY_BYTES } from '../src/ops/memory-budget.js';
+import { createTestDatabase, testMode, type TestDatabase } from './helpers/database.js';
+import { baseEnv, listening, run, type Run } from './helpers/processes.js';
+
+/*
+ * The memory budget on a real server, started as `npm start` starts it (the build, V8's heap
+ * limit from the budget), at a small budget, pushed past every share at once: more live streams
+ * than its share holds, more distinct callers than its entity cache and its rate limiter's store
+ * hold, and GraphQL answers kept for each of them. It answers or refuses each one in the
+ * documented way, and it does not die.
+ */
+
+const BUDGET_MB = '150';
+const ORGANIZATIONS = 12;
+const CHILDREN = 300;
+/** What the seeded accounts' states answer besides 200: locked, inactive or deleted accounts, depleted credits. */
+const ACCOUNT_REFUSALS = new Set(['ACCOUNT_INACTIVE', 'ACCOUNT_LOCKED', 'ACCOUNT_DELETED', 'CREDITS_DEPLETED', 'FORBIDDEN']);
+
+type Caller = { token: string; parent: boolean; active: boolean };
+
+/** Seeds the organizations; returns a token for each of their accounts. */
+async function seedCallers(database: Pick<Database, 'prisma' | 'sql'>): Promise<Caller[]> {
+  const organizations = await seed(database, { organizations: ORGANIZATIONS, childrenPerOrganization: CHILDREN, seed: 5, now: new Date() });
+  const callers: Caller[] = [];
+  for (const organization of organizations) {
+    const { jwtSecret } = await database.prisma.organization.findUniqueOrThrow({ where: { parentId: organization.parent.userID } });
+    const accounts = await database.sql.query<{ id: string; type: string; status: string }>('SELECT id, type, status FROM "Account" WHERE id = $1 OR "parentId" = $1', [organization.parent.userID]);
+    for (const account of accounts) {
+      const token = await mintAccessToken({ secret: jwtSecret, kid: organization.parent.publicKey, subject: account.id, ttlSeconds: 3600 });
+      callers.push({ token, parent: account.type === 'parent', active: account.status === 'active' });
+    }
+  }
+  return callers;
+}
+
+/** A metric's value in the Prometheus text. */
+const gaugeOf = (metrics: string, name: string) => Number(new RegExp(`^${name.replace(/[{}"]/g, '\\$&')} (\\S+)$`, 'm').exec(metrics)?.[1]);
+
+/** How each answer ended: its status and code, or how the connection failed. */
+function outcome(status: number, body: string): string {
+  const code = /"code":"([A-Z_]+)"/.exec(body)?.[1];
+  if (status === 200 && code === undefined) return '200';
+  return `${status} ${code ?? '(no code)'}`;
+}
+
+describe(`the memory budget on a real server (${testMode})`, () => {
+  const folders: string[] = [];
+  const databases: TestDatabase[] = [];
+  afterAll(async () => {
+    for (const database of databases) await database.close();
+    for (const folder of folders) rmSync(folder, { recursive: true, force: true });
+  });
+
+  it(`at MEMORY_BUDGET_MB=${BUDGET_MB}, streams, callers and kept answers past their shares are refused or evicted, and the process lives`, async () => {
+    // The data, written before the server starts (PGlite: its folder; PostgreSQL: a database of its own).
+    let where: NodeJS.ProcessEnv;
+    let callers: Caller[];
+    if (testMode === 'postgres') {
+      const database = await createTestDatabase();
+      databases.push(database);
+      callers = await seedCallers(database);
+      where = { DATABASE_URL: database.url };
+    } else {
+      const dataDir = mkdtempSync(path.join(tmpdir(), 'budget-'));
+      folders.push(dataDir);
+      const database = await openDatabase({ dataDir });
+      await migrate(database.sql);
+      callers = await seedCallers(database);
+      await database.close();
+      where = { DATA_DIR: dataDir };
+    }
+    const env = baseEnv({
+      ...where,
+      NODE_ENV: 'production',
+      MEMORY_BUDGET_MB: BUDGET_MB,
+      RATE_LIMIT_PER_CREDENTIAL: '100000',
+      LIVE_MAX_PER_CREDENTIAL: '1000',
+      LIVE_MAX_PER_ORGANIZATION: '1000',
+    });
+    const { memory } = loadConfig(env, { containerLimitBytes: undefined, heapLimitBytes: Number.MAX_SAFE_INTEGER });
+    expect(callers.length).toBeGreaterThan(memory.rateLimitKeys);
+    // As `npm start` runs it: the build, with V8's old space from the budget.
+    const server: Run = run('dist/main.js', env, [], { tsx: false, nodeArgs: ['--max-semi-space-size=8', `--max-old-space-size=${memory.oldSpaceMiB}`] });
+    const alive = () => server.child.exitCode === null && server.child.signalCode === null;
+    try {
+      const url = await listening(server);
+      const outcomes = new Map<string, number>();
+      const count = (key: string) => outcomes.set(key, (outcomes.get(key) ?? 0) + 1);
+
+      // More streams than the share holds, 25 opening at a time: each one opens, or is refused as documented.
+      const streams: AbortController[] = [];
+      const streamOutcomes = new Map<string, number>();
+      const subscribe = async (caller: Caller) => {
+        const controller = new AbortController();
+        streams.push(controller);
+        const answer = await fetch(`${url}/graphql`, {
+          method: 'POST',
+          signal: controller.signal,
+          headers: { authorization: `Bearer ${caller.token}`, 'content-type': 'application/json', accept: 'text/event-stream' },
+          body: JSON.stringify({ query: 'subscription { organizationChanged { organizationName } }' }),
+        });
+        const reader = answer.body!.getReader();
+        let text = '';
+        while (!/event: next\ndata: .*\n\n/.test(text)) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          text += new TextDecoder().decode(value);
+        }
+        const key = answer.status !== 200 ? `${answer.status}` : /"code":"([A-Z_]+)"/.exec(text)?.[1] ?? (text.includes('organizationName') ? 'open' : text.slice(0, 200));
+        streamOutcomes.set(key, (streamOutcomes.get(key) ?? 0) + 1);
+      };
+      const subscribers = callers.filter((caller) => caller.active).slice(0, memory.maxStreams + 60);
+      for (let i = 0; i < subscribers.length; i += 25) await Promise.all(subscribers.slice(i, i + 25).map(subscribe));
+      expect(alive()).toBe(true);
+      expect(streamOutcomes.get('TOO_MANY_SUBSCRIPTIONS'), JSON.stringify([...streamOutcomes])).toBeGreaterThanOrEqual(50);
+      expect(streamOutcomes.get('open')).toBeLessThanOrEqual(memory.maxStreams);
+      for (const key of streamOutcomes.keys()) expect(['open', 'TOO_MANY_SUBSCRIPTIONS', 'SERVICE_UNAVAILABLE', ...ACCOUNT_REFUSALS]).toContain(key);
+
+      // Every caller, 64 at a time: its profile (REST), and its GraphQL answer twice (the second one
+      // kept); a parent its child list. More than the entity cache, the kept answers and the rate
+      // limiter's store hold.
+      const GRAPHQL = '{ me { id email } organization { organizationName } }';
+      const CHILD_LIST = '{ childAccounts(limit: 50) { stats { total } edges { node { id email } } } }';
+      const work = callers.flatMap((caller) => [
+        () => fetch(`${url}/auth/user-profile`, { headers: { authorization: `Bearer ${caller.token}` } }),
+        ...[0, 1].map(() => () =>
+          fetch(`${url}/graphql`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${caller.token}`, 'content-type': 'application/json' },
+            body: JSON.stringify({ query: caller.parent ? CHILD_LIST : GRAPHQL }),
+          }),
+        ),
+      ]);
+      let next = 0;
+      await Promise.all(
+        Array.from({ length: 64 }, async () => {
+          while (next < work.length) {
+            const answer = await work[next++]!().catch((error: Error) => error);
+            if (answer instanceof Error) count(`failed: ${answer.message}`);
+            else {
+              const key = outcome(answer.status, await answer.text());
+              count(key);
+              if (answer.status === 503) expect(answer.headers.get('retry-after')).toMatch(/^\d+$/);
+            }
+          }
+        }),
+      );
+      const seen = JSON.stringify([...outcomes]);
+      expect(alive(), server.output()).toBe(true);
+      // An account's state is refused 403 on REST and in GraphQL's error list (200).
+      const documented = ['200', '503 SERVICE_UNAVAILABLE', ...[...ACCOUNT_REFUSALS].flatMap((code) => [`403 ${code}`, `200 ${code}`])];
+      for (const key of outcomes.keys()) expect(documented, seen).toContain(key);
+      expect(outcomes.get('200') ?? 0, seen).toBeGreaterThan(work.length / 2);
+
+      // Each structure within its share, the entity cache filled to it; still ready.
+      const metrics = await (await fetch(`${url}/metrics`)).text();
+      const gauge = (name: string) => gaugeOf(metrics, name);
+      for (const share of ['entityCache', 'answerCache', 'rateLimiter'] as const) {
+        expect(gauge(`api_memory_share_used_bytes{share="${share}"}`), share).toBeLessThanOrEqual(memory.shares[share]);
+      }
+      expect(gauge('api_memory_share_used_bytes{share="entityCache"}')).toBeGreaterThan(memory.shares.entityCache / 2);
+      // Its keys are split between the two limits; the one per credential is on, and full.
+      expect(gauge('api_memory_share_used_bytes{share="rateLimiter"}')).toBe(Math.floor(memory.rateLimitKeys / 2) * RATE_LIMIT_KEY_BYTES);
+      expect(gauge('api_memory_share_used_bytes{share="answerCache"}')).toBeGreaterThan(0);
+      expect((await fetch(`${url}/healthz`)).status).toBe(200);
+
+      // As many requests in progress as the working reserve holds (their bodies still arriving):
+      // one more is refused 503 at once, and answered again once they are gone.
+      const { port } = new URL(url);
+      const held = await Promise.all(
+        Array.from({ length: memory.maxRequests }, async () => {
+          const socket = connect(Number(port), '127.0.0.1');
+          await once(socket, 'connect');
+          socket.write(`POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"query":`);
+          return socket;
+        }),
+      );
+      const inProgress = async () => gaugeOf(await (await fetch(`${url}/metrics`)).text(), 'api_memory_requests_in_progress');
+      for (let i = 0; i < 100 && (await inProgress()) < memory.maxRequests; i++) await new Promise((resolve) => setTimeout(resolve, 50));
+      const busy = await fetch(`${url}/auth/user-profile`, { headers: { authorization: `Bearer ${callers[0]!.token}` } });
+      expect(busy.status).toBe(503);
+      expect(busy.headers.get('retry-after')).toBe('1');
+      expect(await busy.json()).toMatchObject({ success: false, error: { code: 'SERVICE_UNAVAILABLE', message: expect.stringMatching(/busy/) } });
+      for (const socket of held) socket.destroy();
+      for (let i = 0; i < 100 && (await inProgress()) > 0; i++) await new Promise((resolve) => setTimeout(resolve, 50));
+      expect((await fetch(`${url}/auth/user-profile`, { headers: { authorization: `Bearer ${callers[0]!.token}` } })).status).not.toBe(503);
+      for (const controller of streams) controller.abort();
+      server.child.kill('SIGTERM');
+      expect((await server.exited).code, server.output()).toBe(0);
+    } finally {
+      if (alive()) server.child.kill('SIGKILL');
+    }
+  }, 240_000);
+});
