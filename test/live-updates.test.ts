@@ -92,6 +92,24 @@ describe(`live updates over Server-Sent Events (${testMode})`, () => {
     subscription.dispose();
   });
 
+  it("organization details follow the organization's settings: sign-ins (its balance) compute nothing, a rename is pushed", async () => {
+    const { built, childId } = await organizationWithChild();
+    const child = await createChild(database(), built.parent);
+    const subscription = subscribeWith(client(await tokenFor(child, built)), 'subscription { organizationChanged { organizationName } }');
+    await expect.poll(() => subscription.events.length, { timeout: 5_000 }).toBe(1);
+    const computed = live().computations;
+    for (let i = 0; i < 5; i++) await signIn(childId);
+    // Long enough for the sign-ins to reach the cache and a push to have gone (at once: the interval has passed).
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    expect(live().computations).toBe(computed);
+    expect(subscription.events).toHaveLength(1);
+    const rename = `UPDATE "Organization" SET name = 'Renamed Ltd' WHERE "parentId" = $1`;
+    await (writer ? writer.query(rename, [built.parent.id]) : database().sql.query(rename, [built.parent.id]));
+    await expect.poll(() => subscription.events.length, { timeout: 10_000 }).toBe(2);
+    expect(subscription.events[1]!.data!.organizationChanged.organizationName).toBe('Renamed Ltd');
+    subscription.dispose();
+  });
+
   it('parent-only, a token only, bounded per credential', async () => {
     const { built, token } = await organizationWithChild();
     const child = await createChild(database(), built.parent);

@@ -72,9 +72,13 @@ const unwrap = <T>(payload: T | ApiError): T => {
 const creditConcerns = (organizationId: string) => (change: RowChange) =>
   change.entity !== 'account' || change.stable || change.id === organizationId;
 
-/** What alters organization details: the organization's row, or its parent's identity. */
+/**
+ * What alters organization details: the organization's settings, or its parent's identity. Not
+ * its balances, which every sign-in changes and the details do not show (running out of credits
+ * is a settings change here: it refuses the children).
+ */
 const organizationConcerns = (organizationId: string) => (change: RowChange) =>
-  change.entity === 'organization' || (change.entity === 'account' && change.id === organizationId && change.stable);
+  change.stable && (change.entity === 'organization' || (change.entity === 'account' && change.id === organizationId));
 
 builder.subscriptionType({ description: 'Live updates over Server-Sent Events (GraphQL over SSE): an answer at once, then one after each change that alters it.' });
 

@@ -120,6 +120,7 @@ export function createApp(options: AppOptions): App {
     requestsInFlight: () => inFlight,
     liveSubscriptions: () => deps.live?.open ?? 0,
     livePushes: () => deps.live?.pushes ?? 0,
+    liveComputations: () => deps.live?.computations ?? 0,
     exportsRunning: () => exports.running(),
     memory: () => ({
       budget: config.memory,

@@ -117,6 +117,8 @@ export class LiveUpdates {
   private closed = false;
   /** Pushes made, for the metrics. */
   pushes = 0;
+  /** Answers computed for pushes (each one reads what it shows): a change that concerns nobody computes none. */
+  computations = 0;
   /** Whether memory allows one more subscription (`ops/memory-pressure.ts`). */
   admits: () => boolean = () => true;
 
@@ -193,6 +195,7 @@ export class LiveUpdates {
     subscription.busy = true;
     subscription.dirty = false;
     try {
+      this.computations += 1;
       const value = await subscription.compute();
       if (value === undefined || subscription.ended) return;
       subscription.lastPush = this.now();

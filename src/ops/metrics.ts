@@ -25,6 +25,7 @@ export type MetricSources = {
   /** Open live-update subscriptions, and the answers pushed to them so far. */
   liveSubscriptions: () => number;
   livePushes: () => number;
+  liveComputations: () => number;
   /** Child-list exports running. */
   exportsRunning: () => number;
   /** GraphQL executions by engine, and documents that did not compile. */
@@ -213,6 +214,7 @@ export function createMetrics(sources: MetricSources): Metrics {
   if (storeUp) gauge('api_rate_limit_store_up', 'RATE_LIMIT_STORE=redis: 1 while the shared store is connected, 0 while each instance limits in memory.', () => (storeUp() ? 1 : 0));
   gauge('api_live_subscriptions', 'Open live-update subscriptions (GraphQL over Server-Sent Events) on this instance.', sources.liveSubscriptions);
   mirrored('api_live_pushes_total', 'Answers pushed to live-update subscriptions.', sources.livePushes);
+  mirrored('api_live_computations_total', 'Answers computed for live-update subscriptions after a change that concerns them (pushed, or equal to the last and not sent).', sources.liveComputations);
   gauge('api_exports_running', 'Child-list exports being streamed by this instance.', sources.exportsRunning);
   gauge('api_http_requests_in_flight', 'Requests whose head was received and whose answer is not finished (this scrape included).', sources.requestsInFlight);
   mirrored('api_log_lines_dropped_total', 'Log lines lost because the log destination (stderr) failed.', sources.droppedLogLines);

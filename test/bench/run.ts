@@ -354,14 +354,16 @@ try {
 
   const stats = new pg.Client({ connectionString: databaseUrl });
   await stats.connect();
-  type Row = { scenario: string; measuredUs: [number, number]; rps: number; p50: number; p99: number; cpuUsPerRequest: number; systemUsPerRequest: number; dbTxPerRequest: number; peakRssMb: number; ratioToFloor: number; non2xx: number; cacheHitRatio?: number; answerHitRatio?: number; executionsPerRequest?: number; target?: number };
+  type Row = { scenario: string; measuredUs: [number, number]; rps: number; p50: number; p99: number; cpuUsPerRequest: number; gcShare?: number; systemUsPerRequest: number; dbTxPerRequest: number; peakRssMb: number; ratioToFloor: number; non2xx: number; cacheHitRatio?: number; answerHitRatio?: number; executionsPerRequest?: number; target?: number };
   /** The server's entity-cache lookups so far, from its /metrics. */
   const cacheLookups = async (server: string) => {
     const text = await (await fetch(`${server}/metrics`)).text();
     const read = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
     // Executions by engine, summed: the GraphQL requests that ran the pipeline (not answered kept or shared).
     const executions = [...text.matchAll(/^api_graphql_executions_total\{[^}]*\} (\S+)$/gm)].reduce((sum, match) => sum + Number(match[1]), 0);
-    return { hits: read('api_cache_hits_total'), misses: read('api_cache_misses_total'), answerHits: read('api_answer_cache_hits_total'), answerMisses: read('api_answer_cache_misses_total'), executions };
+    // The collector's pauses, all kinds summed (prom-client's default metrics).
+    const gcSeconds = [...text.matchAll(/^nodejs_gc_duration_seconds_sum\{[^}]*\} (\S+)$/gm)].reduce((sum, match) => sum + Number(match[1]), 0);
+    return { hits: read('api_cache_hits_total'), misses: read('api_cache_misses_total'), answerHits: read('api_answer_cache_hits_total'), answerMisses: read('api_answer_cache_misses_total'), executions, gcSeconds };
   };
   const rows: Row[] = [];
   /** The measured runs of the server's rows, in µs of the monotonic clock the CPU profile's timestamps use. */
@@ -420,6 +422,8 @@ try {
     const answerHits = lookups && lookupsAfter ? lookupsAfter.answerHits - lookups.answerHits : 0;
     const answerMisses = lookups && lookupsAfter ? lookupsAfter.answerMisses - lookups.answerMisses : 0;
     const executions = lookups && lookupsAfter ? lookupsAfter.executions - lookups.executions : 0;
+    const cpuSeconds = ((ticksAfter.user + ticksAfter.system - ticks.user - ticks.system) * CLOCK_TICK_US) / 1e6;
+    const gcShare = lookups && lookupsAfter && cpuSeconds > 0 ? Number(((lookupsAfter.gcSeconds - lookups.gcSeconds) / cpuSeconds).toFixed(2)) : undefined;
     if (writer) {
       writer.kill('SIGTERM');
       await new Promise((resolve) => writer.on('exit', resolve));
@@ -439,6 +443,8 @@ try {
       // Each statement outside a transaction is one; the stats query itself adds one per reading.
       dbTxPerRequest: Number(((txAfter - tx - 1) / Math.max(1, result.requests)).toFixed(2)),
       peakRssMb: rssMb(pid, 'VmHWM'),
+      // The collector's pauses over the server's CPU in the row.
+      ...(gcShare === undefined ? {} : { gcShare }),
       ratioToFloor: Number((result.rps / floorRps).toFixed(2)),
       non2xx: result.non2xx,
       ...(hits + misses > 0 ? { cacheHitRatio: Number((hits / (hits + misses)).toFixed(2)) } : {}),
@@ -465,7 +471,7 @@ try {
   }
   for (const row of rows) console.log(format(row));
   function format(row: Row): string {
-    return `${row.scenario.padEnd(38)} ${String(row.rps).padStart(6)} req/s  p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${String(row.cpuUsPerRequest).padStart(5)} µs CPU (${String(row.systemUsPerRequest).padStart(3)} sys)  ${String(row.dbTxPerRequest).padStart(5)} db tx  ${String(row.peakRssMb).padStart(4)} MB  ${row.cacheHitRatio === undefined ? '   -' : row.cacheHitRatio.toFixed(2)} hit  ${row.answerHitRatio === undefined ? '   -' : row.answerHitRatio.toFixed(2)} kept  ${row.executionsPerRequest === undefined ? '   -' : row.executionsPerRequest.toFixed(2)} exec  x${row.ratioToFloor.toFixed(2)}${row.target ? ` (target ${row.target})` : ''}${row.non2xx ? `  non-2xx ${row.non2xx}` : ''}`;
+    return `${row.scenario.padEnd(38)} ${String(row.rps).padStart(6)} req/s  p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${String(row.cpuUsPerRequest).padStart(5)} µs CPU (${String(row.systemUsPerRequest).padStart(3)} sys)  ${String(row.dbTxPerRequest).padStart(5)} db tx  ${String(row.peakRssMb).padStart(4)} MB  ${row.gcShare === undefined ? '   -' : row.gcShare.toFixed(2)} gc  ${row.cacheHitRatio === undefined ? '   -' : row.cacheHitRatio.toFixed(2)} hit  ${row.answerHitRatio === undefined ? '   -' : row.answerHitRatio.toFixed(2)} kept  ${row.executionsPerRequest === undefined ? '   -' : row.executionsPerRequest.toFixed(2)} exec  x${row.ratioToFloor.toFixed(2)}${row.target ? ` (target ${row.target})` : ''}${row.non2xx ? `  non-2xx ${row.non2xx}` : ''}`;
   }
   const row = (name: string) => rows.find((r) => r.scenario === name);
   /**

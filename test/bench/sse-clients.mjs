@@ -13,12 +13,24 @@ const body = JSON.stringify({ query: process.argv[5] ?? 'subscription { creditAn
 let ready = 0;
 let events = 0;
 let failed = 0;
-const open = (i) =>
+// A stream refused 503 (the server busy, or low on memory) is asked for again after its Retry-After, as clients do.
+const open = (i, tries = 0) =>
   new Promise((resolve) => {
     const req = request(
       { host: target.hostname, port: target.port, path: '/graphql', method: 'POST', agent: false,
         headers: { authorization: `Bearer ${tokens[i % tokens.length]}`, 'content-type': 'application/json', accept: 'text/event-stream', 'user-agent': 'Mozilla/5.0 (X11; Linux x86_64) Chrome/120', 'content-length': Buffer.byteLength(body) } },
       (res) => {
+        if (res.statusCode === 503 && tries < 5) {
+          res.resume();
+          setTimeout(() => open(i, tries + 1).then(resolve), Number(res.headers['retry-after'] ?? 1) * 1000);
+          return;
+        }
+        if (res.statusCode !== 200) {
+          res.resume();
+          failed += 1;
+          resolve();
+          return;
+        }
         let first = true;
         res.setEncoding('utf8');
         res.on('data', (text) => {
