@@ -3,9 +3,8 @@ import { decodeJwt } from 'jose';
 import { requireParent } from '../auth/authorize.js';
 import { bearerToken, credentialKey } from '../auth/credentials.js';
 import type { RequestContext } from '../context.js';
-import type { RowChange } from '../db/capture/changes.js';
 import { ApiError, isDatabaseUnavailable, ServiceUnavailableError, toApiError, UnauthorizedError } from '../errors.js';
-import type { Topic } from '../live/live-updates.js';
+import type { Concerns } from '../live/live-updates.js';
 import { getCreditAnalysis } from '../services/get-credit-analysis.js';
 import { getOrganizationDetails } from '../services/get-organization-details.js';
 import { builder, viewerOf } from './builder.js';
@@ -35,7 +34,7 @@ function expiryOf(context: RequestContext): number {
  * an API error said once. What it keeps while it waits is the renewal (the credentials, not the
  * request's context) and a digest of the last answer.
  */
-function follow<T>(context: RequestContext, organizationId: string, kind: string, concerns: Topic['concerns'], read: (fresh: RequestContext) => Promise<T>, key: (value: T) => string) {
+function follow<T>(context: RequestContext, organizationId: string, kind: string, concerns: Concerns, read: (fresh: RequestContext) => Promise<T>, key: (value: T) => string) {
   const live = context.live;
   if (!live) throw new ServiceUnavailableError('Live updates are not available on this server.');
   const expiresAt = expiryOf(context);
@@ -69,15 +68,14 @@ const unwrap = <T>(payload: T | ApiError): T => {
 };
 
 /** What alters a credit analysis: the balance, purchases, usage, and children added or removed. */
-const creditConcerns = (organizationId: string) => (change: RowChange) =>
-  change.entity !== 'account' || change.stable || change.id === organizationId;
+const creditConcerns: Concerns = (change, organizationId) => change.entity !== 'account' || change.stable || change.id === organizationId;
 
 /**
  * What alters organization details: the organization's settings, or its parent's identity. Not
  * its balances, which every sign-in changes and the details do not show (running out of credits
  * is a settings change here: it refuses the children).
  */
-const organizationConcerns = (organizationId: string) => (change: RowChange) =>
+const organizationConcerns: Concerns = (change, organizationId) =>
   change.stable && (change.entity === 'organization' || (change.entity === 'account' && change.id === organizationId));
 
 builder.subscriptionType({ description: 'Live updates over Server-Sent Events (GraphQL over SSE): an answer at once, then one after each change that alters it.' });
@@ -95,7 +93,7 @@ builder.subscriptionField('creditAnalysisChanged', (t) =>
         context,
         organizationId,
         `credit|${viewer.account.id}`,
-        creditConcerns(organizationId),
+        creditConcerns,
         async (fresh): Promise<CreditAnalysisRoot> => {
           const current = requireParent(await viewerOf(fresh, 'jwt'));
           return { ...(await getCreditAnalysis(current, fresh.services)), viewer: current, services: fresh.services };
@@ -120,7 +118,7 @@ builder.subscriptionField('organizationChanged', (t) =>
         context,
         organizationId,
         `organization|${viewer.account.id}`,
-        organizationConcerns(organizationId),
+        organizationConcerns,
         async (fresh) => getOrganizationDetails(await viewerOf(fresh, 'jwt'), fresh.services),
         (details) => JSON.stringify(details),
       );

@@ -32,8 +32,20 @@ export class LiveUnavailableError extends ApiError {
   }
 }
 
+/**
+ * Which of an organization's changes alter an answer. One function for every subscription of a
+ * kind (not a closure each): a change is asked once per kind, however many subscriptions follow it.
+ */
+export type Concerns = (change: RowChange, organizationId: string) => boolean;
+
 /** What one subscription follows: the organization, and which of its changes alter its answer. */
-export type Topic = { organizationId: string; concerns: (change: RowChange) => boolean };
+export type Topic = { organizationId: string; concerns: Concerns };
+
+/** An organization's open subscriptions, by what concerns them. */
+class Following {
+  size = 0;
+  readonly byConcerns = new Map<Concerns, Set<Subscription<any>>>();
+}
 
 /** Where a subscription's answers go: its transport (an event stream, or an iterator for graphql-js). */
 export type LiveSink<T> = {
@@ -105,7 +117,7 @@ type SharedAnswer = { version: number; strong: Promise<unknown> | undefined; wea
 export class LiveUpdates {
   private readonly subscriptions = new Set<Subscription<any>>();
   private readonly byCredential = new Map<string, number>();
-  private readonly byOrganization = new Map<string, Set<Subscription<any>>>();
+  private readonly byOrganization = new Map<string, Following>();
   private readonly unsubscribe: () => void;
   /** Per organization with open subscriptions: a number that moves with each change that concerns it. */
   private readonly versions = new Map<string, number>();
@@ -145,10 +157,12 @@ export class LiveUpdates {
       return;
     }
     const organizationId = change.entity === 'account' ? (change.parentId ?? change.id) : change.id;
-    const interested = this.byOrganization.get(organizationId);
-    if (!interested) return;
+    const following = this.byOrganization.get(organizationId);
+    if (!following) return;
     this.versions.set(organizationId, (this.versions.get(organizationId) ?? 0) + 1);
-    for (const subscription of interested) if (subscription.topic.concerns(change)) this.mark(subscription);
+    for (const [concerns, subscriptions] of following.byConcerns) {
+      if (concerns(change, organizationId)) for (const subscription of subscriptions) this.mark(subscription);
+    }
   }
 
   /**
@@ -233,9 +247,12 @@ export class LiveUpdates {
     const subscription = new Subscription<T>(topic, credential, expiresAtMs, compute);
     this.subscriptions.add(subscription);
     this.byCredential.set(credential, (this.byCredential.get(credential) ?? 0) + 1);
-    let organization = this.byOrganization.get(topic.organizationId);
-    if (!organization) this.byOrganization.set(topic.organizationId, (organization = new Set()));
-    organization.add(subscription);
+    let following = this.byOrganization.get(topic.organizationId);
+    if (!following) this.byOrganization.set(topic.organizationId, (following = new Following()));
+    let alike = following.byConcerns.get(topic.concerns);
+    if (!alike) following.byConcerns.set(topic.concerns, (alike = new Set()));
+    alike.add(subscription);
+    following.size += 1;
     this.expiries ??= setInterval(() => this.sweep(), EXPIRY_SWEEP_MS).unref();
     return new LiveSubscription(this, subscription);
   }
@@ -262,9 +279,12 @@ export class LiveUpdates {
     const count = (this.byCredential.get(credential) ?? 1) - 1;
     if (count === 0) this.byCredential.delete(credential);
     else this.byCredential.set(credential, count);
-    const organization = this.byOrganization.get(topic.organizationId);
-    organization?.delete(subscription);
-    if (organization?.size === 0) {
+    const following = this.byOrganization.get(topic.organizationId);
+    const alike = following?.byConcerns.get(topic.concerns);
+    if (!following || !alike?.delete(subscription)) return;
+    following.size -= 1;
+    if (alike.size === 0) following.byConcerns.delete(topic.concerns);
+    if (following.size === 0) {
       this.byOrganization.delete(topic.organizationId);
       this.versions.delete(topic.organizationId);
       for (const slot of this.answers.keys()) if (slot.startsWith(`${topic.organizationId}|`)) this.answers.delete(slot);

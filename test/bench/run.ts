@@ -405,7 +405,11 @@ try {
     // (what is measured is the steady state, with the cache's hit ratio printed), then the warm-up.
     if (scenario.tokensFile) {
       const primed = autocannon(scenario, 0, true);
-      console.log(`  (primed: each of the ${users.toLocaleString('en')} users once, ${primed.requests} requests, ${primed.non2xx} not 2xx)`);
+      // How full the entity cache is after them, of its share of the memory budget.
+      const text = await (await fetch(`${server}/metrics`)).text();
+      const share = (name: string) => Number(new RegExp(`^${name}\\{share="entityCache"\\} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
+      const full = Math.round((100 * share('api_memory_share_used_bytes')) / share('api_memory_share_bytes'));
+      console.log(`  (primed: each of the ${users.toLocaleString('en')} users once, ${primed.requests} requests, ${primed.non2xx} not 2xx; the entity cache ${full} % of its share)`);
     }
     autocannon(scenario, Number(args.warmup));
     const ofApp = pid === app.pid || pid === other?.pid;
