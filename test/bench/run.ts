@@ -356,8 +356,16 @@ try {
   await stats.connect();
   type Row = { scenario: string; measuredUs: [number, number]; rps: number; p50: number; p99: number; cpuUsPerRequest: number; gcShare?: number; systemUsPerRequest: number; dbTxPerRequest: number; peakRssMb: number; ratioToFloor: number; non2xx: number; cacheHitRatio?: number; answerHitRatio?: number; executionsPerRequest?: number; target?: number };
   /** The server's entity-cache lookups so far, from its /metrics. */
+  /** The server's metrics; asked again once if a kept-alive connection was closed under the request (the server's idle timeout). */
+  const metricsOf = async (server: string): Promise<string> => {
+    try {
+      return await (await fetch(`${server}/metrics`)).text();
+    } catch {
+      return await (await fetch(`${server}/metrics`)).text();
+    }
+  };
   const cacheLookups = async (server: string) => {
-    const text = await (await fetch(`${server}/metrics`)).text();
+    const text = await metricsOf(server);
     const read = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
     // Executions by engine, summed: the GraphQL requests that ran the pipeline (not answered kept or shared).
     const executions = [...text.matchAll(/^api_graphql_executions_total\{[^}]*\} (\S+)$/gm)].reduce((sum, match) => sum + Number(match[1]), 0);
@@ -406,7 +414,7 @@ try {
     if (scenario.tokensFile) {
       const primed = autocannon(scenario, 0, true);
       // How full the entity cache is after them, of its share of the memory budget.
-      const text = await (await fetch(`${server}/metrics`)).text();
+      const text = await metricsOf(server);
       const share = (name: string) => Number(new RegExp(`^${name}\\{share="entityCache"\\} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
       const full = Math.round((100 * share('api_memory_share_used_bytes')) / share('api_memory_share_bytes'));
       console.log(`  (primed: each of the ${users.toLocaleString('en')} users once, ${primed.requests} requests, ${primed.non2xx} not 2xx; the entity cache ${full} % of its share)`);
