@@ -2,7 +2,7 @@ import { Server as NetServer } from 'node:net';
 import { createApp, type App } from './http/app.js';
 import { Exchange } from './http/exchange.js';
 import { createHttpServer, createMetricsServer } from './http/server.js';
-import { MIN_SECRET_BYTES } from './auth/tokens.js';
+import { MIN_SECRET_BYTES } from './domain/signing-keys.js';
 import { loadConfigOrExit } from './config.js';
 import type { Database } from './db/database.js';
 import { describeOrganizations, listOrganizations } from './db/accounts.js';

@@ -1,6 +1,6 @@
 import { SignJWT, base64url } from 'jose';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { secretKey } from '../src/auth/tokens.js';
+import { secretKey } from '../src/domain/signing-keys.js';
 import { MASKED_SECRET } from '../src/services/get-organization-details.js';
 import type { Account } from '../src/generated/prisma/client.js';
 import { createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';

@@ -1,6 +1,6 @@
 import { SignJWT } from 'jose';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { secretKey } from '../src/auth/tokens.js';
+import { secretKey } from '../src/domain/signing-keys.js';
 import { loadConfig } from '../src/config.js';
 import { parseDateBound } from '../src/domain/dates.js';
 import { RateLimiter } from '../src/http/rate-limit.js';

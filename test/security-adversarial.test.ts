@@ -1,7 +1,7 @@
 import { createHmac } from 'node:crypto';
 import { SignJWT, base64url } from 'jose';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { secretKey } from '../src/auth/tokens.js';
+import { secretKey } from '../src/domain/signing-keys.js';
 import type { Account } from '../src/generated/prisma/client.js';
 import { createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { rest, startServer, useServer, type TestServer } from './helpers/app.js';

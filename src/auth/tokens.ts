@@ -1,4 +1,5 @@
 import { SignJWT } from 'jose';
+import { secretKey } from '../domain/signing-keys.js';
 
 /** decisions §2: HS256 with the organization's signing secret; `kid` is the organization's public key. */
 export const TOKEN_ALGORITHM = 'HS256';
@@ -16,24 +17,6 @@ export type MintOptions = {
   audience?: string;
   now?: Date;
 };
-
-/** HS256 secrets must be at least 32 bytes (the seed refuses shorter ones; start-up reports them). */
-export const MIN_SECRET_BYTES = 32;
-
-/**
- * An organization's token key: its parent's id and the secret, imported once for HMAC checks, and
- * the cache tags of the tokens it verifies (one array shared by all of them).
- */
-export type SigningKey = { parentId: string; key: CryptoKey; tokenTags: readonly string[] };
-
-/** The secret as a WebCrypto HMAC-SHA-256 key (jose would otherwise import it on every check). */
-export function verificationKey(secret: Uint8Array<ArrayBuffer>): Promise<CryptoKey> {
-  return crypto.subtle.importKey('raw', secret, { name: 'HMAC', hash: 'SHA-256' }, false, ['verify']);
-}
-
-export function secretKey(secret: string): Uint8Array<ArrayBuffer> {
-  return new TextEncoder().encode(secret);
-}
 
 export async function mintAccessToken(options: MintOptions): Promise<string> {
   const issuedAt = Math.floor((options.now ?? new Date()).getTime() / 1000);

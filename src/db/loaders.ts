@@ -1,5 +1,5 @@
 import DataLoader from 'dataloader';
-import { MIN_SECRET_BYTES, secretKey, verificationKey, type SigningKey } from '../auth/tokens.js';
+import { MIN_SECRET_BYTES, secretKey, verificationKey, type SigningKey } from '../domain/signing-keys.js';
 import { cacheTags } from './cache-tags.js';
 import { MISS, type CacheReader, type ReadThroughOptions } from './entity-cache.js';
 import type { SnapshotQuery } from './snapshots.js';

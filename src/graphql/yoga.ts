@@ -1,7 +1,6 @@
 import { createYoga, useEnvelop, type Plugin } from 'graphql-yoga';
-import { acceptsGzip, CompressedPayload } from '../http/compression.js';
 import type { Config } from '../config.js';
-import { drained, type Exchange } from '../http/exchange.js';
+import { CompressedPayload, drained, type Exchange } from '../http/exchange.js';
 import { revalidatable } from './http.js';
 import { GRAPHIQL_DEFAULT_DOCUMENT } from './operations.js';
 import { resolvePersistedOperation, type PersistedRule } from './persisted.js';
@@ -117,7 +116,7 @@ export function createYogaDoor(pipeline: GraphQLPipeline, config: Config, option
     });
     // A subscription's event stream: written as it comes, as fast as the client reads.
     if (answer.body && /^\s*text\/event-stream/i.test(contentType ?? '')) return streamEvents(exchange, answer.status, contentType!, answer.body);
-    let payload: Buffer = Buffer.from(await answer.arrayBuffer());
+    const payload: Buffer = Buffer.from(await answer.arrayBuffer());
     const page = /^\s*text\/html/i.test(contentType ?? '');
     const json = /json/i.test(contentType ?? '');
     // The JSON body, parsed once and only when asked for (the log's error code, revalidation).
@@ -131,17 +130,17 @@ export function createYogaDoor(pipeline: GraphQLPipeline, config: Config, option
       const code = answered()?.errors?.[0]?.extensions?.code;
       exchange.record.code = typeof code === 'string' ? code : undefined;
     }
-    if (page && payload.length >= COMPRESS_HTML_FROM_BYTES && acceptsGzip(exchange.header('accept-encoding'))) {
+    // GraphiQL's page: the same bytes each time, compressed once.
+    if (page) {
       if (!compressedPage || !compressedPage.raw.equals(payload)) compressedPage = new CompressedPayload(payload);
-      payload = await compressedPage.gzip();
-      exchange.addHeaders({ 'Content-Encoding': 'gzip', Vary: 'Accept-Encoding' });
+      return exchange.sendCompressible(answer.status, contentType!, compressedPage, COMPRESS_HTML_FROM_BYTES);
     }
     // Not a JSON object, or one with errors: not kept.
     if (json && revalidatable(exchange, answer.status, () => !answered() || answered()!.errors !== undefined)) {
       exchange.sendRevalidated(contentType!, payload);
       return;
     }
-    exchange.send(answer.status, contentType, payload, { noStore: !page });
+    exchange.send(answer.status, contentType, payload, { noStore: true });
   }
 
   /**

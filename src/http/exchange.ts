@@ -4,6 +4,10 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Credentials, TokenMemo } from '../auth/authenticate.js';
 import type { RequestRecord } from '../context.js';
+import { acceptsGzip, CompressedPayload } from './compression.js';
+
+/** What the transports compress with (`Exchange.sendCompressible`): the exchange offers it. */
+export { CompressedPayload };
 
 const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -168,6 +172,18 @@ export class Exchange {
     tag ??= entityTag(payload);
     if (noneMatch(this.header('if-none-match'), tag)) this.write(200, contentType, payload, false, false, tag);
     else this.write(304, undefined, '', false, false, tag);
+  }
+
+  /**
+   * A fixed payload (a page, a script), gzipped (once, by the payload) for a client that accepts it
+   * when it is at least `fromBytes` long; such an answer varies by `Accept-Encoding`.
+   */
+  async sendCompressible(status: number, contentType: string, payload: CompressedPayload, fromBytes: number, options: { noStore?: boolean } = {}): Promise<void> {
+    if (payload.raw.length < fromBytes) return this.send(status, contentType, payload.raw, options);
+    this.addHeader('Vary', 'Accept-Encoding');
+    if (!acceptsGzip(this.header('accept-encoding'))) return this.send(status, contentType, payload.raw, options);
+    this.addHeader('Content-Encoding', 'gzip');
+    this.send(status, contentType, await payload.gzip(), options);
   }
 
   sendJson(status: number, body: unknown, options: { noStore?: boolean } = {}): void {

@@ -1,8 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import { acceptsGzip, CompressedPayload } from '../http/compression.js';
-import type { Exchange } from '../http/exchange.js';
+import { CompressedPayload, type Exchange } from '../http/exchange.js';
 import { openApiDocument } from './openapi.js';
 
 /*
@@ -79,9 +78,5 @@ export async function serveDocs(exchange: Exchange): Promise<void> {
     loaded.set(target, payload);
   }
   exchange.addHeaders({ 'Cache-Control': 'public, max-age=300', Vary: 'Accept-Encoding' });
-  if (payload.raw.length >= COMPRESS_FROM_BYTES && acceptsGzip(exchange.header('accept-encoding'))) {
-    exchange.addHeader('Content-Encoding', 'gzip');
-    return exchange.send(200, asset.contentType, await payload.gzip());
-  }
-  return exchange.send(200, asset.contentType, payload.raw);
+  return exchange.sendCompressible(200, asset.contentType, payload, COMPRESS_FROM_BYTES);
 }
