@@ -9,7 +9,7 @@ import { postgresBinDir, startCluster, type Cluster } from './helpers/postgres-c
  * The test command: the whole suite on PGlite, then again on PostgreSQL — the server named by
  * TEST_DATABASE_URL, or a throwaway cluster on loopback started from the PostgreSQL server
  * binaries on this machine. In CI (CI=true) a missing PostgreSQL fails the run. The last line is
- * "N passed, N failed" summed over both passes.
+ * "N passed, N failed" summed over both passes. TEST_DATABASES=pglite runs the first pass only.
  */
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -90,7 +90,10 @@ const { TEST_DATABASE_URL: _ignored, ...baseEnv } = process.env;
 totals.push(await runVitest('PGlite (embedded)', baseEnv));
 
 let postgresProblem: string | undefined;
-if (process.env.TEST_DATABASE_URL) {
+const postgresAsked = (process.env.TEST_DATABASES ?? 'pglite,postgres').split(',').includes('postgres');
+if (!postgresAsked) {
+  console.log('\n(the PostgreSQL pass is not asked for: TEST_DATABASES=pglite)');
+} else if (process.env.TEST_DATABASE_URL) {
   totals.push(await runVitest('PostgreSQL (TEST_DATABASE_URL)', { ...baseEnv, TEST_DATABASE_URL: process.env.TEST_DATABASE_URL }));
 } else {
   const binDir = postgresBinDir();

@@ -6,7 +6,7 @@ import { baseEnv, listening, root, run } from './helpers/processes.js';
 
 /*
  * The Node.js release the suite runs on. CI runs the suite on the machine's Node and again on
- * Node 24 (`.ci/run`, EXPECT_NODE_MAJOR=24); this proves that pass ran where it says, and that the
+ * Node 26 and 24 (`.ci/run`, EXPECT_NODE_MAJOR); this proves that a pass ran where it says, and that the
  * server and the CLI it starts run there too (they are started with the test's own binary).
  */
 describe('the Node.js release', () => {

@@ -45,10 +45,34 @@ async function createDatabase(migrated: boolean): Promise<TestDatabase> {
       await database.close();
       const dropper = new pg.Client({ connectionString: serverUrl });
       await dropper.connect();
-      await dropper.query(`DROP DATABASE IF EXISTS ${prefixed} WITH (FORCE)`);
-      await dropper.end();
+      try {
+        await dropWithSlots(dropper, prefixed);
+      } finally {
+        await dropper.end();
+      }
     },
   };
+}
+
+/**
+ * Drops a test database. A server stopped just before may still hold its temporary replication
+ * slot for a moment (its walsender ends after the client has gone), and FORCE does not remove
+ * slots: their sessions are ended, and the drop tried again, for up to 10 s.
+ */
+async function dropWithSlots(client: pg.Client, name: string): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    await client.query(
+      `SELECT CASE WHEN active THEN pg_terminate_backend(active_pid) ELSE pg_drop_replication_slot(slot_name) IS NULL END FROM pg_replication_slots WHERE database = $1`,
+      [name],
+    );
+    try {
+      await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      return;
+    } catch (error) {
+      if (attempt >= 100 || !/replication slot/.test((error as Error).message)) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
 }
 
 /** This file's own migrated database, opened before its tests and dropped after them. */
