@@ -130,7 +130,8 @@ export function createEventStreams(pipeline: GraphQLPipeline, options: { stallMs
       response.write(PING);
       streams.add(stream);
       pinger ??= setInterval(ping, PING_MS).unref();
-      response.once('close', () => {
+      // `on`, not `once` (a response closes once; `once` would keep a wrapper for the stream's life).
+      response.on('close', () => {
         source.cancel();
         streams.delete(stream);
         if (streams.size > 0) return;

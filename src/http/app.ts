@@ -359,7 +359,8 @@ export function createApp(options: AppOptions): App {
       const exchange = new Exchange(request, response);
       const route = byPath.get(exchange.path);
       inFlight += 1;
-      response.once('close', () => {
+      // A response closes once: `on` keeps no wrapper while a stream stays open.
+      response.on('close', () => {
         inFlight -= 1;
         exchange.leavesProgress();
       });
