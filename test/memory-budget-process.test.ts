@@ -10,6 +10,7 @@ import { openDatabase, type Database } from '../src/db/database.js';
 import { migrate } from '../src/db/migrator.js';
 import { seed } from '../src/dev/demo-data.js';
 import { RATE_LIMIT_KEY_BYTES } from '../src/ops/memory-budget.js';
+import { metricValue } from './helpers/app.js';
 import { createTestDatabase, testMode, type TestDatabase } from './helpers/database.js';
 import { baseEnv, listening, run, type Run } from './helpers/processes.js';
 
@@ -43,9 +44,6 @@ async function seedCallers(database: Pick<Database, 'prisma' | 'sql'>): Promise<
   }
   return callers;
 }
-
-/** A metric's value in the Prometheus text. */
-const gaugeOf = (metrics: string, name: string) => Number(new RegExp(`^${name.replace(/[{}"]/g, '\\$&')} (\\S+)$`, 'm').exec(metrics)?.[1]);
 
 /** How each answer ended: its status and code, or how the connection failed. */
 function outcome(status: number, body: string): string {
@@ -165,7 +163,7 @@ describe(`the memory budget on a real server (${testMode})`, () => {
 
       // Each structure within its share, the entity cache filled to it; still ready.
       const metrics = await (await fetch(`${url}/metrics`)).text();
-      const gauge = (name: string) => gaugeOf(metrics, name);
+      const gauge = (name: string) => metricValue(metrics, name);
       for (const share of ['entityCache', 'answerCache', 'rateLimiter'] as const) {
         expect(gauge(`api_memory_share_used_bytes{share="${share}"}`), share).toBeLessThanOrEqual(memory.shares[share]);
       }
@@ -186,7 +184,7 @@ describe(`the memory budget on a real server (${testMode})`, () => {
           return socket;
         }),
       );
-      const inProgress = async () => gaugeOf(await (await fetch(`${url}/metrics`)).text(), 'api_memory_requests_in_progress');
+      const inProgress = async () => metricValue(await (await fetch(`${url}/metrics`)).text(), 'api_memory_requests_in_progress');
       for (let i = 0; i < 100 && (await inProgress()) < memory.maxRequests; i++) await new Promise((resolve) => setTimeout(resolve, 50));
       const busy = await fetch(`${url}/auth/user-profile`, { headers: { authorization: `Bearer ${callers[0]!.token}` } });
       expect(busy.status).toBe(503);

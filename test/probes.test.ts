@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config.js';
 import { openDatabase } from '../src/db/database.js';
-import { rest, startServer, useServer } from './helpers/app.js';
+import { metricValue, rest, startServer, useServer } from './helpers/app.js';
 import { createOrganization, tokenFor } from './helpers/builders.js';
 import { createEmptyDatabase, testMode, useTestDatabase } from './helpers/database.js';
 
@@ -94,7 +94,6 @@ describe(`probes: /healthz, /readyz, /health (${testMode})`, () => {
 describe(`metrics (${testMode})`, () => {
   const database = useTestDatabase();
   const server = useServer(database);
-  const metric = (text: string, name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1]);
 
   it('GET /metrics: Prometheus text with the process and the cache; the cache counters move with requests', async () => {
     const org = await createOrganization(database());
@@ -103,13 +102,13 @@ describe(`metrics (${testMode})`, () => {
     expect(before.status).toBe(200);
     expect(before.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
     expect(before.text).toMatch(/^process_cpu_user_seconds_total /m);
-    expect(metric(before.text, 'api_cache_live')).toBe(1);
+    expect(metricValue(before.text, 'api_cache_live')).toBe(1);
     for (let i = 0; i < 5; i++) expect((await rest(server(), '/auth/user-profile', { token })).status).toBe(200);
     const after = (await rest(server(), '/metrics')).text;
-    expect(metric(after, 'api_cache_hits_total')).toBeGreaterThanOrEqual(metric(before.text, 'api_cache_hits_total') + 4);
-    expect(metric(after, 'api_cache_misses_total')).toBeGreaterThan(metric(before.text, 'api_cache_misses_total'));
-    expect(metric(after, 'api_cache_entries')).toBeGreaterThan(0);
-    expect(metric(after, 'api_cache_bytes')).toBeGreaterThan(0);
+    expect(metricValue(after, 'api_cache_hits_total')).toBeGreaterThanOrEqual(metricValue(before.text, 'api_cache_hits_total') + 4);
+    expect(metricValue(after, 'api_cache_misses_total')).toBeGreaterThan(metricValue(before.text, 'api_cache_misses_total'));
+    expect(metricValue(after, 'api_cache_entries')).toBeGreaterThan(0);
+    expect(metricValue(after, 'api_cache_bytes')).toBeGreaterThan(0);
     // No series is labelled with anything a request sent.
     expect(after).not.toContain(token);
     expect(after).not.toContain(org.parent.id);

@@ -81,9 +81,11 @@ type Route = {
   handle(exchange: Exchange): Promise<void> | void;
 };
 
-/** What a request refused for memory is told to wait. */
-const MEMORY_RETRY_AFTER_SECONDS = 5;
-const BUSY_RETRY_AFTER_SECONDS = 1;
+/** What a request the memory budget refuses is told: near the budget, or past the requests in progress it holds. */
+const REFUSED = {
+  memory: { retryAfter: '5', message: 'The server is low on memory; try again shortly or on another instance.' },
+  busy: { retryAfter: '1', message: 'The server is busy; try again shortly or on another instance.' },
+} as const;
 /** How long a readiness check waits for the database. */
 const READINESS_TIMEOUT_MS = 1000;
 export type AppOptions = {
@@ -194,7 +196,7 @@ export function createApp(options: AppOptions): App {
   );
   // Near the budget's old generation: the caches shrink, then streams and at last requests are refused.
   const pressure = new MemoryPressure({
-    heapBytes: config.memory.oldGenerationBytes,
+    oldGenerationBytes: config.memory.oldGenerationBytes,
     maxRequests: config.memory.maxRequests,
     used: options.memoryUsed,
     shrink: (fraction) => {
@@ -319,8 +321,8 @@ export function createApp(options: AppOptions): App {
     if (route.shed) {
       const refusal = pressure.refusesRequest();
       if (refusal) {
-        exchange.addHeaders({ 'Retry-After': String(refusal === 'memory' ? MEMORY_RETRY_AFTER_SECONDS : BUSY_RETRY_AFTER_SECONDS) });
-        return refuse(exchange, route, new ServiceUnavailableError(refusal === 'memory' ? 'The server is low on memory; try again shortly or on another instance.' : 'The server is busy; try again shortly or on another instance.'));
+        exchange.addHeaders({ 'Retry-After': REFUSED[refusal].retryAfter });
+        return refuse(exchange, route, new ServiceUnavailableError(REFUSED[refusal].message));
       }
       exchange.countsAsInProgress(pressure.finished);
     }

@@ -41,10 +41,14 @@ export type Concerns = (change: RowChange, organizationId: string) => boolean;
 /** What one subscription follows: the organization, and which of its changes alter its answer. */
 export type Topic = { organizationId: string; concerns: Concerns };
 
-/** An organization's open subscriptions, by what concerns them. */
-class Following {
-  size = 0;
-  readonly byConcerns = new Map<Concerns, Set<Subscription<any>>>();
+/** An organization's open subscriptions, by what concerns them (no empty set is kept). */
+type Following = Map<Concerns, Set<Subscription<any>>>;
+
+/** How many subscriptions follow an organization (a sum over its kinds: two at most). */
+function followers(following: Following | undefined): number {
+  let count = 0;
+  for (const alike of following?.values() ?? []) count += alike.size;
+  return count;
 }
 
 /** Where a subscription's answers go: its transport (an event stream, or an iterator for graphql-js). */
@@ -160,7 +164,7 @@ export class LiveUpdates {
     const following = this.byOrganization.get(organizationId);
     if (!following) return;
     this.versions.set(organizationId, (this.versions.get(organizationId) ?? 0) + 1);
-    for (const [concerns, subscriptions] of following.byConcerns) {
+    for (const [concerns, subscriptions] of following) {
       if (concerns(change, organizationId)) for (const subscription of subscriptions) this.mark(subscription);
     }
   }
@@ -241,18 +245,17 @@ export class LiveUpdates {
     if ((this.byCredential.get(credential) ?? 0) >= limits.maxPerCredential) {
       throw new TooManySubscriptionsError(`At most ${limits.maxPerCredential} subscriptions may be open with one credential.`);
     }
-    if ((this.byOrganization.get(topic.organizationId)?.size ?? 0) >= limits.maxPerOrganization) {
+    if (followers(this.byOrganization.get(topic.organizationId)) >= limits.maxPerOrganization) {
       throw new TooManySubscriptionsError(`At most ${limits.maxPerOrganization} subscriptions may be open for one organization.`);
     }
     const subscription = new Subscription<T>(topic, credential, expiresAtMs, compute);
     this.subscriptions.add(subscription);
     this.byCredential.set(credential, (this.byCredential.get(credential) ?? 0) + 1);
     let following = this.byOrganization.get(topic.organizationId);
-    if (!following) this.byOrganization.set(topic.organizationId, (following = new Following()));
-    let alike = following.byConcerns.get(topic.concerns);
-    if (!alike) following.byConcerns.set(topic.concerns, (alike = new Set()));
+    if (!following) this.byOrganization.set(topic.organizationId, (following = new Map()));
+    let alike = following.get(topic.concerns);
+    if (!alike) following.set(topic.concerns, (alike = new Set()));
     alike.add(subscription);
-    following.size += 1;
     this.expiries ??= setInterval(() => this.sweep(), EXPIRY_SWEEP_MS).unref();
     return new LiveSubscription(this, subscription);
   }
@@ -280,10 +283,9 @@ export class LiveUpdates {
     if (count === 0) this.byCredential.delete(credential);
     else this.byCredential.set(credential, count);
     const following = this.byOrganization.get(topic.organizationId);
-    const alike = following?.byConcerns.get(topic.concerns);
+    const alike = following?.get(topic.concerns);
     if (!following || !alike?.delete(subscription)) return;
-    following.size -= 1;
-    if (alike.size === 0) following.byConcerns.delete(topic.concerns);
+    if (alike.size === 0) following.delete(topic.concerns);
     if (following.size === 0) {
       this.byOrganization.delete(topic.organizationId);
       this.versions.delete(topic.organizationId);

@@ -4,7 +4,7 @@ import v8 from 'node:v8';
 /*
  * One memory budget, from which every bound that holds memory follows (see `ops/README.md`,
  * "Memory budget"). The budget is the process's resident memory: MEMORY_BUDGET_MB, else the
- * container's limit (cgroup v2 `memory.max`), else 250 MB. The V8 heap gets 60 % of it: a fixed
+ * container's limit (cgroup v2 `memory.max`), else 250 MB. The V8 heap gets 64 % of it: a fixed
  * young generation and the old generation, where everything that lives longer than a moment is
  * kept and whose limit is what V8 dies of. The old generation up to where shedding starts (80 %)
  * is accounted: the process's own objects and the requests in progress keep a reserve, and what

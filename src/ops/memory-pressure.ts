@@ -24,7 +24,7 @@ const SAMPLE_MS = 100;
 
 export type MemoryPressureOptions = {
   /** The old generation the budget allows (bytes). */
-  heapBytes: number;
+  oldGenerationBytes: number;
   /** Level 1 was entered, or is still on after a later collection: the caches shrink to this fraction of what they hold. */
   shrink: (fraction: number) => void;
   /** The requests in progress the budget's working reserve holds. */
@@ -91,7 +91,7 @@ export class MemoryPressure {
 
   /** Reads the heap and moves the level; shrinks the caches while at level 1 or above. */
   sample(): PressureLevel {
-    const ratio = this.used() / this.options.heapBytes;
+    const ratio = this.used() / this.options.oldGenerationBytes;
     let level = this.level;
     while (level < 3 && ratio >= THRESHOLDS[level]!) level = (level + 1) as PressureLevel;
     while (level > 0 && ratio < THRESHOLDS[level - 1]! - HYSTERESIS) level = (level - 1) as PressureLevel;

@@ -153,3 +153,8 @@ export function useCapturedLog() {
     },
   };
 }
+
+/** A metric's value in the Prometheus text, by its name with its labels as written (`name{label="v"}`); NaN when absent. */
+export function metricValue(text: string, name: string): number {
+  return Number(new RegExp(`^${name.replace(/[{}"]/g, '\\$&')} (\\S+)$`, 'm').exec(text)?.[1]);
+}
