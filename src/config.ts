@@ -4,6 +4,7 @@ import proxyAddr from 'proxy-addr';
 import { z } from 'zod';
 import { CACHE_DEFAULTS } from './db/entity-cache.js';
 import { relayAddress } from './db/capture/relay.js';
+import type { TracingSettings } from './ops/tracing.js';
 import { memoryBudget, processMemoryFacts, type MemoryBudget, type MemoryFacts } from './ops/memory-budget.js';
 
 const bool = (fallback: boolean) =>
@@ -43,6 +44,11 @@ const integer = (min: number, max: number) =>
       .optional(),
   );
 const withDefault = (schema: ReturnType<typeof integer>, fallback: number) => schema.transform((v) => v ?? fallback);
+
+/** OTLP over HTTP; gRPC would need another exporter and its native dependencies. */
+const otlpProtocol = z
+  .enum(['http/protobuf', 'http/json'], { message: 'must be http/protobuf or http/json (gRPC is not supported: point it at the collector\'s HTTP port, 4318)' })
+  .optional();
 
 const environment = z.object({
   NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
@@ -151,6 +157,28 @@ const environment = z.object({
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
   LOG_FORMAT: z.enum(['auto', 'json', 'pretty']).default('auto'),
   GRAPHQL_PERSISTED_ONLY: bool(false),
+  // OpenTelemetry's own variables (ops/tracing.ts): tracing is on once an OTLP endpoint is set.
+  // The SDK reads them itself; they are checked here so that a typo fails the start instead of
+  // sampling everything (the SDK's answer to a sampler it does not know) or exporting nowhere.
+  OTEL_SDK_DISABLED: bool(false),
+  OTEL_TRACES_EXPORTER: optionalString.pipe(z.enum(['otlp', 'none'], { message: 'must be otlp or none (this server exports traces over OTLP only)' }).optional()),
+  OTEL_EXPORTER_OTLP_ENDPOINT: optionalString.pipe(z.string().regex(/^https?:\/\//, 'must be an http:// or https:// URL').optional()),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: optionalString.pipe(z.string().regex(/^https?:\/\//, 'must be an http:// or https:// URL').optional()),
+  OTEL_EXPORTER_OTLP_PROTOCOL: optionalString.pipe(otlpProtocol),
+  OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: optionalString.pipe(otlpProtocol),
+  OTEL_TRACES_SAMPLER: optionalString.pipe(
+    z
+      .enum(['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'], {
+        message: 'must be one of always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio',
+      })
+      .optional(),
+  ),
+  OTEL_TRACES_SAMPLER_ARG: optionalString.pipe(
+    z
+      .string()
+      .regex(/^(?:0|1|0?\.\d+|1\.0*)$/, 'must be a probability between 0 and 1 (0.1 samples one trace in ten)')
+      .optional(),
+  ),
 });
 
 export type Config = {
@@ -229,6 +257,8 @@ export type Config = {
   persistedOperationsOnly: boolean;
   /** The memory budget and its shares (`ops/memory-budget.ts`): the bounds above that hold memory follow from it. */
   memory: MemoryBudget;
+  /** OpenTelemetry traces, from the OTEL_* variables (`ops/tracing.ts`). */
+  tracing: TracingSettings;
 };
 
 export class ConfigError extends Error {
@@ -269,6 +299,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFa
   }
   return {
     memory,
+    tracing: {
+      enabled:
+        !e.OTEL_SDK_DISABLED && e.OTEL_TRACES_EXPORTER !== 'none' && (e.OTEL_EXPORTER_OTLP_ENDPOINT !== undefined || e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT !== undefined),
+      protocol: e.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? e.OTEL_EXPORTER_OTLP_PROTOCOL ?? 'http/protobuf',
+    },
     env: e.NODE_ENV,
     port: e.PORT,
     metricsPort: e.METRICS_PORT,

@@ -9,7 +9,7 @@ import { isParentByJwt } from './auth/authorize.js';
 import type { Config } from './config.js';
 import type { Answer, AnswerCache, Claim, Computation } from './db/answer-cache.js';
 import type { Database } from './db/database.js';
-import { ReadSet } from './db/read-set.js';
+import { ReadSet, type CacheLookups } from './db/read-set.js';
 import type { EntityCache } from './db/entity-cache.js';
 import type { ReadQuery } from './db/replicas.js';
 import type { LiveUpdates } from './live/live-updates.js';
@@ -92,6 +92,8 @@ export type RequestRecord = {
    * serialised record can carry the secret itself.
    */
   carriesSecret?: (payload: string | Buffer) => boolean;
+  /** The entity cache's lookups for this request, hits and misses (for its trace). */
+  cacheLookups?: CacheLookups;
 };
 
 /** Who a viewer is, as kept answers and registration budgets are keyed: how it signed in, as whom. */
@@ -133,7 +135,7 @@ export type RequestSource = {
 /** The one context factory: REST and both GraphQL doors make their context here. */
 export function createRequestContext(deps: AppDependencies, source: RequestSource, options: { countRetrievals?: boolean } = {}): RequestContext {
   const { credentials, requestId, record, held } = source;
-  const reads = new ReadSet();
+  const reads = new ReadSet((record.cacheLookups ??= { hits: 0, misses: 0 }));
   const cache = deps.cache.recording(reads);
   const loaders = createLoaders(deps.database.prisma, cache);
   // decisions §3 counts answers, not fields: a GraphQL operation that asks for the organization

@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module';
 import { Writable } from 'node:stream';
+import { traceFields } from './ops/tracing.js';
 import { pino, type DestinationStream, type Logger as PinoLogger } from 'pino';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
@@ -141,6 +142,9 @@ export function createLogger(level: LogLevel, options: { format?: 'json' | 'pret
       formatters: { level: (label) => ({ level: label }) },
       serializers: { error: pino.stdSerializers.err },
       redact: { paths: REDACTED_PATHS, censor: CENSOR },
+      // A line logged inside a traced request joins its trace (its own fields win: the request
+      // line names the request's span itself).
+      mixin: () => traceFields() ?? {},
     },
     destination,
   );

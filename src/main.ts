@@ -13,6 +13,7 @@ import { ServiceUnavailableError } from './errors.js';
 import { createLogger } from './logger.js';
 import { sendRestError } from './rest/http.js';
 import { describeStartFailure, StartFailure } from './ops/start-failure.js';
+import { startTracing, stopTracing } from './ops/tracing.js';
 
 const config = loadConfigOrExit();
 const logger = createLogger(config.logLevel, { format: config.logFormat });
@@ -40,6 +41,9 @@ process.on('uncaughtException', (error) => {
   logger.error(stopping ? 'uncaught exception while shutting down' : 'uncaught exception; shutting down', { error });
   void shutdown('uncaught exception', 1);
 });
+
+// Traces (OTEL_* variables): on before the database opens, so that its statements are traced.
+await startTracing(config.tracing).catch(failStart);
 
 // The port first: a port in use is known at once, not after migrating. Until the app is ready,
 // requests are answered 503.
@@ -171,6 +175,8 @@ async function shutdown(reason: string, exitCode: number): Promise<void> {
       await database?.close();
       metricsServer?.closeAllConnections();
       metricsServer?.close();
+      // The last spans, within a bound: a collector that does not answer does not hold the exit.
+      await stopTracing();
     })());
   const deadline = setTimeout(() => {
     cut = true;

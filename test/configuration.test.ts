@@ -117,4 +117,22 @@ describe('configuration', () => {
     expect(refusal({ TRUST_PROXY: '2' })).toEqual([]);
     expect(refusal({ TRUST_PROXY: '101' })).toEqual(['TRUST_PROXY: a hop count must be at most 100']);
   });
+
+  it('tracing follows the OpenTelemetry variables: off without an endpoint, and a value the SDK would misread is refused at start', () => {
+    const endpoint = { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' };
+    expect(loadConfig({}).tracing).toEqual({ enabled: false, protocol: 'http/protobuf' });
+    expect(loadConfig(endpoint).tracing).toEqual({ enabled: true, protocol: 'http/protobuf' });
+    expect(loadConfig({ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'https://collector/v1/traces', OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' }).tracing).toEqual({ enabled: true, protocol: 'http/json' });
+    expect(loadConfig({ ...endpoint, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/protobuf' }).tracing.protocol).toBe('http/protobuf');
+    expect(loadConfig({ ...endpoint, OTEL_SDK_DISABLED: 'true' }).tracing.enabled).toBe(false);
+    expect(loadConfig({ ...endpoint, OTEL_TRACES_EXPORTER: 'none' }).tracing.enabled).toBe(false);
+    expect(refusal({ ...endpoint, OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.1' })).toEqual([]);
+    // The SDK would sample every trace for a sampler it does not know, and export nowhere over a protocol it lacks.
+    expect(refusal({ ...endpoint, OTEL_TRACES_SAMPLER: 'traceidratio_typo' })[0]).toMatch(/^OTEL_TRACES_SAMPLER: must be one of always_on/);
+    expect(refusal({ ...endpoint, OTEL_TRACES_SAMPLER_ARG: '10%' })).toEqual(['OTEL_TRACES_SAMPLER_ARG: must be a probability between 0 and 1 (0.1 samples one trace in ten)']);
+    expect(refusal({ ...endpoint, OTEL_TRACES_SAMPLER_ARG: '1.5' })).toHaveLength(1);
+    expect(refusal({ ...endpoint, OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' })[0]).toMatch(/^OTEL_EXPORTER_OTLP_PROTOCOL: must be http\/protobuf or http\/json \(gRPC is not supported/);
+    expect(refusal({ OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' })).toEqual(['OTEL_EXPORTER_OTLP_ENDPOINT: must be an http:// or https:// URL']);
+    expect(refusal({ ...endpoint, OTEL_TRACES_EXPORTER: 'zipkin' })[0]).toMatch(/^OTEL_TRACES_EXPORTER: must be otlp or none/);
+  });
 });

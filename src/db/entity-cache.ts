@@ -200,6 +200,17 @@ export class EntityCache {
     return entry as { value: V };
   }
 
+  /** One lookup counted, in the cache's statistics and the request's. */
+  private counted(hit: boolean, reads: ReadSet | undefined): void {
+    if (hit) {
+      this.stats.hits += 1;
+      if (reads) reads.lookups.hits += 1;
+    } else {
+      this.stats.misses += 1;
+      if (reads) reads.lookups.misses += 1;
+    }
+  }
+
   /** Take before reading the database; hand to `set` with what was read. */
   ticket(): CacheTicket {
     return { epoch: this.epoch };
@@ -241,15 +252,12 @@ export class EntityCache {
   ): V | null | typeof MISS {
     if (!this.feed.live || !this.entries) return MISS;
     const entry = this.entries.get(namespace === '' ? key : `${namespace}:${key}`);
-    if (lookedUp) {
-      if (entry === undefined) this.stats.misses += 1;
-      else this.stats.hits += 1;
-    }
+    if (lookedUp) this.counted(entry !== undefined, reads);
     if (entry === undefined) return MISS;
     const stored = entry.value as Stored | null;
     const value = stored === null ? null : options.form ? options.form.unpack(stored) : (stored as unknown as V);
     if (value !== null && options.usable && !options.usable(value)) return MISS;
-    if (!lookedUp) this.stats.hits += 1;
+    if (!lookedUp) this.counted(true, reads);
     reads?.add(tags(key, value), { epoch: this.epoch, seen: entry.seen });
     return value;
   }

@@ -5,7 +5,15 @@ import type { Snapshot } from './snapshots.js';
  * tags of everything read through the cache, whether anything was read around it (then the
  * answer is not kept), and until when what was computed from the clock holds.
  */
+/** How many of a request's lookups the entity cache answered, and how many it missed. */
+export type CacheLookups = { hits: number; misses: number };
+
 export class ReadSet {
+  constructor(
+    /** Counted by the entity cache, for the request's trace; shared by the request's contexts. */
+    readonly lookups: CacheLookups = { hits: 0, misses: 0 },
+  ) {}
+
   /**
    * Each tag read, with what the value read is known to be current as of: the cache's epoch when
    * it was read, and the snapshot of the database read that it came from, when there was one.

@@ -4,6 +4,7 @@ import { drained, type Exchange } from '../http/exchange.js';
 import { LiveSubscription, type LiveSink } from '../live/live-updates.js';
 import { serialiseResult } from './http.js';
 import { operationLabel } from './observe.js';
+import { endSpan, startOperationSpan } from '../ops/tracing.js';
 import type { GraphQLParams } from './persisted.js';
 import { releaseRequestCaches, type GraphQLPipeline } from './pipeline.js';
 import { schema } from './schema.js';
@@ -125,6 +126,8 @@ export function createEventStreams(pipeline: GraphQLPipeline, options: { stallMs
         source.cancel();
         return true;
       }
+      // The stream's span lasts as long as the stream.
+      const span = startOperationSpan('subscription', getOperationAST(document, params.operationName)?.name?.value ?? params.operationName, 'stream', exchange.record.operation);
       const stream = new EventStream(exchange, document, params, (contextValue as RequestContext).renew, shared);
       exchange.startStream(200, 'text/event-stream', { 'Cache-Control': 'no-cache' });
       response.write(PING);
@@ -133,6 +136,7 @@ export function createEventStreams(pipeline: GraphQLPipeline, options: { stallMs
       // `on`, not `once` (a response closes once; `once` would keep a wrapper for the stream's life).
       response.on('close', () => {
         source.cancel();
+        endSpan(span);
         streams.delete(stream);
         if (streams.size > 0) return;
         clearInterval(pinger);

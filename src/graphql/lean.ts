@@ -4,6 +4,7 @@ import { claimAnswer, type RequestContext } from '../context.js';
 import type { TagRead } from '../db/read-set.js';
 import { answerOf, MAX_ANSWER_KEY_LENGTH, type AnswerCache } from '../db/answer-cache.js';
 import type { Exchange } from '../http/exchange.js';
+import { endSpan, startOperationSpan } from '../ops/tracing.js';
 import { regularMediaType, sendAnswer, sendResult, serialiseResult, type RegularMediaType } from './http.js';
 import { resolvePersistedOperation, type GraphQLParams, type PersistedRule } from './persisted.js';
 import type { GraphQLPipeline, PlannedQuery } from './pipeline.js';
@@ -32,7 +33,8 @@ const NOTHING_READ: ReadonlyMap<string, TagRead> = new Map();
 const DOCUMENTS_KNOWN = 256;
 const DOCUMENT_BYTES = 4 * 1024 * 1024;
 
-type KnownDocument = { id: number; plans: Map<string, PlannedQuery> };
+/** A document's id, the plans of its operations, and their names (by the operationName sent), for the spans of their kept answers. */
+type KnownDocument = { id: number; plans: Map<string, PlannedQuery>; names: Map<string, string | undefined> };
 
 const MEMBERS = new Set(['query', 'variables', 'operationName', 'extensions']);
 
@@ -125,6 +127,9 @@ function deepFreeze<T>(value: T): T {
   return value;
 }
 
+/** An execution's result, whether its operation was a query, and the operation's name in the document. */
+type Outcome = { result: ExecutionResult; query: boolean; name?: string | undefined };
+
 export type LeanDoor = (exchange: Exchange, body: Buffer | undefined) => Promise<boolean>;
 
 export type LeanDoorOptions = {
@@ -147,7 +152,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
   /** What the door knows of a document (a new entry for a document first known). */
   function known(query: string): KnownDocument {
     let entry = documents.get(query);
-    if (entry === undefined) documents.set(query, (entry = { id: ++documentIds, plans: new Map() }));
+    if (entry === undefined) documents.set(query, (entry = { id: ++documentIds, plans: new Map(), names: new Map() }));
     return entry;
   }
 
@@ -200,16 +205,17 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
    * parse and validation outcomes for its document are known, and its hooks' orchestration is
    * what the plan saves.
    */
-  async function execute(exchange: Exchange, params: GraphQLParams, prepared?: RequestContext): Promise<{ result: ExecutionResult; query: boolean } | undefined> {
+  async function execute(exchange: Exchange, params: GraphQLParams, prepared?: RequestContext): Promise<Outcome | undefined> {
     try {
       const planned = params.query == null ? undefined : documents.get(params.query)?.plans.get(params.operationName ?? '');
       const ran = planned && pipeline.runPlanned(planned, { exchange, params, prepared });
-      if (ran) return { result: await ran, query: true };
+      if (ran) return { result: await ran, query: true, name: planned.name };
       const enveloped = pipeline.getEnveloped({ exchange, params, prepared } as never);
       const document = enveloped.parse(params.query!);
       const errors = enveloped.validate(enveloped.schema, document);
       if (errors.length > 0) return { result: { errors }, query: false };
-      const operation = getOperationAST(document, params.operationName)?.operation;
+      const definition = getOperationAST(document, params.operationName);
+      const operation = definition?.operation;
       // Subscriptions stream: the full server's transport answers them.
       if (operation === 'subscription') return undefined;
       const contextValue = await enveloped.contextFactory();
@@ -224,7 +230,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
         const plan = pipeline.plan(document, params.operationName);
         if (plan) known(params.query!).plans.set(params.operationName ?? '', plan);
       }
-      return { result, query: operation === 'query' };
+      return { result, query: operation === 'query', name: definition?.name?.value };
     } catch (error) {
       return { result: { errors: [pipeline.maskError(error)] }, query: false };
     }
@@ -234,7 +240,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
    * Whether the answer may be kept: a query's result without errors, for a request whose operation
    * verified its viewer, computed from what the cache tracks alone.
    */
-  function keepable(outcome: { result: ExecutionResult; query: boolean }, context: RequestContext, exchange: Exchange): boolean {
+  function keepable(outcome: Outcome, context: RequestContext, exchange: Exchange): boolean {
     const { result, query } = outcome;
     return query && !result.errors?.length && result.extensions === undefined && exchange.record.caller !== undefined && context.reads.reusable(now());
   }
@@ -263,6 +269,8 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
     const claiming = key === undefined ? undefined : claimAnswer(answers, key, viewer!, context, () => pipeline.context(exchange), now);
     const claimed = claiming instanceof Promise ? await claiming : claiming;
     if (claimed?.answer) {
+      // A kept answer: its span says so, and has nothing under it.
+      endSpan(startOperationSpan('query', document?.names.get(params.operationName ?? '') ?? params.operationName, 'kept', claimed.answer.label));
       await context.replay(claimed.answer, exchange.record);
       sendAnswer(exchange, claimed.answer, taken.mediaType);
       return true;
@@ -277,7 +285,12 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
       const make = () =>
         answerOf(serialiseResult(outcome.result), { label: exchange.record.operation, retrievals: [...context.retrieved], validUntil: context.reads.validUntil });
       // A document is given an id once an answer to it may be kept.
-      const kept = computation && sameViewer && keepable(outcome, context, exchange) ? computation.finish(make, context.reads.tags, key ?? answerKey(known(params.query).id, params, viewer!)) : undefined;
+      let kept: ReturnType<NonNullable<typeof computation>['finish']> = undefined;
+      if (computation && sameViewer && keepable(outcome, context, exchange)) {
+        const document = known(params.query);
+        document.names.set(params.operationName ?? '', outcome.name);
+        kept = computation.finish(make, context.reads.tags, key ?? answerKey(document.id, params, viewer!));
+      }
       if (kept) sendAnswer(exchange, kept, taken.mediaType);
       else sendResult(exchange, outcome.result, taken.mediaType);
       return true;

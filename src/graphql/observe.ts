@@ -1,8 +1,9 @@
-import { getOperationAST, Kind, type DocumentNode, type GraphQLError } from 'graphql';
+import { getOperationAST, Kind, type DocumentNode, type ExecutionResult, type GraphQLError } from 'graphql';
 import type { Plugin } from '@envelop/core';
 import { ApiError, innermostError, toApiError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { RequestRecord } from '../context.js';
+import { endSpan, startOperationSpan, tracingActive, within } from '../ops/tracing.js';
 
 /** Root selections beyond this many are summarised: a label stays short whatever the document. */
 const MAX_LABELLED_FIELDS = 8;
@@ -87,4 +88,53 @@ export function observeErrors(logger: Logger, contextValue: unknown, errors: rea
     if (error.path === undefined || original instanceof ApiError) continue;
     logger.error('unexpected error in a GraphQL resolver', { error: original, requestId, path: error.path.join('.'), code: toApiError(original).code });
   }
+}
+
+/** The span's status for a result: failed with its first error's code, if it has errors. */
+function failure(result: unknown): string | undefined {
+  const errors = (result as ExecutionResult | undefined)?.errors;
+  if (!errors?.length) return undefined;
+  return codeOf(errors[0]) ?? 'GRAPHQL_ERROR';
+}
+
+/**
+ * The GraphQL operation's span (ops/tracing.ts), under the request's: made where the execution
+ * runs, so that its resolvers' database spans hang under it. A subscription's span lasts as long
+ * as its stream. Nothing when tracing is off.
+ */
+export function useTracing(): Plugin {
+  return {
+    onExecute({ args, executeFn, setExecuteFn }) {
+      if (!tracingActive()) return;
+      const operation = getOperationAST(args.document, args.operationName);
+      const span = startOperationSpan(
+        operation?.operation ?? 'query',
+        operation?.name?.value ?? args.operationName,
+        'execution',
+        operationLabel(args.document, args.operationName),
+      );
+      setExecuteFn((executeArgs) => within(span, () => executeFn(executeArgs)));
+      return {
+        onExecuteDone({ result }) {
+          endSpan(span, failure(result));
+        },
+      };
+    },
+    onSubscribe({ args, subscribeFn, setSubscribeFn }) {
+      if (!tracingActive()) return;
+      const operation = getOperationAST(args.document, args.operationName);
+      const span = startOperationSpan('subscription', operation?.name?.value ?? args.operationName, 'stream', operationLabel(args.document, args.operationName));
+      setSubscribeFn((subscribeArgs) => within(span, () => subscribeFn(subscribeArgs)));
+      return {
+        onSubscribeResult({ result }) {
+          // A refusal is one result; a stream ends when its iteration does.
+          if (!(Symbol.asyncIterator in (result as object))) return endSpan(span, failure(result));
+          return { onEnd: () => endSpan(span) };
+        },
+        onSubscribeError() {
+          endSpan(span, 'SUBSCRIPTION_FAILED');
+        },
+      };
+    },
+  };
 }

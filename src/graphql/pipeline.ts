@@ -22,8 +22,9 @@ import { createRequestContext, type AppDependencies, type RequestContext } from 
 import { ApiError, innermostError, toApiError } from '../errors.js';
 import type { Exchange } from '../http/exchange.js';
 import type { Logger } from '../logger.js';
+import { endSpan, startOperationSpan, within } from '../ops/tracing.js';
 import { asReference, useCompiledExecution, type ExecutionCounts } from './compiled.js';
-import { observeErrors, observedIn, operationLabel, useObserve } from './observe.js';
+import { observeErrors, observedIn, operationLabel, useObserve, useTracing } from './observe.js';
 import type { GraphQLParams } from './persisted.js';
 import { schema } from './schema.js';
 
@@ -204,6 +205,8 @@ export function createErrorMask(): (error: unknown) => GraphQLError {
  */
 export type PlannedQuery = {
   readonly label: string;
+  /** The operation's name in the document, if it has one (for its span). */
+  readonly name: string | undefined;
   readonly variables: readonly VariableDefinitionNode[];
   readonly query: CompiledQuery;
 };
@@ -270,6 +273,8 @@ export function createGraphQLPipeline(deps: AppDependencies, logger: Logger, opt
     useValidationCache({ cache: new LRUCache<string, readonly GraphQLError[]>({ max: DOCUMENTS_KEPT, ttl: DOCUMENT_TTL_MS }) }),
     useHttpSemantics(),
     compiledExecution,
+    // After the compiled execution: the span wraps whichever execution runs.
+    useTracing(),
     useObserve(logger),
     useReleaseRequestCaches(),
     useExtendContext(contextOf),
@@ -280,7 +285,7 @@ export function createGraphQLPipeline(deps: AppDependencies, logger: Logger, opt
     const query = compiledExecution.compiledQuery(document, operationName);
     const operation = query && getOperationAST(document, operationName);
     if (!query || operation?.operation !== 'query') return undefined;
-    return { label: operationLabel(document, operationName), variables: operation.variableDefinitions ?? [], query };
+    return { label: operationLabel(document, operationName), name: operation.name?.value, variables: operation.variableDefinitions ?? [], query };
   }
 
   function runPlanned(planned: PlannedQuery, initial: GraphQLInitialContext & { params: GraphQLParams }): Promise<ExecutionResult> | undefined {
@@ -291,7 +296,12 @@ export function createGraphQLPipeline(deps: AppDependencies, logger: Logger, opt
     const observed = observedIn(contextValue);
     if (observed) observed.operation = planned.label;
     executions.compiled += 1;
-    return Promise.resolve(planned.query.query(undefined, contextValue, variables)).then((raw) => settle(contextValue, asReference(raw)));
+    const span = startOperationSpan('query', planned.name, 'plan', planned.label);
+    return Promise.resolve(within(span, () => planned.query.query(undefined, contextValue, variables))).then((raw) => {
+      const result = settle(contextValue, asReference(raw));
+      endSpan(span, result.errors?.length ? String(result.errors[0]!.extensions['code'] ?? 'GRAPHQL_ERROR') : undefined);
+      return result;
+    });
   }
 
   function settle(contextValue: object, result: ExecutionResult): ExecutionResult {

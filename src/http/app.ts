@@ -29,6 +29,7 @@ import { Replicas } from '../db/replicas.js';
 import { RateLimiter } from './rate-limit.js';
 import { Readiness } from './readiness.js';
 import { MemoryPressure } from '../ops/memory-pressure.js';
+import { endRequestSpan, startRequestSpan, traceFields, within, type RequestOutcome } from '../ops/tracing.js';
 import { childAccounts } from '../rest/child-accounts.js';
 import { creditAnalysis } from '../rest/credit-analysis.js';
 import { DOCS_PATHS, OPENAPI_PATH, serveDocs } from '../rest/docs.js';
@@ -360,11 +361,15 @@ export function createApp(options: AppOptions): App {
       const started = performance.now();
       const exchange = new Exchange(request, response);
       const route = byPath.get(exchange.path);
+      // Undefined when tracing is off: each use below is one branch.
+      const span = startRequestSpan(request, exchange.path, route?.label);
       inFlight += 1;
       // A response closes once: `on` keeps no wrapper while a stream stays open.
       response.on('close', () => {
         inFlight -= 1;
         exchange.leavesProgress();
+        // Closed before it finished: the client went away (a stream it left, a request it dropped).
+        if (span && !response.writableFinished) endRequestSpan(span, outcome(exchange, response.statusCode, true));
       });
       exchange.addHeaders(cors.answer(exchange.header('origin')));
       if (draining) response.setHeader('Connection', 'close');
@@ -376,7 +381,9 @@ export function createApp(options: AppOptions): App {
         // Credentials that were sent but never verified (the request was refused first) are not anonymous.
         const caller = exchange.record.caller ?? (exchange.credentials.authorization || exchange.credentials.publicKey ? 'unverified' : 'anonymous');
         metrics.request({ route: label, method, status: response.statusCode, code, seconds, operation });
+        endRequestSpan(span, outcome(exchange, response.statusCode));
         logger.info('request', {
+          ...traceFields(span),
           requestId: exchange.requestId,
           method,
           route: label,
@@ -388,7 +395,7 @@ export function createApp(options: AppOptions): App {
           ...(operation ? { operation } : {}),
         });
       });
-      handle(exchange, route).catch((error: unknown) => {
+      within(span, () => handle(exchange, route)).catch((error: unknown) => {
         if (error instanceof ClientClosedError) {
           logger.debug('client closed the connection before its request was read', { requestId: exchange.requestId });
           return response.destroy();
@@ -404,6 +411,12 @@ export function createApp(options: AppOptions): App {
       });
     },
   };
+}
+
+/** What a request's server span reports when it ends. */
+function outcome(exchange: Exchange, status: number, aborted = false): RequestOutcome {
+  const { code, caller, organizationId, cacheLookups } = exchange.record;
+  return { status, requestId: exchange.requestId, code, caller, organizationId, cacheLookups, aborted };
 }
 
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'OPTIONS']);

@@ -2,6 +2,7 @@ import { requireParent } from '../auth/authorize.js';
 import type { RequestContext } from '../context.js';
 import { ApiError, ExportBusyError, InvalidFormatError, toApiError } from '../errors.js';
 import { drained, type Exchange } from '../http/exchange.js';
+import { endSpan, startSpan, within, type Span } from '../ops/tracing.js';
 import type { Logger } from '../logger.js';
 import { exportChildAccounts } from '../services/export-child-accounts.js';
 import type { ChildRow } from '../services/list-child-accounts.js';
@@ -88,7 +89,9 @@ export function createExports(limits: ExportLimits & { maxQueryParameters: numbe
       if (running.size >= limits.maxConcurrent) throw new ExportBusyError('This server runs as many exports as it allows; try again shortly.');
       organizationId = viewer.organization.parentId;
       running.add(organizationId);
-      await stream(exchange, format, batches);
+      // The export's own span, its batches' reads under it, ended with the stream.
+      const span = startSpan('export child accounts', { 'app.export.format': format });
+      await within(span, () => stream(exchange, format, batches, span));
     } catch (error) {
       const apiError = toApiError(error);
       if (!(error instanceof ApiError)) logger.error('unexpected error before an export started', { error, requestId: exchange.requestId, code: apiError.code });
@@ -100,11 +103,12 @@ export function createExports(limits: ExportLimits & { maxQueryParameters: numbe
   }
 
   /** Writes the answer: headers at once, then batch by batch as the client reads. */
-  async function stream(exchange: Exchange, format: ExportFormat, batches: AsyncIterable<ChildRow[]>): Promise<void> {
+  async function stream(exchange: Exchange, format: ExportFormat, batches: AsyncIterable<ChildRow[]>, span: Span | undefined): Promise<void> {
     const { response } = exchange;
     const date = new Date().toISOString().slice(0, 10);
     exchange.startStream(200, MEDIA_TYPES[format], { 'Content-Disposition': `attachment; filename="child-accounts-${date}.${format}"` });
     if (exchange.request.method === 'HEAD') {
+      endSpan(span);
       response.end();
       return;
     }
@@ -113,6 +117,7 @@ export function createExports(limits: ExportLimits & { maxQueryParameters: numbe
     const gone = () => abort.abort();
     response.on('close', gone);
     let rows = 0;
+    let incomplete: string | undefined;
     try {
       if (format === 'csv') response.write(CSV_HEADER);
       const line = format === 'csv' ? csvLine : ndjsonLine;
@@ -129,11 +134,14 @@ export function createExports(limits: ExportLimits & { maxQueryParameters: numbe
       // The answer has begun: the only way to say it is incomplete is to end the connection
       // without the final chunk, which every HTTP client reports as an error.
       const reason = error instanceof StalledError ? 'client stalled' : shuttingDown ? 'shutdown' : response.destroyed ? 'client gone' : 'error';
+      incomplete = reason;
       exchange.record.code = 'EXPORT_INCOMPLETE';
       if (reason === 'error') logger.error('an export failed after it began', { error, requestId: exchange.requestId, rows });
       else logger.warn('an export ended before it was complete', { reason, requestId: exchange.requestId, rows });
       response.destroy();
     } finally {
+      span?.setAttribute('app.export.rows', rows);
+      endSpan(span, incomplete === undefined ? undefined : `EXPORT_INCOMPLETE: ${incomplete}`);
       response.off('close', gone);
       aborts.delete(abort);
     }

@@ -1,0 +1,195 @@
+import { createRequire } from 'node:module';
+import type { IncomingMessage } from 'node:http';
+import { context, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Span } from '@opentelemetry/api';
+
+/*
+ * OpenTelemetry traces (src/ops/README.md, "Tracing"), configured by the standard OTEL_* variables
+ * and off unless an OTLP endpoint is set. Off, the SDK is never loaded and every helper here is one
+ * branch: the request path costs what it cost without tracing. On, the maintained SDK exports
+ * batches over OTLP/HTTP, and the maintained instrumentations of `pg` and Prisma add the database
+ * spans; the HTTP, GraphQL, stream and export spans are ours, made by the helpers below with the
+ * semantic conventions' names. What a span carries is chosen, never copied wholesale: no header
+ * but the user agent, no query string (the child list's search term travels in it), no GraphQL
+ * document (its literals can hold a search term or an email), no variables, no statement values.
+ */
+
+/** What the OTEL_* variables ask for, as `config.ts` read and checked them. */
+export type TracingSettings = {
+  /** An OTLP endpoint is set, and neither OTEL_SDK_DISABLED nor OTEL_TRACES_EXPORTER=none turns it off. */
+  enabled: boolean;
+  protocol: 'http/protobuf' | 'http/json';
+};
+
+export type { Span };
+
+const TRACER = 'credits-read-api';
+/** The longest operation name a span carries (GraphQL names are short identifiers; a hostile one is not). */
+const MAX_NAME = 100;
+const MAX_USER_AGENT = 256;
+/** How long the shutdown waits for the last batch to reach the collector. */
+const FLUSH_MS = 2000;
+
+let active = false;
+let shutdownProvider: (() => Promise<void>) | undefined;
+
+/** Whether spans are being made (a collector is configured and the SDK started). */
+export function tracingActive(): boolean {
+  return active;
+}
+
+/**
+ * Starts the SDK when the settings ask for it: the exporter for the protocol, the sampler and
+ * resource from the environment (OTEL_TRACES_SAMPLER, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES),
+ * a batch processor (OTEL_BSP_*: a bounded queue; spans beyond it are dropped, not held), and the
+ * `pg` and Prisma instrumentations. Their database spans are made only inside a request's trace.
+ */
+export async function startTracing(settings: TracingSettings, version = '1.0.0'): Promise<void> {
+  if (!settings.enabled || active) return;
+  const [{ NodeTracerProvider, BatchSpanProcessor }, resources, { registerInstrumentations }, { PgInstrumentation }, { PrismaInstrumentation }] = await Promise.all([
+    import('@opentelemetry/sdk-trace-node'),
+    import('@opentelemetry/resources'),
+    import('@opentelemetry/instrumentation'),
+    import('@opentelemetry/instrumentation-pg'),
+    import('@prisma/instrumentation'),
+  ]);
+  const exporter =
+    settings.protocol === 'http/json'
+      ? new (await import('@opentelemetry/exporter-trace-otlp-http')).OTLPTraceExporter()
+      : new (await import('@opentelemetry/exporter-trace-otlp-proto')).OTLPTraceExporter();
+  const resource = resources
+    .defaultResource()
+    .merge(resources.resourceFromAttributes({ 'service.name': TRACER, 'service.version': version }))
+    .merge(resources.detectResources({ detectors: [resources.envDetector] }));
+  const provider = new NodeTracerProvider({ resource, spanProcessors: [new BatchSpanProcessor(exporter)] });
+  // The W3C trace context propagator and the AsyncLocalStorage context manager.
+  provider.register();
+  registerInstrumentations({
+    tracerProvider: provider,
+    instrumentations: [
+      // Statements as sent: parametrised, their values never added (enhancedDatabaseReporting off).
+      new PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false }),
+      new PrismaInstrumentation({ ignoreSpanTypes: ['prisma:client:serialize'] }),
+    ],
+  });
+  // `pg` is an ES import everywhere else, which the instrumentation's require hook does not see:
+  // required once here, its classes are patched where everyone shares them (their prototypes).
+  const require = createRequire(import.meta.url);
+  require('pg');
+  require('pg-pool');
+  active = true;
+  shutdownProvider = () => provider.shutdown();
+}
+
+/** Exports what is still queued, within FLUSH_MS (the shutdown's last step). */
+export async function stopTracing(): Promise<void> {
+  const stop = shutdownProvider;
+  shutdownProvider = undefined;
+  active = false;
+  if (!stop) return;
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([stop().catch(() => undefined), new Promise((resolve) => (timer = setTimeout(resolve, FLUSH_MS)))]);
+  clearTimeout(timer);
+}
+
+const tracer = () => trace.getTracer(TRACER);
+
+/** A span under the active one, or undefined when tracing is off. */
+export function startSpan(name: string, attributes: Attributes, kind: SpanKind = SpanKind.INTERNAL): Span | undefined {
+  if (!active) return undefined;
+  return tracer().startSpan(name, { kind, attributes });
+}
+
+/** Runs `work` with `span` as the active span (what the spans made inside it hang under). */
+export function within<T>(span: Span | undefined, work: () => T): T {
+  return span === undefined ? work() : context.with(trace.setSpan(context.active(), span), work);
+}
+
+/** Ends a span, as failed when `error` says why (a message of ours, never the error's own text). */
+export function endSpan(span: Span | undefined, error?: string): void {
+  if (span === undefined || !span.isRecording()) return;
+  if (error !== undefined) span.setStatus({ code: SpanStatusCode.ERROR, message: error });
+  span.end();
+}
+
+/** A name a span may carry: bounded, whatever the caller sent. */
+export function boundedName(name: string): string {
+  return name.length > MAX_NAME ? name.slice(0, MAX_NAME) : name;
+}
+
+const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'CONNECT', 'TRACE']);
+
+/**
+ * The server span of a request (HTTP semantic conventions): a child of the caller's `traceparent`
+ * when it sent one, named by method and route. Undefined when tracing is off.
+ */
+export function startRequestSpan(request: IncomingMessage, path: string, route: string | undefined): Span | undefined {
+  if (!active) return undefined;
+  const parent = propagation.extract(ROOT_CONTEXT, request.headers);
+  const method = request.method !== undefined && METHODS.has(request.method) ? request.method : '_OTHER';
+  const userAgent = request.headers['user-agent'];
+  const attributes: Attributes = {
+    'http.request.method': method,
+    'url.scheme': 'http',
+    // The path only: the query string can hold a search term.
+    'url.path': route ?? boundedName(path),
+    'network.protocol.version': request.httpVersion,
+  };
+  if (route !== undefined) attributes['http.route'] = route;
+  if (userAgent !== undefined) attributes['user_agent.original'] = userAgent.slice(0, MAX_USER_AGENT);
+  return tracer().startSpan(route === undefined ? (method === '_OTHER' ? 'HTTP' : method) : `${method === '_OTHER' ? 'HTTP' : method} ${route}`, { kind: SpanKind.SERVER, attributes }, parent);
+}
+
+/** What a request's record holds that its server span reports when it ends. */
+export type RequestOutcome = {
+  status: number;
+  requestId: string;
+  code?: string | undefined;
+  caller?: string | undefined;
+  organizationId?: string | undefined;
+  cacheLookups?: { hits: number; misses: number } | undefined;
+  /** The client went away before the answer was complete. */
+  aborted?: boolean;
+};
+
+export function endRequestSpan(span: Span | undefined, outcome: RequestOutcome): void {
+  if (span === undefined || !span.isRecording()) return;
+  span.setAttribute('http.response.status_code', outcome.status);
+  span.setAttribute('app.request.id', outcome.requestId);
+  if (outcome.code) span.setAttribute('app.error.code', outcome.code);
+  if (outcome.caller) span.setAttribute('app.caller.kind', outcome.caller);
+  if (outcome.organizationId) span.setAttribute('app.organization.id', outcome.organizationId);
+  if (outcome.cacheLookups) {
+    span.setAttribute('app.cache.hits', outcome.cacheLookups.hits);
+    span.setAttribute('app.cache.misses', outcome.cacheLookups.misses);
+  }
+  if (outcome.status >= 500) {
+    span.setAttribute('error.type', String(outcome.status));
+    span.setStatus({ code: SpanStatusCode.ERROR });
+  } else if (outcome.aborted) {
+    span.setAttribute('error.type', 'client_closed');
+  }
+  span.end();
+}
+
+/** The ids a log line carries to join its trace; undefined without an active, valid span. */
+export function traceFields(span: Span | undefined = active ? trace.getActiveSpan() : undefined): { trace_id: string; span_id: string } | undefined {
+  if (span === undefined) return undefined;
+  const { traceId, spanId } = span.spanContext();
+  return trace.isSpanContextValid(span.spanContext()) ? { trace_id: traceId, span_id: spanId } : undefined;
+}
+
+/** Where a GraphQL answer came from: a kept answer, a compiled plan, or the whole pipeline. */
+export type AnswerSource = 'kept' | 'plan' | 'execution';
+
+/**
+ * A GraphQL operation's span (semantic conventions: `graphql.operation.type` and `.name`; the
+ * document is not carried), and where its answer came from.
+ */
+export function startOperationSpan(type: string, name: string | null | undefined, source: AnswerSource | 'stream', fields?: string): Span | undefined {
+  if (!active) return undefined;
+  const attributes: Attributes = { 'graphql.operation.type': type, 'app.graphql.answer': source };
+  const bounded = name ? boundedName(name) : undefined;
+  if (bounded) attributes['graphql.operation.name'] = bounded;
+  if (fields) attributes['app.graphql.fields'] = fields;
+  return tracer().startSpan(bounded ? `${type} ${bounded}` : type, { kind: SpanKind.INTERNAL, attributes });
+}

@@ -1,0 +1,336 @@
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { mintAccessToken } from '../src/auth/tokens.js';
+import { openDatabase, type Database } from '../src/db/database.js';
+import { migrate } from '../src/db/migrator.js';
+import { seed } from '../src/dev/demo-data.js';
+import { EXPORT_PATH } from '../src/rest/export.js';
+import { createTestDatabase, testMode, type TestDatabase } from './helpers/database.js';
+import { baseEnv, listening, run, type Run } from './helpers/processes.js';
+
+/*
+ * OpenTelemetry traces from a real server, configured only by the standard OTEL_* variables, sent
+ * to an OTLP/HTTP receiver in this test that decodes what the SDK's exporter sends. A request
+ * with a W3C `traceparent` arrives as one trace under the caller's span: the HTTP server span,
+ * the GraphQL operation's span under it, the database statements under that; on both GraphQL
+ * doors and on REST. No credential, secret, email or search term is in any of it.
+ */
+
+type Attribute = { key: string; value: { stringValue?: string; intValue?: string | number; boolValue?: boolean; doubleValue?: number } };
+type ReceivedSpan = {
+  traceId: string;
+  spanId: string;
+  parentSpanId?: string;
+  name: string;
+  kind: number;
+  attributes: Attribute[];
+  status?: { code?: number };
+};
+
+/** An OTLP/HTTP receiver: every export's body as received, and the spans of the JSON ones. */
+class Receiver {
+  readonly bodies: { contentType: string; body: Buffer }[] = [];
+  readonly spans: ReceivedSpan[] = [];
+  private server: Server | undefined;
+  url = '';
+
+  async start(): Promise<void> {
+    this.server = createServer((request, response) => {
+      const chunks: Buffer[] = [];
+      request.on('data', (chunk: Buffer) => chunks.push(chunk));
+      request.on('end', () => {
+        const body = Buffer.concat(chunks);
+        const contentType = request.headers['content-type'] ?? '';
+        this.bodies.push({ contentType, body });
+        if (request.url === '/v1/traces' && contentType.startsWith('application/json')) {
+          const decoded = JSON.parse(body.toString('utf8')) as { resourceSpans: { scopeSpans: { spans: ReceivedSpan[] }[] }[] };
+          for (const resource of decoded.resourceSpans) for (const scope of resource.scopeSpans) this.spans.push(...scope.spans);
+        }
+        response.writeHead(200, { 'content-type': contentType.startsWith('application/json') ? 'application/json' : 'application/x-protobuf' });
+        response.end(contentType.startsWith('application/json') ? '{}' : '');
+      });
+    });
+    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
+    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+  }
+
+  /** Everything received, as text: what no secret may appear in. */
+  text(): string {
+    return this.bodies.map(({ body }) => body.toString('latin1')).join('\n');
+  }
+
+  async trace(traceId: string, until: (spans: ReceivedSpan[]) => boolean): Promise<ReceivedSpan[]> {
+    for (let i = 0; i < 150; i++) {
+      const spans = this.spans.filter((span) => span.traceId === traceId);
+      if (until(spans)) return spans;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    const received = this.spans.filter((span) => span.traceId === traceId).map((span) => span.name);
+    throw new Error(`trace ${traceId} did not arrive as expected; its spans: ${JSON.stringify(received)}`);
+  }
+
+  close(): void {
+    this.server?.close();
+  }
+}
+
+const attribute = (span: ReceivedSpan, key: string) => {
+  const value = span.attributes.find((entry) => entry.key === key)?.value;
+  return value?.stringValue ?? (value?.intValue === undefined ? value?.boolValue ?? value?.doubleValue : Number(value.intValue));
+};
+
+/** A caller's trace context: a fresh trace id and the caller's own span id, sampled. */
+function traceparent(): { header: string; traceId: string; parentId: string } {
+  const traceId = randomBytes(16).toString('hex');
+  const parentId = randomBytes(8).toString('hex');
+  return { header: `00-${traceId}-${parentId}-01`, traceId, parentId };
+}
+
+/** Each span's ancestors within its trace, nearest first. */
+function ancestors(spans: ReceivedSpan[], span: ReceivedSpan): ReceivedSpan[] {
+  const byId = new Map(spans.map((entry) => [entry.spanId, entry]));
+  const chain: ReceivedSpan[] = [];
+  for (let parent = span.parentSpanId && byId.get(span.parentSpanId); parent; parent = parent.parentSpanId ? byId.get(parent.parentSpanId) : undefined) chain.push(parent);
+  return chain;
+}
+
+const SEARCH = 'zq-secret-search-term';
+const QUERY = `query Dashboard($search: String) { me { userID } childAccounts(search: $search, limit: 5) { stats { total } edges { node { id email } } } creditAnalysis { creditBalance } }`;
+
+type Seeded = { token: string; publicKey: string; jwtSecret: string; emails: string[]; paginationSecret: string };
+
+async function seedOrganization(database: Pick<Database, 'prisma' | 'sql'>): Promise<Omit<Seeded, 'paginationSecret'>> {
+  const [organization] = await seed(database, { organizations: 1, childrenPerOrganization: 20, seed: 7, now: new Date() });
+  const parentId = organization!.parent.userID;
+  const { jwtSecret } = await database.prisma.organization.findUniqueOrThrow({ where: { parentId } });
+  const accounts = await database.sql.query<{ email: string }>('SELECT email FROM "Account" WHERE id = $1 OR "parentId" = $1', [parentId]);
+  const token = await mintAccessToken({ secret: jwtSecret, kid: organization!.parent.publicKey, subject: parentId, ttlSeconds: 3600 });
+  return { token, publicKey: organization!.parent.publicKey, jwtSecret, emails: accounts.map((account) => account.email) };
+}
+
+describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
+  const receiver = new Receiver();
+  const folders: string[] = [];
+  const databases: TestDatabase[] = [];
+  const servers: Run[] = [];
+  let where: NodeJS.ProcessEnv;
+  let seeded: Seeded;
+
+  beforeAll(async () => {
+    await receiver.start();
+    const paginationSecret = randomBytes(24).toString('hex');
+    if (testMode === 'postgres') {
+      const database = await createTestDatabase();
+      databases.push(database);
+      seeded = { ...(await seedOrganization(database)), paginationSecret };
+      where = { DATABASE_URL: database.url };
+    } else {
+      const dataDir = mkdtempSync(path.join(tmpdir(), 'tracing-'));
+      folders.push(dataDir);
+      const database = await openDatabase({ dataDir });
+      await migrate(database.sql);
+      seeded = { ...(await seedOrganization(database)), paginationSecret };
+      await database.close();
+      where = { DATA_DIR: dataDir };
+    }
+  }, 120_000);
+
+  afterAll(async () => {
+    for (const server of servers) {
+      if (server.child.exitCode === null) server.child.kill('SIGKILL');
+      await server.exited;
+    }
+    receiver.close();
+    for (const database of databases) await database.close();
+    for (const folder of folders) rmSync(folder, { recursive: true, force: true });
+  });
+
+  async function start(otel: NodeJS.ProcessEnv): Promise<{ base: string; server: Run }> {
+    // One server at a time on the embedded database's folder: one a failed test left is stopped.
+    for (const left of servers) {
+      if (left.child.exitCode === null) left.child.kill('SIGKILL');
+      await left.exited;
+    }
+    const server = run('src/main.ts', baseEnv({ ...where, PAGINATION_SECRET: seeded.paginationSecret, LOG_LEVEL: 'info', LOG_FORMAT: 'json', SHUTDOWN_DELAY_MS: '0', OTEL_BSP_SCHEDULE_DELAY: '100', ...otel }));
+    servers.push(server);
+    return { base: await listening(server), server };
+  }
+
+  it('a traced request of each door arrives as one trace under the caller, spans nested, logs joined, no secret in any of it', async () => {
+    const { base, server } = await start({ OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_SERVICE_NAME: 'credits-api-under-test' });
+    const auth = { authorization: `Bearer ${seeded.token}` };
+
+    // The lean door: a JSON operation by POST, its search term in the variables.
+    const lean = traceparent();
+    const leanAnswer = await fetch(`${base}/graphql`, {
+      method: 'POST',
+      headers: { ...auth, 'content-type': 'application/json', traceparent: lean.header },
+      body: JSON.stringify({ query: QUERY, operationName: 'Dashboard', variables: { search: SEARCH } }),
+    });
+    expect(leanAnswer.status).toBe(200);
+    expect(((await leanAnswer.json()) as { errors?: unknown }).errors).toBeUndefined();
+
+    // The full server (Yoga): the document as an application/graphql body, the search term a literal
+    // in it (each request searches for another term: what one read is cached for the next).
+    const full = traceparent();
+    const fullAnswer = await fetch(`${base}/graphql`, {
+      method: 'POST',
+      headers: { ...auth, 'content-type': 'application/graphql', accept: 'application/json', traceparent: full.header },
+      body: QUERY.replace('query Dashboard($search: String)', 'query Literal').replace('$search', JSON.stringify(`${SEARCH}-full`)),
+    });
+    expect(fullAnswer.status).toBe(200);
+    expect(((await fullAnswer.json()) as { errors?: unknown }).errors).toBeUndefined();
+
+    // REST, the search term in the query string; and the export, a span of its own.
+    const rest = traceparent();
+    const restAnswer = await fetch(`${base}/auth/child-accounts?search=${SEARCH}-rest&limit=5`, { headers: { ...auth, traceparent: rest.header } });
+    expect(restAnswer.status).toBe(200);
+    const exported = traceparent();
+    const exportAnswer = await fetch(`${base}${EXPORT_PATH}?format=ndjson&search=${SEARCH}`, { headers: { ...auth, traceparent: exported.header } });
+    expect(exportAnswer.status).toBe(200);
+    await exportAnswer.text();
+
+    // A live stream of the credit analysis, ended by the client.
+    const streamed = traceparent();
+    const abort = new AbortController();
+    const stream = await fetch(`${base}/graphql`, {
+      method: 'POST',
+      headers: { ...auth, 'content-type': 'application/json', accept: 'text/event-stream', traceparent: streamed.header },
+      body: JSON.stringify({ query: 'subscription Live { creditAnalysisChanged { creditBalance } }' }),
+      signal: abort.signal,
+    });
+    expect(stream.status).toBe(200);
+    const reader = stream.body!.getReader();
+    let events = '';
+    while (!events.includes('event: next')) events += new TextDecoder().decode((await reader.read()).value);
+    abort.abort();
+
+    for (const { traceId, parentId, method, route, operation, answer } of [
+      { ...lean, method: 'POST', route: '/graphql', operation: 'query Dashboard', answer: 'execution' },
+      { ...full, method: 'POST', route: '/graphql', operation: 'query Literal', answer: 'execution' },
+      { ...rest, method: 'GET', route: '/auth/child-accounts', operation: undefined, answer: undefined },
+    ]) {
+      const spans = await receiver.trace(traceId, (received) => received.some((span) => span.kind === 2) && received.some((span) => span.name.startsWith('pg.query')));
+      // One server span, the caller's span its parent.
+      const servers = spans.filter((span) => span.kind === 2);
+      expect(servers, route).toHaveLength(1);
+      const request = servers[0]!;
+      expect(request.parentSpanId).toBe(parentId);
+      expect(request.name).toBe(`${method} ${route}`);
+      expect(attribute(request, 'http.route')).toBe(route);
+      expect(attribute(request, 'http.response.status_code')).toBe(200);
+      expect(attribute(request, 'url.path')).toBe(route);
+      expect(Number(attribute(request, 'app.cache.hits')) + Number(attribute(request, 'app.cache.misses'))).toBeGreaterThan(0);
+      // Every other span of the trace is under the server span.
+      for (const span of spans) if (span !== request) expect(ancestors(spans, span).map((parent) => parent.spanId), span.name).toContain(request.spanId);
+      const statements = spans.filter((span) => span.name.startsWith('pg.query'));
+      expect(statements.length).toBeGreaterThan(0);
+      for (const statement of statements) expect(String(attribute(statement, 'db.query.text'))).toMatch(/^(SELECT|WITH)/i);
+      if (operation) {
+        // The operation's span under the request's, and the statements under the operation's.
+        const graphql = spans.find((span) => span.name === operation);
+        expect(graphql, JSON.stringify(spans.map((span) => span.name))).toBeDefined();
+        expect(graphql!.parentSpanId).toBe(request.spanId);
+        expect(attribute(graphql!, 'graphql.operation.type')).toBe('query');
+        expect(attribute(graphql!, 'graphql.operation.name')).toBe(operation.split(' ')[1]);
+        expect(attribute(graphql!, 'app.graphql.answer')).toBe(answer);
+        expect(attribute(graphql!, 'app.graphql.fields')).toBe('childAccounts,creditAnalysis,me');
+        // The caller is verified before the operation runs (its reads are the request's); the operation's own reads are under it.
+        expect(statements.filter((statement) => ancestors(spans, statement).includes(graphql!)).length).toBeGreaterThan(0);
+      }
+    }
+
+    // The export's span, under the request's, its reads under it.
+    const exportSpans = await receiver.trace(exported.traceId, (received) => received.some((span) => span.name === 'export child accounts'));
+    const exportSpan = exportSpans.find((span) => span.name === 'export child accounts')!;
+    expect(exportSpans.find((span) => span.spanId === exportSpan.parentSpanId)?.kind).toBe(2);
+    expect(attribute(exportSpan, 'app.export.format')).toBe('ndjson');
+    expect(exportSpans.filter((span) => span.name.startsWith('pg.query') && ancestors(exportSpans, span).includes(exportSpan)).length).toBeGreaterThan(0);
+
+    // The stream's span, ended when the client left.
+    const streamSpans = await receiver.trace(streamed.traceId, (received) => received.some((span) => span.name === 'subscription Live'));
+    const streamSpan = streamSpans.find((span) => span.name === 'subscription Live')!;
+    expect(attribute(streamSpan, 'app.graphql.answer')).toBe('stream');
+    expect(streamSpans.find((span) => span.spanId === streamSpan.parentSpanId)?.kind).toBe(2);
+
+    // The resource names the service as OTEL_SERVICE_NAME says.
+    expect(receiver.text()).toContain('credits-api-under-test');
+
+    // No credential, secret, email or search term anywhere in what was exported.
+    const exportedText = receiver.text();
+    for (const secret of [seeded.token, seeded.token.split('.')[2]!, seeded.jwtSecret, seeded.publicKey, seeded.paginationSecret, SEARCH, ...seeded.emails]) {
+      expect(exportedText.includes(secret), `a span carries ${secret.slice(0, 12)}…`).toBe(false);
+    }
+
+    // The request's log line joins its trace: the trace id and the server span's id.
+    const leanRequest = receiver.spans.find((span) => span.traceId === lean.traceId && span.kind === 2)!;
+    const line = server
+      .output()
+      .split('\n')
+      .find((text) => text.includes(lean.traceId) && text.includes('"message":"request"'));
+    expect(line, server.output().slice(-2000)).toBeDefined();
+    expect(JSON.parse(line!)).toMatchObject({ trace_id: lean.traceId, span_id: leanRequest.spanId, route: '/graphql', status: 200 });
+
+    // The last spans are sent at shutdown, and the process exits 0.
+    server.child.kill('SIGTERM');
+    expect((await server.exited).code).toBe(0);
+  }, 120_000);
+
+  it('answers from a compiled plan and from the kept answers say so in their operation span', async () => {
+    const { base, server } = await start({ OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' });
+    const ask = async (query: string) => {
+      const context = traceparent();
+      const response = await fetch(`${base}/graphql`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${seeded.token}`, 'content-type': 'application/json', traceparent: context.header },
+        body: JSON.stringify({ query }),
+      });
+      expect(response.status).toBe(200);
+      await response.text();
+      return context.traceId;
+    };
+    // Different variables each time (none are kept) until the document runs compiled.
+    const sources = new Set<string>();
+    for (let i = 0; i < 30; i++) {
+      const traceId = await ask(`query Page { childAccounts(limit: ${1 + (i % 5)}) { stats { total } } }`);
+      const spans = await receiver.trace(traceId, (received) => received.some((span) => span.name === 'query Page'));
+      sources.add(String(attribute(spans.find((span) => span.name === 'query Page')!, 'app.graphql.answer')));
+    }
+    expect(sources).toContain('execution');
+    // The same question again and again: served from the kept answers once the cache holds it.
+    for (let i = 0; i < 5; i++) {
+      const traceId = await ask('query Me { me { userID } }');
+      const spans = await receiver.trace(traceId, (received) => received.some((span) => span.name === 'query Me'));
+      sources.add(String(attribute(spans.find((span) => span.name === 'query Me')!, 'app.graphql.answer')));
+    }
+    expect(sources).toContain('kept');
+    server.child.kill('SIGTERM');
+    expect((await server.exited).code).toBe(0);
+  }, 120_000);
+
+  it('by default the exporter speaks OTLP/HTTP with protobuf, and OTEL_SDK_DISABLED turns it off', async () => {
+    const { base, server } = await start({ OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url });
+    const context = traceparent();
+    const before = receiver.bodies.length;
+    expect((await fetch(`${base}/healthz`, { headers: { traceparent: context.header } })).status).toBe(200);
+    server.child.kill('SIGTERM');
+    expect((await server.exited).code).toBe(0);
+    const sent = receiver.bodies.slice(before);
+    expect(sent.map((entry) => entry.contentType)).toContain('application/x-protobuf');
+    // The trace id travels as its 16 bytes.
+    expect(sent.some((entry) => entry.body.includes(Buffer.from(context.traceId, 'hex')))).toBe(true);
+
+    const off = await start({ OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_SDK_DISABLED: 'true' });
+    const silent = receiver.bodies.length;
+    expect((await fetch(`${off.base}/healthz`, { headers: { traceparent: traceparent().header } })).status).toBe(200);
+    off.server.child.kill('SIGTERM');
+    expect((await off.server.exited).code).toBe(0);
+    expect(receiver.bodies.length).toBe(silent);
+    expect(off.server.output()).not.toContain('trace_id');
+  }, 120_000);
+});
