@@ -1,5 +1,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
@@ -35,6 +37,12 @@ const { values: args } = parseArgs({
     /** Another checkout, built there: its server runs beside this one, each row measured on both in turn. */
     compare: { type: 'string' },
     /**
+     * The compared server is this checkout with OpenTelemetry tracing on, sampling this share of
+     * the requests (0.1, 1), exporting over OTLP/HTTP to a receiver in this process that reads and
+     * discards: each row is measured traced and untraced in turn. Not with --compare.
+     */
+    tracing: { type: 'string' },
+    /**
      * Measure every row this many times, in rounds, and report each row's median (by CPU a
      * request). With --compare the pair's order alternates from one round to the next: the
      * server measured first in a pair is often slower, whichever it is.
@@ -49,6 +57,7 @@ const { values: args } = parseArgs({
   },
 });
 if (args.restart && Number(args.streams) > 0) throw new Error('--restart and --streams do not go together: the streams are opened once, on the first server');
+if (args.tracing && args.compare) throw new Error('--tracing and --compare do not go together: --tracing compares this checkout with itself, traced');
 if (args.restart && args.profile) throw new Error('--restart and --profile do not go together: the profile is of one server process');
 const children = Number(args.children);
 const duration = Number(args.duration);
@@ -249,11 +258,31 @@ try {
   let app = startApp();
   // --compare: the other checkout's server, built there, with the same flags on the same database.
   const comparePort = await freePort();
-  const compared = args.compare ? path.resolve(args.compare) : undefined;
-  if (compared) spawnSync('npm', ['run', '-s', 'build'], { cwd: compared, stdio: 'inherit' });
+  const compared = args.compare ? path.resolve(args.compare) : args.tracing ? root : undefined;
+  if (args.compare) spawnSync('npm', ['run', '-s', 'build'], { cwd: compared, stdio: 'inherit' });
+  // --tracing: the collector's part, a receiver that reads each export and answers it.
+  const sink = { exports: 0, bytes: 0 };
+  const tracingEnv: Record<string, string> = {};
+  if (args.tracing) {
+    const receiver = createServer((request, response) => {
+      request.on('data', (chunk: Buffer) => (sink.bytes += chunk.length));
+      request.on('end', () => {
+        sink.exports += 1;
+        response.writeHead(200, { 'content-type': 'application/x-protobuf' }).end();
+      });
+    });
+    await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+    receiver.unref();
+    Object.assign(tracingEnv, {
+      OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`,
+      OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+      OTEL_TRACES_SAMPLER_ARG: args.tracing,
+    });
+  }
+  const compareLabel = args.tracing ? `[traced ${Math.round(Number(args.tracing) * 100)} %]` : '[compare]';
   const startOther = (checkout: string) => {
     const started = spawn(process.execPath, [...nodeFlags.filter((flag) => !flag.startsWith('--cpu-prof')), path.join(checkout, 'dist', 'main.js')], {
-      env: { ...env, ...startEnv, PORT: String(comparePort) },
+      env: { ...env, ...startEnv, ...tracingEnv, PORT: String(comparePort) },
       stdio: ['ignore', 'ignore', 'inherit'],
     });
     processes.push(started);
@@ -350,7 +379,7 @@ try {
   ]
     .filter((s) => !args.only || args.only.split('|').some((text) => s.name.includes(text)) || s.name.startsWith('floor'))
     // --compare: each of the server's rows, then the same on the other checkout's server.
-    .flatMap((s) => (other && s.url.startsWith(base) ? [s, { ...s, name: `${s.name} [compare]`, url: compareBase + s.url.slice(base.length), compared: true }] : [s]));
+    .flatMap((s) => (other && s.url.startsWith(base) ? [s, { ...s, name: `${s.name} ${compareLabel}`, url: compareBase + s.url.slice(base.length), compared: true }] : [s]));
 
   const stats = new pg.Client({ connectionString: databaseUrl });
   await stats.connect();
@@ -509,10 +538,13 @@ try {
     if (g && r) console.log(`${graphql} / ${rest}: ${ratio(g, r)}x the CPU a request (${g.cpuUsPerRequest} / ${r.cpuUsPerRequest} µs${eachRound})`);
   }
   // --compare: each row's CPU a request here against the other checkout's, measured just after it.
-  for (const theirs of rows.filter((r) => r.scenario.endsWith(' [compare]'))) {
-    const ours = row(theirs.scenario.slice(0, -' [compare]'.length));
-    if (ours) console.log(`${ours.scenario}: ${ours.cpuUsPerRequest} µs here, ${theirs.cpuUsPerRequest} µs compared (${ratio(ours, theirs)}x${eachRound})`);
+  for (const theirs of rows.filter((r) => r.scenario.endsWith(` ${compareLabel}`))) {
+    const ours = row(theirs.scenario.slice(0, -` ${compareLabel}`.length));
+    if (!ours) continue;
+    if (args.tracing) console.log(`${ours.scenario}: ${ours.cpuUsPerRequest} µs untraced, ${theirs.cpuUsPerRequest} µs traced (traced/untraced ${ratio(theirs, ours)}x${eachRound})`);
+    else console.log(`${ours.scenario}: ${ours.cpuUsPerRequest} µs here, ${theirs.cpuUsPerRequest} µs compared (${ratio(ours, theirs)}x${eachRound})`);
   }
+  if (args.tracing) console.log(`tracing: ${sink.exports} exports received, ${(sink.bytes / 1e6).toFixed(1)} MB`);
   // What taking a GraphQL request by POST costs on bare node:http (the body's events, its JSON), beside
   // what GraphQL `me` costs beyond the REST profile: the part of the difference that is framing.
   const [plain, posted, meByPost, restProfile] = [row('ceiling: the same bytes from memory'), row('ceiling: the same bytes for a GraphQL POST'), row('GraphQL me (REST profile fields)'), row('REST profile (parent)')];
@@ -553,7 +585,7 @@ try {
     if (!file) throw new Error('the server wrote no CPU profile');
     // Only the samples taken during the measured runs count (not the priming, warm-up or start);
     // the split is of shares, applied to the measured CPU per request of the one server row.
-    const appRows = rows.filter((r) => !r.scenario.startsWith('floor') && !r.scenario.startsWith('ceiling') && !r.scenario.endsWith('[compare]'));
+    const appRows = rows.filter((r) => !r.scenario.startsWith('floor') && !r.scenario.startsWith('ceiling') && !r.scenario.endsWith(compareLabel));
     const perRequest = appRows.length === 1 ? appRows[0]!.cpuUsPerRequest : undefined;
     console.log(`\nCPU by layer${perRequest ? ` (${appRows[0]!.scenario}, ${perRequest} µs a request)` : ' (every row measured)'}:`);
     // The shares are of the samples outside idle and system calls; the µs apply them to the CPU a
