@@ -291,19 +291,23 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFa
     );
   }
   const e = parsed.data;
+  const tracing: TracingSettings = {
+    enabled: !e.OTEL_SDK_DISABLED && e.OTEL_TRACES_EXPORTER !== 'none' && (e.OTEL_EXPORTER_OTLP_ENDPOINT !== undefined || e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT !== undefined),
+    protocol: e.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? e.OTEL_EXPORTER_OTLP_PROTOCOL ?? 'http/protobuf',
+  };
   let memory: MemoryBudget;
   try {
-    memory = memoryBudget(e.MEMORY_BUDGET_MB, { cacheMaxBytes: e.CACHE_MAX_BYTES, answerCacheMaxBytes: e.ANSWER_CACHE_MAX_BYTES, maxStreams: e.LIVE_MAX_STREAMS }, facts);
+    memory = memoryBudget(
+      e.MEMORY_BUDGET_MB,
+      { cacheMaxBytes: e.CACHE_MAX_BYTES, answerCacheMaxBytes: e.ANSWER_CACHE_MAX_BYTES, maxStreams: e.LIVE_MAX_STREAMS, traced: tracing.enabled },
+      facts,
+    );
   } catch (error) {
     throw new ConfigError([`MEMORY_BUDGET_MB: ${(error as Error).message}`]);
   }
   return {
     memory,
-    tracing: {
-      enabled:
-        !e.OTEL_SDK_DISABLED && e.OTEL_TRACES_EXPORTER !== 'none' && (e.OTEL_EXPORTER_OTLP_ENDPOINT !== undefined || e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT !== undefined),
-      protocol: e.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? e.OTEL_EXPORTER_OTLP_PROTOCOL ?? 'http/protobuf',
-    },
+    tracing,
     env: e.NODE_ENV,
     port: e.PORT,
     metricsPort: e.METRICS_PORT,

@@ -24,7 +24,7 @@ import { createGraphQLPipeline } from '../graphql/pipeline.js';
 import { createYogaDoor, type YogaDoor } from '../graphql/yoga.js';
 import type { Logger } from '../logger.js';
 import { createMetrics } from '../ops/metrics.js';
-import { RATE_LIMIT_KEY_BYTES, STREAM_BYTES } from '../ops/memory-budget.js';
+import { RATE_LIMIT_KEY_BYTES } from '../ops/memory-budget.js';
 import { Replicas } from '../db/replicas.js';
 import { RateLimiter } from './rate-limit.js';
 import { Readiness } from './readiness.js';
@@ -133,7 +133,7 @@ export function createApp(options: AppOptions): App {
       used: {
         entityCache: deps.cache.bytes,
         answerCache: answers.bytes,
-        streams: (deps.live?.open ?? 0) * STREAM_BYTES,
+        streams: (deps.live?.open ?? 0) * config.memory.streamBytes,
         registrations: persisted.registered.bytes,
         rateLimiter: limiter.memoryKeys * RATE_LIMIT_KEY_BYTES,
       },

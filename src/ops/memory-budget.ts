@@ -41,6 +41,13 @@ const WORKING_FRACTION = 0.15;
 export const REQUEST_BYTES = 64 * 1024;
 /** What one idle live stream holds (test/memory-budget.test.ts measures it). */
 export const STREAM_BYTES = 10 * 1024;
+/**
+ * Traced (`ops/tracing.ts`): the SDK's objects (4.9 MiB measured once loaded) and its export queue
+ * (2,048 spans) join the process's own, and an open stream holds its two open spans too (11.3 KB
+ * a stream measured at 100 % sampling, against 9.6 KB untraced; `npm run bench:live`).
+ */
+export const TRACING_HEAP_BYTES = 8 * MIB;
+export const TRACED_STREAM_BYTES = 12 * 1024;
 /** What one key of the rate limiter's memory store holds (its LRU slot, the key, the count). */
 export const RATE_LIMIT_KEY_BYTES = 200;
 
@@ -82,14 +89,21 @@ export type MemoryBudget = {
   reserveBytes: { base: number; working: number };
   /** Each structure's bytes (explicit bounds as set, the others their share). */
   shares: Record<Share, number>;
-  /** The streams and rate-limiter keys those shares hold. */
+  /** The streams and rate-limiter keys those shares hold, and what a stream is counted as. */
   maxStreams: number;
+  streamBytes: number;
   /** The requests in progress the working reserve holds; more are refused 503 until some finish. */
   maxRequests: number;
   rateLimitKeys: number;
 };
 
-export type ExplicitBounds = { cacheMaxBytes?: number; answerCacheMaxBytes?: number; maxStreams?: number };
+export type ExplicitBounds = {
+  cacheMaxBytes?: number;
+  answerCacheMaxBytes?: number;
+  maxStreams?: number;
+  /** Tracing on: its SDK and queue join the process's own objects, and a stream holds more. */
+  traced?: boolean;
+};
 
 /** How a budget divides the heap (never more than V8's own limit). */
 function heapLayout(budgetBytes: number, heapLimitBytes: number) {
@@ -123,7 +137,7 @@ function leastBudget(budgetBytes: number, explicit: ExplicitBounds): number {
 }
 
 /** Whether the accounted part holds the process's own objects and the requests in progress, with a MiB to share. */
-const roomy = (accountedBytes: number, working: number) => accountedBytes >= BASE_HEAP_BYTES + working + MIB;
+const roomy = (accountedBytes: number, base: number, working: number) => accountedBytes >= base + working + MIB;
 
 /** The budget and its shares; throws a one-line Error when the explicit bounds cannot fit. */
 export function memoryBudget(budgetMiB: number | undefined, explicit: ExplicitBounds, facts: MemoryFacts, sayLeast = true): MemoryBudget {
@@ -134,8 +148,9 @@ export function memoryBudget(budgetMiB: number | undefined, explicit: ExplicitBo
         ? [facts.containerLimitBytes, 'container limit']
         : [DEFAULT_BUDGET_BYTES, 'default'];
   const { heapBytes, oldSpaceMiB, oldGenerationBytes, accountedBytes, working } = heapLayout(budgetBytes, facts.heapLimitBytes);
-  const base = BASE_HEAP_BYTES;
-  if (!roomy(accountedBytes, working)) {
+  const base = BASE_HEAP_BYTES + (explicit.traced ? TRACING_HEAP_BYTES : 0);
+  const streamBytes = explicit.traced ? TRACED_STREAM_BYTES : STREAM_BYTES;
+  if (!roomy(accountedBytes, base, working)) {
     const least = sayLeast ? ` to at least ${leastBudget(budgetBytes, explicit)}` : '';
     throw new Error(`the memory budget (${source}, ${mib(budgetBytes)}) gives the heap's old generation ${mib(oldGenerationBytes)}, too little for the process's own ${mib(base + working)} below where shedding starts: raise MEMORY_BUDGET_MB${least}`);
   }
@@ -144,7 +159,7 @@ export function memoryBudget(budgetMiB: number | undefined, explicit: ExplicitBo
   const fixed: Partial<Record<Share, number>> = {
     entityCache: explicit.cacheMaxBytes,
     answerCache: explicit.answerCacheMaxBytes,
-    streams: explicit.maxStreams !== undefined ? explicit.maxStreams * STREAM_BYTES : undefined,
+    streams: explicit.maxStreams !== undefined ? explicit.maxStreams * streamBytes : undefined,
   };
   const names = Object.keys(SHARES) as Share[];
   const open = names.filter((name) => fixed[name] === undefined);
@@ -155,7 +170,7 @@ export function memoryBudget(budgetMiB: number | undefined, explicit: ExplicitBo
     const set = [
       explicit.cacheMaxBytes !== undefined ? `CACHE_MAX_BYTES ${mib(explicit.cacheMaxBytes)}` : undefined,
       explicit.answerCacheMaxBytes !== undefined ? `ANSWER_CACHE_MAX_BYTES ${mib(explicit.answerCacheMaxBytes)}` : undefined,
-      explicit.maxStreams !== undefined ? `LIVE_MAX_STREAMS ${explicit.maxStreams} (${mib(explicit.maxStreams * STREAM_BYTES)})` : undefined,
+      explicit.maxStreams !== undefined ? `LIVE_MAX_STREAMS ${explicit.maxStreams} (${mib(explicit.maxStreams * streamBytes)})` : undefined,
     ].filter(Boolean);
     throw new Error(
       `${set.join(', ')} need ${mib(needed)} of heap with the process's own ${mib(base + working)}; the memory budget (${source}, ${mib(budgetBytes)}) accounts for ${mib(accountedBytes)} of the heap: lower them, or raise MEMORY_BUDGET_MB${sayLeast ? ` to at least ${leastBudget(budgetBytes, explicit)}` : ''}`,
@@ -172,7 +187,8 @@ export function memoryBudget(budgetMiB: number | undefined, explicit: ExplicitBo
     oldSpaceMiB,
     reserveBytes: { base, working },
     shares,
-    maxStreams: explicit.maxStreams ?? Math.max(1, Math.floor(shares.streams / STREAM_BYTES)),
+    maxStreams: explicit.maxStreams ?? Math.max(1, Math.floor(shares.streams / streamBytes)),
+    streamBytes,
     maxRequests: Math.floor(working / REQUEST_BYTES),
     rateLimitKeys: Math.max(1000, Math.floor(shares.rateLimiter / RATE_LIMIT_KEY_BYTES)),
   };

@@ -12,6 +12,7 @@ import { openDatabase } from '../../src/db/database.js';
 import { migrate } from '../../src/db/migrator.js';
 import { seed } from '../../src/dev/demo-data.js';
 import { createApp } from '../../src/http/app.js';
+import { startTracing } from '../../src/ops/tracing.js';
 import { createHttpServer } from '../../src/http/server.js';
 import { createLogger } from '../../src/logger.js';
 import { heapGrowth, heapTotals } from './heap-diff.js';
@@ -32,6 +33,8 @@ const argument = (name: string, fallback: number) => {
   const at = process.argv.indexOf(`--${name}`);
   return at === -1 ? fallback : Number(process.argv[at + 1]);
 };
+// OTEL_EXPORTER_OTLP_ENDPOINT set: the streams traced (each holds its open spans), as the server would trace them.
+await startTracing(loadConfig(process.env).tracing);
 const streams = argument('streams', 10_000);
 const organizationCount = argument('organizations', 50);
 const database = await openDatabase({ memory: true });
