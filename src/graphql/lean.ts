@@ -4,7 +4,7 @@ import { claimAnswer, type RequestContext } from '../context.js';
 import type { TagRead } from '../db/read-set.js';
 import { answerOf, MAX_ANSWER_KEY_LENGTH, type AnswerCache } from '../db/answer-cache.js';
 import type { Exchange } from '../http/exchange.js';
-import { endSpan, startOperationSpan } from '../ops/tracing.js';
+import { endSpan, recording, startOperationSpan } from '../ops/tracing.js';
 import { regularMediaType, sendAnswer, sendResult, serialiseResult, type RegularMediaType } from './http.js';
 import { resolvePersistedOperation, type GraphQLParams, type PersistedRule } from './persisted.js';
 import type { GraphQLPipeline, PlannedQuery } from './pipeline.js';
@@ -270,7 +270,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
     const claimed = claiming instanceof Promise ? await claiming : claiming;
     if (claimed?.answer) {
       // A kept answer: its span says so, and has nothing under it.
-      endSpan(startOperationSpan('query', document?.names.get(params.operationName ?? '') ?? params.operationName, 'kept', claimed.answer.label));
+      if (recording()) endSpan(startOperationSpan('query', document?.names.get(params.operationName ?? '') ?? params.operationName, 'kept', claimed.answer.label));
       await context.replay(claimed.answer, exchange.record);
       sendAnswer(exchange, claimed.answer, taken.mediaType);
       return true;

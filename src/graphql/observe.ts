@@ -3,7 +3,7 @@ import type { Plugin } from '@envelop/core';
 import { ApiError, innermostError, toApiError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { RequestRecord } from '../context.js';
-import { endSpan, startOperationSpan, tracingActive, within } from '../ops/tracing.js';
+import { endSpan, recording, startOperationSpan, within } from '../ops/tracing.js';
 
 /** Root selections beyond this many are summarised: a label stays short whatever the document. */
 const MAX_LABELLED_FIELDS = 8;
@@ -105,7 +105,7 @@ function failure(result: unknown): string | undefined {
 export function useTracing(): Plugin {
   return {
     onExecute({ args, executeFn, setExecuteFn }) {
-      if (!tracingActive()) return;
+      if (!recording()) return;
       const operation = getOperationAST(args.document, args.operationName);
       const span = startOperationSpan(
         operation?.operation ?? 'query',
@@ -113,6 +113,7 @@ export function useTracing(): Plugin {
         'execution',
         operationLabel(args.document, args.operationName),
       );
+      if (!span) return;
       setExecuteFn((executeArgs) => within(span, () => executeFn(executeArgs)));
       return {
         onExecuteDone({ result }) {
@@ -121,9 +122,10 @@ export function useTracing(): Plugin {
       };
     },
     onSubscribe({ args, subscribeFn, setSubscribeFn }) {
-      if (!tracingActive()) return;
+      if (!recording()) return;
       const operation = getOperationAST(args.document, args.operationName);
       const span = startOperationSpan('subscription', operation?.name?.value ?? args.operationName, 'stream', operationLabel(args.document, args.operationName));
+      if (!span) return;
       setSubscribeFn((subscribeArgs) => within(span, () => subscribeFn(subscribeArgs)));
       return {
         onSubscribeResult({ result }) {

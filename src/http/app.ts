@@ -381,9 +381,9 @@ export function createApp(options: AppOptions): App {
         // Credentials that were sent but never verified (the request was refused first) are not anonymous.
         const caller = exchange.record.caller ?? (exchange.credentials.authorization || exchange.credentials.publicKey ? 'unverified' : 'anonymous');
         metrics.request({ route: label, method, status: response.statusCode, code, seconds, operation });
-        endRequestSpan(span, outcome(exchange, response.statusCode));
+        if (span) endRequestSpan(span, outcome(exchange, response.statusCode));
         logger.info('request', {
-          ...traceFields(span),
+          ...(span && traceFields(span)),
           requestId: exchange.requestId,
           method,
           route: label,

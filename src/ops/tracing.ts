@@ -1,6 +1,6 @@
 import { createRequire } from 'node:module';
 import type { IncomingMessage } from 'node:http';
-import { context, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Span } from '@opentelemetry/api';
+import { context, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Span, type Tracer } from '@opentelemetry/api';
 
 /*
  * OpenTelemetry traces (src/ops/README.md, "Tracing"), configured by the standard OTEL_* variables
@@ -85,17 +85,30 @@ export async function stopTracing(): Promise<void> {
   const stop = shutdownProvider;
   shutdownProvider = undefined;
   active = false;
+  cachedTracer = undefined;
   if (!stop) return;
   let timer: NodeJS.Timeout | undefined;
   await Promise.race([stop().catch(() => undefined), new Promise((resolve) => (timer = setTimeout(resolve, FLUSH_MS)))]);
   clearTimeout(timer);
 }
 
-const tracer = () => trace.getTracer(TRACER);
+let cachedTracer: Tracer | undefined;
+/** The tracer, asked of the provider once (each ask builds a key and looks it up). */
+const tracer = (): Tracer => (cachedTracer ??= trace.getTracer(TRACER));
 
-/** A span under the active one, or undefined when tracing is off. */
+/**
+ * Whether a span made now would be recorded: tracing is on and the active span (the request's) is
+ * sampled. The spans of ours under an unsampled request are not made at all: they would not be
+ * exported, and making one (ids, the sampler's decision, its context) is most of what an unsampled
+ * request's tracing costs (`test/bench/README.md`).
+ */
+export function recording(): boolean {
+  return active && trace.getActiveSpan()?.isRecording() === true;
+}
+
+/** A span under the active one, or undefined when tracing is off or the request is not sampled. */
 export function startSpan(name: string, attributes: Attributes, kind: SpanKind = SpanKind.INTERNAL): Span | undefined {
-  if (!active) return undefined;
+  if (!recording()) return undefined;
   return tracer().startSpan(name, { kind, attributes });
 }
 
@@ -171,11 +184,14 @@ export function endRequestSpan(span: Span | undefined, outcome: RequestOutcome):
   span.end();
 }
 
-/** The ids a log line carries to join its trace; undefined without an active, valid span. */
+/**
+ * The ids a log line carries to join its trace: the span's (the active one's when none is named),
+ * if it is sampled. An unsampled trace is exported nowhere, so its ids would join nothing.
+ */
 export function traceFields(span: Span | undefined = active ? trace.getActiveSpan() : undefined): { trace_id: string; span_id: string } | undefined {
-  if (span === undefined) return undefined;
+  if (span === undefined || !span.isRecording()) return undefined;
   const { traceId, spanId } = span.spanContext();
-  return trace.isSpanContextValid(span.spanContext()) ? { trace_id: traceId, span_id: spanId } : undefined;
+  return { trace_id: traceId, span_id: spanId };
 }
 
 /** Where a GraphQL answer came from: a kept answer, a compiled plan, or the whole pipeline. */
@@ -186,7 +202,7 @@ export type AnswerSource = 'kept' | 'plan' | 'execution';
  * document is not carried), and where its answer came from.
  */
 export function startOperationSpan(type: string, name: string | null | undefined, source: AnswerSource | 'stream', fields?: string): Span | undefined {
-  if (!active) return undefined;
+  if (!recording()) return undefined;
   const attributes: Attributes = { 'graphql.operation.type': type, 'app.graphql.answer': source };
   const bounded = name ? boundedName(name) : undefined;
   if (bounded) attributes['graphql.operation.name'] = bounded;
