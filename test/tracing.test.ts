@@ -273,12 +273,25 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
       .output()
       .split('\n')
       .find((text) => text.includes(lean.traceId) && text.includes('"message":"request"'));
-    expect(line, server.output().slice(-2000)).toBeDefined();
+    expect(line, server.output().slice(0, 3000)).toBeDefined();
     expect(JSON.parse(line!)).toMatchObject({ trace_id: lean.traceId, span_id: leanRequest.spanId, route: '/graphql', status: 200 });
+
+    // A request its caller did not sample: nothing of it is exported. And an answer that counts a
+    // retrieval, whose count is written after the request (at the latest when the process stops).
+    const unsampled = traceparent();
+    const skipped = await fetch(`${base}/auth/organization-details`, { headers: { ...auth, traceparent: unsampled.header.replace(/-01$/, '-00') } });
+    expect(skipped.status).toBe(200);
+    const counted = traceparent();
+    expect((await fetch(`${base}/auth/organization-details`, { headers: { ...auth, traceparent: counted.header } })).status).toBe(200);
+    await receiver.trace(counted.traceId, (received) => received.some((span) => span.kind === 2));
 
     // The last spans are sent at shutdown, and the process exits 0.
     server.child.kill('SIGTERM');
     expect((await server.exited).code).toBe(0);
+    expect(receiver.spans.filter((span) => span.traceId === unsampled.traceId)).toEqual([]);
+    // Every span belongs to a request's trace: work outside requests (the retrieval count's write) starts none.
+    const traces = new Set([lean, full, rest, exported, streamed, counted].map((context) => context.traceId));
+    expect(receiver.spans.filter((span) => !traces.has(span.traceId)).map((span) => `${span.name} ${span.traceId} ${span.parentSpanId}`)).toEqual([]);
   }, 120_000);
 
   it('answers from a compiled plan and from the kept answers say so in their operation span', async () => {

@@ -381,9 +381,11 @@ export function createApp(options: AppOptions): App {
         // Credentials that were sent but never verified (the request was refused first) are not anonymous.
         const caller = exchange.record.caller ?? (exchange.credentials.authorization || exchange.credentials.publicKey ? 'unverified' : 'anonymous');
         metrics.request({ route: label, method, status: response.statusCode, code, seconds, operation });
+        // Read before the span ends (an ended span no longer records).
+        const joined = span && traceFields(span);
         if (span) endRequestSpan(span, outcome(exchange, response.statusCode));
         logger.info('request', {
-          ...(span && traceFields(span)),
+          ...joined,
           requestId: exchange.requestId,
           method,
           route: label,

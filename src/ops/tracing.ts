@@ -1,6 +1,19 @@
 import { createRequire } from 'node:module';
 import type { IncomingMessage } from 'node:http';
-import { context, propagation, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Span, type Tracer } from '@opentelemetry/api';
+import {
+  context,
+  INVALID_SPAN_CONTEXT,
+  propagation,
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Attributes,
+  type Context,
+  type Span,
+  type Tracer,
+  type TracerProvider,
+} from '@opentelemetry/api';
 
 /*
  * OpenTelemetry traces (src/ops/README.md, "Tracing"), configured by the standard OTEL_* variables
@@ -65,12 +78,13 @@ export async function startTracing(settings: TracingSettings, version = '1.0.0')
   provider.register();
   registerInstrumentations({
     tracerProvider: provider,
-    instrumentations: [
-      // Statements as sent: parametrised, their values never added (enhancedDatabaseReporting off).
-      new PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false }),
-      new PrismaInstrumentation({ ignoreSpanTypes: ['prisma:client:serialize'] }),
-    ],
+    // Statements as sent: parametrised, their values never added (enhancedDatabaseReporting off).
+    instrumentations: [new PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false })],
   });
+  // Enabled by hand: it installs its provider when enabled, which its constructor would do with the global one.
+  const prisma = new PrismaInstrumentation({ enabled: false, ignoreSpanTypes: ['prisma:client:serialize'] });
+  prisma.setTracerProvider(underSampledSpans(provider));
+  prisma.enable();
   // `pg` is an ES import everywhere else, which the instrumentation's require hook does not see:
   // required once here, its classes are patched where everyone shares them (their prototypes).
   const require = createRequire(import.meta.url);
@@ -112,9 +126,40 @@ export function startSpan(name: string, attributes: Attributes, kind: SpanKind =
   return tracer().startSpan(name, { kind, attributes });
 }
 
-/** Runs `work` with `span` as the active span (what the spans made inside it hang under). */
+/**
+ * Runs `work` with `span` as the active span (what the spans made inside it hang under), when it is
+ * sampled. An unsampled span is not made active: under it no span would be exported, and an active
+ * context is carried through every asynchronous step of the work, which is most of what tracing
+ * costs a request that is not sampled (`test/bench/README.md`, "Tracing").
+ */
 export function within<T>(span: Span | undefined, work: () => T): T {
-  return span === undefined ? work() : context.with(trace.setSpan(context.active(), span), work);
+  return span === undefined || !span.isRecording() ? work() : context.with(trace.setSpan(context.active(), span), work);
+}
+
+const NOT_RECORDED = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
+
+/**
+ * Prisma's instrumentation has no `requireParentSpan` (pg's has): through this provider its spans
+ * are made only under a sampled span, and outside one its calls run as they would untraced. So an
+ * unsampled request costs Prisma nothing, and Prisma's calls outside requests (the retrieval
+ * counter's flush) start no traces of their own.
+ */
+function underSampledSpans(provider: TracerProvider): TracerProvider {
+  const sampled = (parent: Context) => trace.getSpan(parent)?.isRecording() === true;
+  return {
+    getTracer(name, version, options) {
+      const real = provider.getTracer(name, version, options);
+      const startActiveSpan = (spanName: string, ...rest: unknown[]): unknown => {
+        const parent = (rest.length === 3 ? rest[1] : context.active()) as Context;
+        if (sampled(parent)) return (real.startActiveSpan as (...args: unknown[]) => unknown)(spanName, ...rest);
+        return (rest[rest.length - 1] as (span: Span) => unknown)(NOT_RECORDED);
+      };
+      return {
+        startSpan: (spanName, spanOptions, parent = context.active()) => (sampled(parent) ? real.startSpan(spanName, spanOptions, parent) : NOT_RECORDED),
+        startActiveSpan: startActiveSpan as Tracer['startActiveSpan'],
+      };
+    },
+  };
 }
 
 /** Ends a span, as failed when `error` says why (a message of ours, never the error's own text). */
