@@ -43,7 +43,7 @@ process.on('uncaughtException', (error) => {
 });
 
 // Traces (OTEL_* variables): on before the database opens, so that its statements are traced.
-await startTracing(config.tracing).catch(failStart);
+await startTracing(config.tracing, { warn: (message, fields) => logger.warn(message, fields) }).catch(failStart);
 
 // The port first: a port in use is known at once, not after migrating. Until the app is ready,
 // requests are answered 503.

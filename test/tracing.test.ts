@@ -11,6 +11,7 @@ import { migrate } from '../src/db/migrator.js';
 import { seed } from '../src/dev/demo-data.js';
 import { EXPORT_PATH } from '../src/rest/export.js';
 import { createTestDatabase, testMode, type TestDatabase } from './helpers/database.js';
+import { metricValue } from './helpers/app.js';
 import { baseEnv, listening, run, type Run } from './helpers/processes.js';
 
 /*
@@ -276,6 +277,13 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
     expect(line, server.output().slice(0, 3000)).toBeDefined();
     expect(JSON.parse(line!)).toMatchObject({ trace_id: lean.traceId, span_id: leanRequest.spanId, route: '/graphql', status: 200 });
 
+    // The spans sent are counted: handed to the queue, and exported.
+    const scrape = traceparent();
+    const metrics = await (await fetch(`${base}/metrics`, { headers: { traceparent: scrape.header } })).text();
+    expect(metricValue(metrics, 'api_trace_spans_total{outcome="exported"}')).toBeGreaterThan(0);
+    expect(metricValue(metrics, 'api_trace_spans_ended_total')).toBeGreaterThanOrEqual(metricValue(metrics, 'api_trace_spans_total{outcome="exported"}'));
+    expect(metricValue(metrics, 'api_trace_spans_total{outcome="failed"}')).toBe(0);
+
     // A request its caller did not sample: nothing of it is exported. And an answer that counts a
     // retrieval, whose count is written after the request (at the latest when the process stops).
     const unsampled = traceparent();
@@ -290,7 +298,7 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
     expect((await server.exited).code).toBe(0);
     expect(receiver.spans.filter((span) => span.traceId === unsampled.traceId)).toEqual([]);
     // Every span belongs to a request's trace: work outside requests (the retrieval count's write) starts none.
-    const traces = new Set([lean, full, rest, exported, streamed, counted].map((context) => context.traceId));
+    const traces = new Set([lean, full, rest, exported, streamed, scrape, counted].map((context) => context.traceId));
     expect(receiver.spans.filter((span) => !traces.has(span.traceId)).map((span) => `${span.name} ${span.traceId} ${span.parentSpanId}`)).toEqual([]);
   }, 120_000);
 
@@ -326,7 +334,7 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
     expect((await server.exited).code).toBe(0);
   }, 120_000);
 
-  it('by default the exporter speaks OTLP/HTTP with protobuf, and OTEL_SDK_DISABLED turns it off', async () => {
+  it('by default the exporter speaks OTLP/HTTP with protobuf; a collector that is down costs failed exports, counted; OTEL_SDK_DISABLED turns it off', async () => {
     const { base, server } = await start({ OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url });
     const context = traceparent();
     const before = receiver.bodies.length;
@@ -337,6 +345,19 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
     expect(sent.map((entry) => entry.contentType)).toContain('application/x-protobuf');
     // The trace id travels as its 16 bytes.
     expect(sent.some((entry) => entry.body.includes(Buffer.from(context.traceId, 'hex')))).toBe(true);
+
+    // A collector that is down: the spans are counted as failed, said once in the log, and the server answers as ever.
+    const down = await start({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9', OTEL_EXPORTER_OTLP_TIMEOUT: '500' });
+    expect((await fetch(`${down.base}/healthz`, { headers: { traceparent: traceparent().header } })).status).toBe(200);
+    let failed = 0;
+    for (let i = 0; i < 100 && !(failed > 0); i++) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      failed = metricValue(await (await fetch(`${down.base}/metrics`)).text(), 'api_trace_spans_total{outcome="failed"}');
+    }
+    expect(failed).toBeGreaterThan(0);
+    expect(down.server.output()).toContain('spans could not be exported to the OpenTelemetry collector');
+    down.server.child.kill('SIGTERM');
+    expect((await down.server.exited).code).toBe(0);
 
     const off = await start({ OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_SDK_DISABLED: 'true' });
     const silent = receiver.bodies.length;

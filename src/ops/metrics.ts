@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { spanCounts, tracingActive } from './tracing.js';
 import type { ChangeFeed } from '../db/capture/feed.js';
 import type { AnswerCache } from '../db/answer-cache.js';
 import type { EntityCache } from '../db/entity-cache.js';
@@ -218,6 +219,10 @@ export function createMetrics(sources: MetricSources): Metrics {
   gauge('api_exports_running', 'Child-list exports being streamed by this instance.', sources.exportsRunning);
   gauge('api_http_requests_in_flight', 'Requests whose head was received and whose answer is not finished (this scrape included).', sources.requestsInFlight);
   mirrored('api_log_lines_dropped_total', 'Log lines lost because the log destination (stderr) failed.', sources.droppedLogLines);
+  if (tracingActive()) {
+    mirrored('api_trace_spans_ended_total', 'Sampled spans handed to the export queue; those neither exported nor failed are queued or were dropped by the full queue.', () => spanCounts.ended);
+    mirroredBy('api_trace_spans_total', 'Sampled spans sent to the OpenTelemetry collector, by outcome (exported, failed).', 'outcome', () => ({ exported: spanCounts.exported, failed: spanCounts.failed }));
+  }
   gauge('api_retrieval_counter_pending', 'Organization-details retrievals counted but not yet written to the database.', sources.unsavedRetrievals);
   const { pool } = sources;
   if (pool) {

@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module';
 import type { IncomingMessage } from 'node:http';
+import type { ReadableSpan, SpanExporter } from '@opentelemetry/sdk-trace-base';
 import {
   context,
   INVALID_SPAN_CONTEXT,
@@ -43,6 +44,12 @@ const MAX_USER_AGENT = 256;
 const FLUSH_MS = 2000;
 
 let active = false;
+
+/**
+ * Sampled spans since the start: handed to the export queue, exported, refused by the collector.
+ * Ended but neither exported nor failed: in the queue, or dropped by it when full (`api_trace_*`).
+ */
+export const spanCounts = { ended: 0, exported: 0, failed: 0 };
 let shutdownProvider: (() => Promise<void>) | undefined;
 
 /** Whether spans are being made (a collector is configured and the SDK started). */
@@ -56,8 +63,9 @@ export function tracingActive(): boolean {
  * a batch processor (OTEL_BSP_*: a bounded queue; spans beyond it are dropped, not held), and the
  * `pg` and Prisma instrumentations. Their database spans are made only inside a request's trace.
  */
-export async function startTracing(settings: TracingSettings, version = '1.0.0'): Promise<void> {
+export async function startTracing(settings: TracingSettings, options: { version?: string; warn?: (message: string, fields: Record<string, unknown>) => void } = {}): Promise<void> {
   if (!settings.enabled || active) return;
+  const version = options.version ?? '1.0.0';
   const [{ NodeTracerProvider, BatchSpanProcessor }, resources, { registerInstrumentations }, { PgInstrumentation }, { PrismaInstrumentation }] = await Promise.all([
     import('@opentelemetry/sdk-trace-node'),
     import('@opentelemetry/resources'),
@@ -73,7 +81,33 @@ export async function startTracing(settings: TracingSettings, version = '1.0.0')
     .defaultResource()
     .merge(resources.resourceFromAttributes({ 'service.name': TRACER, 'service.version': version }))
     .merge(resources.detectResources({ detectors: [resources.envDetector] }));
-  const provider = new NodeTracerProvider({ resource, spanProcessors: [new BatchSpanProcessor(exporter)] });
+  /** Spans handed to the export queue, counted; what the queue drops is what never reaches `export`. */
+  class CountedBatches extends BatchSpanProcessor {
+    override onEnd(span: ReadableSpan): void {
+      spanCounts.ended += 1;
+      super.onEnd(span);
+    }
+  }
+  let warned = 0;
+  const counted: SpanExporter = {
+    shutdown: () => exporter.shutdown(),
+    forceFlush: () => exporter.forceFlush(),
+    export(spans, done) {
+      exporter.export(spans, (result) => {
+        if (result.code === 0) spanCounts.exported += spans.length;
+        else {
+          spanCounts.failed += spans.length;
+          // Said at most once a minute: a collector that is down fails every batch.
+          if (Date.now() - warned > 60_000) {
+            warned = Date.now();
+            options.warn?.('spans could not be exported to the OpenTelemetry collector (counted in api_trace_spans_total{outcome="failed"})', { error: result.error?.message });
+          }
+        }
+        done(result);
+      });
+    },
+  };
+  const provider = new NodeTracerProvider({ resource, spanProcessors: [new CountedBatches(counted)] });
   // The W3C trace context propagator and the AsyncLocalStorage context manager.
   provider.register();
   registerInstrumentations({
