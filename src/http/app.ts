@@ -369,7 +369,7 @@ export function createApp(options: AppOptions): App {
         inFlight -= 1;
         exchange.leavesProgress();
         // Closed before it finished: the client went away (a stream it left, a request it dropped).
-        if (span && !response.writableFinished) endRequestSpan(span, outcome(exchange, response.statusCode, true));
+        if (span?.isRecording() && !response.writableFinished) endRequestSpan(span, outcome(exchange, response.statusCode, true));
       });
       exchange.addHeaders(cors.answer(exchange.header('origin')));
       if (draining) response.setHeader('Connection', 'close');
@@ -383,7 +383,8 @@ export function createApp(options: AppOptions): App {
         metrics.request({ route: label, method, status: response.statusCode, code, seconds, operation });
         // Read before the span ends (an ended span no longer records).
         const joined = span && traceFields(span);
-        if (span) endRequestSpan(span, outcome(exchange, response.statusCode));
+        if (span?.isRecording()) endRequestSpan(span, outcome(exchange, response.statusCode));
+        else span?.end();
         logger.info('request', {
           ...joined,
           requestId: exchange.requestId,

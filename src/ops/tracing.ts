@@ -218,17 +218,21 @@ export function startRequestSpan(request: IncomingMessage, path: string, route: 
   if (!active) return undefined;
   const parent = propagation.extract(ROOT_CONTEXT, request.headers);
   const method = request.method !== undefined && METHODS.has(request.method) ? request.method : '_OTHER';
+  const named = method === '_OTHER' ? 'HTTP' : method;
+  const span = tracer().startSpan(route === undefined ? named : `${named} ${route}`, { kind: SpanKind.SERVER }, parent);
+  // The attributes only for a span that is recorded (the samplers offered read none of them).
+  if (!span.isRecording()) return span;
   const userAgent = request.headers['user-agent'];
-  const attributes: Attributes = {
+  span.setAttributes({
     'http.request.method': method,
     'url.scheme': 'http',
     // The path only: the query string can hold a search term.
     'url.path': route ?? boundedName(path),
     'network.protocol.version': request.httpVersion,
-  };
-  if (route !== undefined) attributes['http.route'] = route;
-  if (userAgent !== undefined) attributes['user_agent.original'] = userAgent.slice(0, MAX_USER_AGENT);
-  return tracer().startSpan(route === undefined ? (method === '_OTHER' ? 'HTTP' : method) : `${method === '_OTHER' ? 'HTTP' : method} ${route}`, { kind: SpanKind.SERVER, attributes }, parent);
+  });
+  if (route !== undefined) span.setAttribute('http.route', route);
+  if (userAgent !== undefined) span.setAttribute('user_agent.original', userAgent.slice(0, MAX_USER_AGENT));
+  return span;
 }
 
 /** What a request's record holds that its server span reports when it ends. */
