@@ -1,13 +1,13 @@
 import type { Snapshot } from './snapshots.js';
 
+/** How many of a request's lookups the entity cache answered, and how many it missed. */
+export type CacheLookups = { hits: number; misses: number };
+
 /**
  * What one request read, for an answer computed from it that is kept (`answer-cache.ts`): the
  * tags of everything read through the cache, whether anything was read around it (then the
  * answer is not kept), and until when what was computed from the clock holds.
  */
-/** How many of a request's lookups the entity cache answered, and how many it missed. */
-export type CacheLookups = { hits: number; misses: number };
-
 export class ReadSet {
   constructor(
     /** Counted by the entity cache, for the request's trace; shared by the request's contexts. */

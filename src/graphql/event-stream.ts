@@ -3,8 +3,8 @@ import type { RequestContext } from '../context.js';
 import { drained, type Exchange } from '../http/exchange.js';
 import { LiveSubscription, type LiveSink } from '../live/live-updates.js';
 import { serialiseResult } from './http.js';
-import { operationLabel } from './observe.js';
-import { endSpan, startOperationSpan } from '../ops/tracing.js';
+import { operationLabel, startDocumentSpan } from './observe.js';
+import { endSpan } from '../ops/tracing.js';
 import type { GraphQLParams } from './persisted.js';
 import { releaseRequestCaches, type GraphQLPipeline } from './pipeline.js';
 import { schema } from './schema.js';
@@ -127,7 +127,7 @@ export function createEventStreams(pipeline: GraphQLPipeline, options: { stallMs
         return true;
       }
       // The stream's span lasts as long as the stream.
-      const span = startOperationSpan('subscription', getOperationAST(document, params.operationName)?.name?.value ?? params.operationName, 'stream', exchange.record.operation);
+      const span = startDocumentSpan(document, params.operationName, 'stream');
       const stream = new EventStream(exchange, document, params, (contextValue as RequestContext).renew, shared);
       exchange.startStream(200, 'text/event-stream', { 'Cache-Control': 'no-cache' });
       response.write(PING);

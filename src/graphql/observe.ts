@@ -3,7 +3,7 @@ import type { Plugin } from '@envelop/core';
 import { ApiError, innermostError, toApiError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { RequestRecord } from '../context.js';
-import { endSpan, recording, startOperationSpan, within } from '../ops/tracing.js';
+import { endSpan, recording, startOperationSpan, within, type Span } from '../ops/tracing.js';
 
 /** Root selections beyond this many are summarised: a label stays short whatever the document. */
 const MAX_LABELLED_FIELDS = 8;
@@ -90,11 +90,21 @@ export function observeErrors(logger: Logger, contextValue: unknown, errors: rea
   }
 }
 
-/** The span's status for a result: failed with its first error's code, if it has errors. */
-function failure(result: unknown): string | undefined {
+/** An operation span's status for a result: failed with its first error's code, if it has errors. */
+export function spanFailure(result: unknown): string | undefined {
   const errors = (result as ExecutionResult | undefined)?.errors;
   if (!errors?.length) return undefined;
   return codeOf(errors[0]) ?? 'GRAPHQL_ERROR';
+}
+
+/**
+ * The span of a document's operation (its type, name and root fields), under the active span;
+ * undefined unless that one is sampled (nothing of the document is read then).
+ */
+export function startDocumentSpan(document: DocumentNode, operationName: string | null | undefined, source: 'execution' | 'stream'): Span | undefined {
+  if (!recording()) return undefined;
+  const operation = getOperationAST(document, operationName);
+  return startOperationSpan(operation?.operation ?? 'query', operation?.name?.value ?? operationName, source, operationLabel(document, operationName));
 }
 
 /**
@@ -105,32 +115,23 @@ function failure(result: unknown): string | undefined {
 export function useTracing(): Plugin {
   return {
     onExecute({ args, executeFn, setExecuteFn }) {
-      if (!recording()) return;
-      const operation = getOperationAST(args.document, args.operationName);
-      const span = startOperationSpan(
-        operation?.operation ?? 'query',
-        operation?.name?.value ?? args.operationName,
-        'execution',
-        operationLabel(args.document, args.operationName),
-      );
+      const span = startDocumentSpan(args.document, args.operationName, 'execution');
       if (!span) return;
       setExecuteFn((executeArgs) => within(span, () => executeFn(executeArgs)));
       return {
         onExecuteDone({ result }) {
-          endSpan(span, failure(result));
+          endSpan(span, spanFailure(result));
         },
       };
     },
     onSubscribe({ args, subscribeFn, setSubscribeFn }) {
-      if (!recording()) return;
-      const operation = getOperationAST(args.document, args.operationName);
-      const span = startOperationSpan('subscription', operation?.name?.value ?? args.operationName, 'stream', operationLabel(args.document, args.operationName));
+      const span = startDocumentSpan(args.document, args.operationName, 'stream');
       if (!span) return;
       setSubscribeFn((subscribeArgs) => within(span, () => subscribeFn(subscribeArgs)));
       return {
         onSubscribeResult({ result }) {
           // A refusal is one result; a stream ends when its iteration does.
-          if (!(Symbol.asyncIterator in (result as object))) return endSpan(span, failure(result));
+          if (!(Symbol.asyncIterator in (result as object))) return endSpan(span, spanFailure(result));
           return { onEnd: () => endSpan(span) };
         },
         onSubscribeError() {

@@ -24,7 +24,7 @@ import type { Exchange } from '../http/exchange.js';
 import type { Logger } from '../logger.js';
 import { endSpan, startOperationSpan, within } from '../ops/tracing.js';
 import { asReference, useCompiledExecution, type ExecutionCounts } from './compiled.js';
-import { observeErrors, observedIn, operationLabel, useObserve, useTracing } from './observe.js';
+import { observeErrors, observedIn, operationLabel, spanFailure, useObserve, useTracing } from './observe.js';
 import type { GraphQLParams } from './persisted.js';
 import { schema } from './schema.js';
 
@@ -299,7 +299,7 @@ export function createGraphQLPipeline(deps: AppDependencies, logger: Logger, opt
     const span = startOperationSpan('query', planned.name, 'plan', planned.label);
     return Promise.resolve(within(span, () => planned.query.query(undefined, contextValue, variables))).then((raw) => {
       const result = settle(contextValue, asReference(raw));
-      endSpan(span, result.errors?.length ? String(result.errors[0]!.extensions['code'] ?? 'GRAPHQL_ERROR') : undefined);
+      endSpan(span, spanFailure(result));
       return result;
     });
   }

@@ -384,7 +384,6 @@ export function createApp(options: AppOptions): App {
         // Read before the span ends (an ended span no longer records).
         const joined = span && traceFields(span);
         if (span?.isRecording()) endRequestSpan(span, outcome(exchange, response.statusCode));
-        else span?.end();
         logger.info('request', {
           ...joined,
           requestId: exchange.requestId,

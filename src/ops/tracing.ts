@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
 import type { IncomingMessage } from 'node:http';
 import type { ReadableSpan, SpanExporter } from '@opentelemetry/sdk-trace-base';
+import { within as bounded } from '../db/capture/feed.js';
 import {
   context,
   INVALID_SPAN_CONTEXT,
@@ -66,8 +67,9 @@ export function tracingActive(): boolean {
 export async function startTracing(settings: TracingSettings, options: { version?: string; warn?: (message: string, fields: Record<string, unknown>) => void } = {}): Promise<void> {
   if (!settings.enabled || active) return;
   const version = options.version ?? '1.0.0';
-  const [{ NodeTracerProvider, BatchSpanProcessor }, resources, { registerInstrumentations }, { PgInstrumentation }, { PrismaInstrumentation }] = await Promise.all([
+  const [{ NodeTracerProvider, BatchSpanProcessor }, { ExportResultCode }, resources, { registerInstrumentations }, { PgInstrumentation }, { PrismaInstrumentation }] = await Promise.all([
     import('@opentelemetry/sdk-trace-node'),
+    import('@opentelemetry/core'),
     import('@opentelemetry/resources'),
     import('@opentelemetry/instrumentation'),
     import('@opentelemetry/instrumentation-pg'),
@@ -94,7 +96,7 @@ export async function startTracing(settings: TracingSettings, options: { version
     forceFlush: () => exporter.forceFlush(),
     export(spans, done) {
       exporter.export(spans, (result) => {
-        if (result.code === 0) spanCounts.exported += spans.length;
+        if (result.code === ExportResultCode.SUCCESS) spanCounts.exported += spans.length;
         else {
           spanCounts.failed += spans.length;
           // Said at most once a minute: a collector that is down fails every batch.
@@ -137,9 +139,7 @@ export async function stopTracing(): Promise<void> {
   active = false;
   cachedTracer = undefined;
   if (!stop) return;
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([stop().catch(() => undefined), new Promise((resolve) => (timer = setTimeout(resolve, FLUSH_MS)))]);
-  clearTimeout(timer);
+  await bounded(stop(), FLUSH_MS, 'the last spans exported').catch(() => undefined);
 }
 
 let cachedTracer: Tracer | undefined;
