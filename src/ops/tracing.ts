@@ -127,9 +127,25 @@ export async function startTracing(settings: TracingSettings, options: { version
   // required once here, its classes are patched where everyone shares them (their prototypes).
   const require = createRequire(import.meta.url);
   require('pg');
-  require('pg-pool');
+  keepCallersContext(require('pg-pool') as PoolClass);
   active = true;
   shutdownProvider = () => provider.shutdown();
+}
+
+type PoolClass = { prototype: { connect: (this: unknown, callback?: (...args: unknown[]) => void) => unknown } };
+
+/**
+ * A busy pool runs a waiting `pool.query`'s callback (and so its statement) in the context of
+ * whichever query released the connection; the instrumentation binds the callback to its caller
+ * only when the caller has a span. Bound always, work outside requests (the change feed's LISTEN,
+ * the retrieval counter's writes) stays out of the requests' traces, as each request's statements
+ * stay in its own.
+ */
+function keepCallersContext(Pool: PoolClass): void {
+  const connect = Pool.prototype.connect;
+  Pool.prototype.connect = function (this: unknown, callback?: (...args: unknown[]) => void) {
+    return connect.call(this, callback && context.bind(context.active(), callback));
+  };
 }
 
 /** Exports what is still queued, within FLUSH_MS (the shutdown's last step). */
