@@ -294,6 +294,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFa
   const tracing: TracingSettings = {
     enabled: !e.OTEL_SDK_DISABLED && e.OTEL_TRACES_EXPORTER !== 'none' && (e.OTEL_EXPORTER_OTLP_ENDPOINT !== undefined || e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT !== undefined),
     protocol: e.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? e.OTEL_EXPORTER_OTLP_PROTOCOL ?? 'http/protobuf',
+    sampler: e.OTEL_TRACES_SAMPLER ?? 'parentbased_always_on',
+    ratio: e.OTEL_TRACES_SAMPLER_ARG === undefined ? 1 : Number(e.OTEL_TRACES_SAMPLER_ARG),
   };
   let memory: MemoryBudget;
   try {

@@ -255,6 +255,43 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
     expect((await server.exited).code).toBe(0);
   }, 120_000);
 
+  it('the sampler the environment names decides before any span: a ratio keeps the traces its trace ids select, and a parent-based one follows the caller', async () => {
+    // The SDK's rule for a ratio: the four 32-bit words of the trace id, xor-ed, below ratio × 2^32.
+    const selected = (traceId: string, ratio: number) => {
+      let accumulated = 0;
+      for (let i = 0; i < 32; i += 8) accumulated = (accumulated ^ parseInt(traceId.slice(i, i + 8), 16)) >>> 0;
+      return accumulated < Math.floor(ratio * 0xffffffff);
+    };
+    const roots = (from: number) => receiver.spans.slice(from).filter((span) => span.kind === 2 && span.parentSpanId === undefined);
+    const ask = (base: string, headers: Record<string, string> = {}) => fetch(`${base}/healthz`, { headers }).then((response) => response.text());
+
+    // traceidratio ignores the caller's flag and samples by the trace id; its own roots take the id their sampling was decided on.
+    const ratio = await start({ OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.5' });
+    const from = receiver.spans.length;
+    const callers = Array.from({ length: 40 }, (_, i) => traceparent()).map((caller, i) => ({ ...caller, header: i % 2 ? caller.header : caller.header.replace(/-01$/, '-00') }));
+    for (const caller of callers) await ask(ratio.base, { traceparent: caller.header });
+    for (let i = 0; i < 60; i++) await ask(ratio.base);
+    ratio.server.child.kill('SIGTERM');
+    expect((await ratio.server.exited).code).toBe(0);
+    const traced = new Set(receiver.spans.slice(from).filter((span) => span.kind === 2).map((span) => span.traceId));
+    for (const caller of callers) expect(traced.has(caller.traceId), caller.header).toBe(selected(caller.traceId, 0.5));
+    const own = roots(from);
+    expect(own.length).toBeGreaterThan(10);
+    expect(own.length).toBeLessThan(50);
+    for (const span of own) expect(selected(span.traceId, 0.5), span.traceId).toBe(true);
+
+    // parentbased_traceidratio at 0: its own requests never, a caller's sampled trace always.
+    const parentBased = await start({ OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0' });
+    const before = receiver.spans.length;
+    const caller = traceparent();
+    for (let i = 0; i < 20; i++) await ask(parentBased.base);
+    await ask(parentBased.base, { traceparent: caller.header });
+    await ask(parentBased.base, { traceparent: traceparent().header.replace(/-01$/, '-00') });
+    parentBased.server.child.kill('SIGTERM');
+    expect((await parentBased.server.exited).code).toBe(0);
+    expect(receiver.spans.slice(before).map((span) => span.traceId)).toEqual([caller.traceId]);
+  }, 120_000);
+
   it('by default the exporter speaks OTLP/HTTP with protobuf; a collector that is down costs failed exports, counted; OTEL_SDK_DISABLED turns it off', async () => {
     const { base, server } = await start({ OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url });
     const context = traceparent();

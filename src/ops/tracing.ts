@@ -5,6 +5,7 @@ import { within as bounded } from '../db/capture/feed.js';
 import {
   context,
   INVALID_SPAN_CONTEXT,
+  isSpanContextValid,
   propagation,
   ROOT_CONTEXT,
   SpanKind,
@@ -33,7 +34,12 @@ export type TracingSettings = {
   /** An OTLP endpoint is set, and neither OTEL_SDK_DISABLED nor OTEL_TRACES_EXPORTER=none turns it off. */
   enabled: boolean;
   protocol: 'http/protobuf' | 'http/json';
+  /** OTEL_TRACES_SAMPLER (unset: parentbased_always_on) and its OTEL_TRACES_SAMPLER_ARG (unset: 1). */
+  sampler?: SamplerName;
+  ratio?: number;
 };
+
+export type SamplerName = 'always_on' | 'always_off' | 'traceidratio' | 'parentbased_always_on' | 'parentbased_always_off' | 'parentbased_traceidratio';
 
 export type { Span };
 
@@ -45,6 +51,10 @@ const MAX_USER_AGENT = 256;
 const FLUSH_MS = 2000;
 
 let active = false;
+/** Whether a request whose caller's context is `parent` is sampled: the configured sampler's answer. */
+let decide: (parent: Context) => boolean = () => false;
+/** The trace id a root's sampling was decided on, taken by the span made next (synchronously). */
+let decidedTraceId: string | undefined;
 
 /**
  * Sampled spans since the start: handed to the export queue, exported, refused by the collector.
@@ -67,7 +77,7 @@ export function tracingActive(): boolean {
 export async function startTracing(settings: TracingSettings, options: { version?: string; warn?: (message: string, fields: Record<string, unknown>) => void } = {}): Promise<void> {
   if (!settings.enabled || active) return;
   const version = options.version ?? '1.0.0';
-  const [{ NodeTracerProvider, BatchSpanProcessor }, { ExportResultCode }, resources, { registerInstrumentations }, { PgInstrumentation }, { PrismaInstrumentation }] = await Promise.all([
+  const [{ NodeTracerProvider, BatchSpanProcessor, AlwaysOnSampler, AlwaysOffSampler, ParentBasedSampler, TraceIdRatioBasedSampler, RandomIdGenerator, SamplingDecision }, { ExportResultCode }, resources, { registerInstrumentations }, { PgInstrumentation }, { PrismaInstrumentation }] = await Promise.all([
     import('@opentelemetry/sdk-trace-node'),
     import('@opentelemetry/core'),
     import('@opentelemetry/resources'),
@@ -109,18 +119,45 @@ export async function startTracing(settings: TracingSettings, options: { version
       });
     },
   };
-  const provider = new NodeTracerProvider({ resource, spanProcessors: [new CountedBatches(counted)] });
+  // The environment's sampler decides before any span is made (`decide`); the provider samples
+  // every span it is asked for, roots only once decided and children only under sampled spans.
+  const name = settings.sampler ?? 'parentbased_always_on';
+  const root = name.endsWith('always_off') ? new AlwaysOffSampler() : name.endsWith('traceidratio') ? new TraceIdRatioBasedSampler(settings.ratio ?? 1) : new AlwaysOnSampler();
+  const sampler = name.startsWith('parentbased_') ? new ParentBasedSampler({ root }) : root;
+  const random = new RandomIdGenerator();
+  decide = (parent) => {
+    const remote = trace.getSpanContext(parent);
+    const traceId = remote && isSpanContextValid(remote) ? remote.traceId : (decidedTraceId = random.generateTraceId());
+    return sampler.shouldSample(parent, traceId, '', SpanKind.SERVER, {}, []).decision === SamplingDecision.RECORD_AND_SAMPLED;
+  };
+  const idGenerator = {
+    // A root span takes the trace id its sampling was decided on.
+    generateTraceId: () => {
+      const traceId = decidedTraceId ?? random.generateTraceId();
+      decidedTraceId = undefined;
+      return traceId;
+    },
+    generateSpanId: () => random.generateSpanId(),
+  };
+  const provider = new NodeTracerProvider({ resource, sampler: new AlwaysOnSampler(), idGenerator, spanProcessors: [new CountedBatches(counted)] });
   // The W3C trace context propagator and the AsyncLocalStorage context manager.
   provider.register();
   registerInstrumentations({
     tracerProvider: provider,
     // Statements as sent: parametrised, their values never added (enhancedDatabaseReporting off).
-    instrumentations: [new PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false })],
+    // No span for taking a connection from the pool: one for each statement, it would double what
+    // a sampled request exports (each span costs its serialization, about 20 µs); a wait for the
+    // pool shows as the time between a statement's span and what came before it.
+    instrumentations: [new PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false, ignoreConnectSpans: true })],
   });
   // Enabled by hand: it installs its provider when enabled, which its constructor would do with the
-  // global one. Its statement span is pg's span of the same statement again: each span costs its
-  // serialization (about 20 µs), so the statement is pg's alone.
-  const prisma = new PrismaInstrumentation({ enabled: false, ignoreSpanTypes: ['prisma:client:serialize', 'prisma:client:db_query'] });
+  // global one. One span a Prisma call (its model and method); its statement span is pg's span of
+  // the same statement again, and its query plan's, serialization's and connection's are parts of
+  // the call's: each span costs its serialization, so they are not made.
+  const prisma = new PrismaInstrumentation({
+    enabled: false,
+    ignoreSpanTypes: ['prisma:client:serialize', 'prisma:client:db_query', 'prisma:client:compile', 'prisma:client:connect'],
+  });
   prisma.setTracerProvider(underSampledSpans(provider));
   prisma.enable();
   // `pg` is an ES import everywhere else, which the instrumentation's require hook does not see:
@@ -153,6 +190,7 @@ export async function stopTracing(): Promise<void> {
   const stop = shutdownProvider;
   shutdownProvider = undefined;
   active = false;
+  decide = () => false;
   cachedTracer = undefined;
   if (!stop) return;
   await bounded(stop(), FLUSH_MS, 'the last spans exported').catch(() => undefined);
@@ -230,16 +268,21 @@ const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIO
 
 /**
  * The server span of a request (HTTP semantic conventions): a child of the caller's `traceparent`
- * when it sent one, named by method and route. Undefined when tracing is off.
+ * when it sent one, named by method and route. Undefined when tracing is off or the request is
+ * not sampled.
  */
 export function startRequestSpan(request: IncomingMessage, path: string, route: string | undefined): Span | undefined {
   if (!active) return undefined;
-  const parent = propagation.extract(ROOT_CONTEXT, request.headers);
+  // Most callers send no trace context, and most requests are not sampled: neither pays for a
+  // span. An unsampled request makes none at all (what it would make is never exported).
+  const parent = request.headers.traceparent === undefined ? ROOT_CONTEXT : propagation.extract(ROOT_CONTEXT, request.headers);
+  if (!decide(parent)) {
+    decidedTraceId = undefined;
+    return undefined;
+  }
   const method = request.method !== undefined && METHODS.has(request.method) ? request.method : '_OTHER';
   const named = method === '_OTHER' ? 'HTTP' : method;
   const span = tracer().startSpan(route === undefined ? named : `${named} ${route}`, { kind: SpanKind.SERVER }, parent);
-  // The attributes only for a span that is recorded (the samplers offered read none of them).
-  if (!span.isRecording()) return span;
   const userAgent = request.headers['user-agent'];
   span.setAttributes({
     'http.request.method': method,
