@@ -120,13 +120,15 @@ describe('configuration', () => {
 
   it('tracing follows the OpenTelemetry variables: off without an endpoint, and a value the SDK would misread is refused at start', () => {
     const endpoint = { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' };
-    expect(loadConfig({}).tracing).toEqual({ enabled: false, protocol: 'http/protobuf' });
-    expect(loadConfig(endpoint).tracing).toEqual({ enabled: true, protocol: 'http/protobuf' });
-    expect(loadConfig({ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'https://collector/v1/traces', OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' }).tracing).toEqual({ enabled: true, protocol: 'http/json' });
+    const defaults = { sampler: 'parentbased_always_on', ratio: 1 };
+    expect(loadConfig({}).tracing).toEqual({ enabled: false, protocol: 'http/protobuf', ...defaults });
+    expect(loadConfig(endpoint).tracing).toEqual({ enabled: true, protocol: 'http/protobuf', ...defaults });
+    expect(loadConfig({ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'https://collector/v1/traces', OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' }).tracing).toEqual({ enabled: true, protocol: 'http/json', ...defaults });
     expect(loadConfig({ ...endpoint, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/protobuf' }).tracing.protocol).toBe('http/protobuf');
     expect(loadConfig({ ...endpoint, OTEL_SDK_DISABLED: 'true' }).tracing.enabled).toBe(false);
     expect(loadConfig({ ...endpoint, OTEL_TRACES_EXPORTER: 'none' }).tracing.enabled).toBe(false);
     expect(refusal({ ...endpoint, OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.1' })).toEqual([]);
+    expect(loadConfig({ ...endpoint, OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '.25' }).tracing).toMatchObject({ sampler: 'traceidratio', ratio: 0.25 });
     // The SDK would sample every trace for a sampler it does not know, and export nowhere over a protocol it lacks.
     expect(refusal({ ...endpoint, OTEL_TRACES_SAMPLER: 'traceidratio_typo' })[0]).toMatch(/^OTEL_TRACES_SAMPLER: must be one of always_on/);
     expect(refusal({ ...endpoint, OTEL_TRACES_SAMPLER_ARG: '10%' })).toEqual(['OTEL_TRACES_SAMPLER_ARG: must be a probability between 0 and 1 (0.1 samples one trace in ten)']);
