@@ -70,7 +70,9 @@ describe(`GraphQL childAccounts (${testMode})`, () => {
       const p = await page({ ...variables, after });
       seen.push(...p.edges.map((e) => e.node.username));
       if (!p.pageInfo.hasNextPage) {
-        expect(p.edges.length).toBeGreaterThanOrEqual(0);
+        // The last page: within the limit, and its end cursor there exactly when it has edges.
+        expect(p.edges.length).toBeLessThanOrEqual(Number(variables.limit ?? variables.first ?? 50));
+        expect(p.pageInfo.endCursor == null).toBe(p.edges.length === 0);
         return seen;
       }
       after = p.pageInfo.endCursor!;

@@ -13,6 +13,7 @@ import { getVariableValues } from 'graphql/execution/values.js';
 import { compileQuery, isCompiledQuery, type CompiledQuery } from 'graphql-jit';
 import { makeExecute, type Plugin } from '@envelop/core';
 import type { Logger } from '../logger.js';
+import { operationKey } from './observe.js';
 
 /** Executions by engine, for the metrics: compiled, reference, and documents that would not compile. */
 export type ExecutionCounts = { compiled: number; reference: number; compileFailures: number };
@@ -92,7 +93,7 @@ export function useCompiledExecution(options: { compileAfter: number; logger: Lo
   function compiledFor(args: ExecutionArgs): CompiledQuery | null {
     let byName = compiled.get(args.document);
     if (!byName) compiled.set(args.document, (byName = new Map()));
-    const name = args.operationName ?? '';
+    const name = operationKey(args.operationName);
     let entry = byName.get(name);
     if (entry === undefined) {
       const operation = getOperationAST(args.document, args.operationName)!;
@@ -112,7 +113,7 @@ export function useCompiledExecution(options: { compileAfter: number; logger: Lo
   }
 
   return {
-    compiledQuery: (document, operationName) => compiled.get(document)?.get(operationName ?? '') ?? undefined,
+    compiledQuery: (document, operationName) => compiled.get(document)?.get(operationKey(operationName)) ?? undefined,
     onExecute({ args, setExecuteFn }) {
       const query = wanted(args) ? compiledFor(args) : null;
       if (!query) {

@@ -9,6 +9,7 @@ import { regularMediaType, sendAnswer, sendResult, serialiseResult, type Regular
 import { resolvePersistedOperation, type GraphQLParams, type PersistedRule } from './persisted.js';
 import type { GraphQLPipeline, PlannedQuery } from './pipeline.js';
 import { wantsEventStream, type EventStreams } from './event-stream.js';
+import { operationKey } from './observe.js';
 
 /*
  * The lean GraphQL door: what API clients send (a JSON operation by POST, or a query string by
@@ -143,6 +144,18 @@ export type LeanDoorOptions = {
   streams?: EventStreams;
 };
 
+/** Whether a parsed JSON value holds a number JSON cannot write (Infinity, from a literal too large). */
+function holdsNonFinite(value: unknown): boolean {
+  // Walked with a list, not by recursion: a hostile body nests as deep as its bytes allow.
+  const pending: unknown[] = [value];
+  while (pending.length > 0) {
+    const next = pending.pop();
+    if (typeof next === 'number' && !Number.isFinite(next)) return true;
+    if (next !== null && typeof next === 'object') for (const member of Array.isArray(next) ? next : Object.values(next)) pending.push(member);
+  }
+  return false;
+}
+
 export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptions): LeanDoor {
   const { answers, now } = options;
   const bodies = new RecentBodies();
@@ -156,10 +169,16 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
     return entry;
   }
 
-  /** The key of a query's answer for `viewer`; undefined when it is too long to be worth keeping. */
+  /**
+   * The key of a query's answer for `viewer`; undefined when it is too long to be worth keeping,
+   * or when JSON cannot say its variables as sent.
+   */
   function answerKey(document: number, params: GraphQLParams, viewer: string): string | undefined {
     const variables = params.variables == null ? '' : JSON.stringify(params.variables);
-    const key = `${document}\n${params.operationName ?? ''}\n${viewer}\n${variables}`;
+    // A number past the doubles (`1e400`) was read as Infinity, which JSON writes as null: keyed
+    // that way, it would be served the answer kept for a null instead of its own error.
+    if (variables.includes('null') && holdsNonFinite(params.variables)) return undefined;
+    const key = `${document}\n${operationKey(params.operationName)}\n${viewer}\n${variables}`;
     return key.length <= MAX_ANSWER_KEY_LENGTH ? key : undefined;
   }
 
@@ -207,7 +226,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
    */
   async function execute(exchange: Exchange, params: GraphQLParams, prepared?: RequestContext): Promise<Outcome | undefined> {
     try {
-      const planned = params.query == null ? undefined : documents.get(params.query)?.plans.get(params.operationName ?? '');
+      const planned = params.query == null ? undefined : documents.get(params.query)?.plans.get(operationKey(params.operationName));
       const ran = planned && pipeline.runPlanned(planned, { exchange, params, prepared });
       if (ran) return { result: await ran, query: true, name: planned.name };
       const enveloped = pipeline.getEnveloped({ exchange, params, prepared } as never);
@@ -228,7 +247,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
       })) as ExecutionResult;
       if (operation === 'query' && !planned) {
         const plan = pipeline.plan(document, params.operationName);
-        if (plan) known(params.query!).plans.set(params.operationName ?? '', plan);
+        if (plan) known(params.query!).plans.set(operationKey(params.operationName), plan);
       }
       return { result, query: operation === 'query', name: definition?.name?.value };
     } catch (error) {
@@ -270,7 +289,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
     const claimed = claiming instanceof Promise ? await claiming : claiming;
     if (claimed?.answer) {
       // A kept answer: its span says so, and has nothing under it.
-      if (recording()) endSpan(startOperationSpan('query', document?.names.get(params.operationName ?? '') ?? params.operationName, 'kept', claimed.answer.label));
+      if (recording()) endSpan(startOperationSpan('query', document?.names.get(operationKey(params.operationName)) ?? params.operationName, 'kept', claimed.answer.label));
       await context.replay(claimed.answer, exchange.record);
       sendAnswer(exchange, claimed.answer, taken.mediaType);
       return true;
@@ -288,7 +307,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
       let kept: ReturnType<NonNullable<typeof computation>['finish']> = undefined;
       if (computation && sameViewer && keepable(outcome, context, exchange)) {
         const document = known(params.query);
-        document.names.set(params.operationName ?? '', outcome.name);
+        document.names.set(operationKey(params.operationName), outcome.name);
         kept = computation.finish(make, context.reads.tags, key ?? answerKey(document.id, params, viewer!));
       }
       if (kept) sendAnswer(exchange, kept, taken.mediaType);

@@ -25,6 +25,14 @@ export function operationLabel(document: DocumentNode, operationName: string | n
   return operation.operation === 'query' ? label : `${operation.operation}:${label}`;
 }
 
+/**
+ * The key of the operation a request names, exactly as sent: no name and `""` are two requests
+ * (the first may pick a document's only operation, the second names none of them).
+ */
+export function operationKey(operationName: string | null | undefined): string {
+  return operationName == null ? '' : `"${operationName}`;
+}
+
 /** The request's record, when the context carries one (on its exchange). */
 export function observedIn(context: unknown): RequestRecord | undefined {
   return (context as { exchange?: { record: RequestRecord } } | undefined)?.exchange?.record;
