@@ -128,13 +128,11 @@ export type RequestSource = {
   credentials: Credentials;
   requestId: string;
   record: RequestRecord;
-  /** Set for a conditional request: retrievals wait here until the answer is known not to be a 304. */
-  held?: (() => void)[] | undefined;
 };
 
 /** The one context factory: REST and both GraphQL doors make their context here. */
 export function createRequestContext(deps: AppDependencies, source: RequestSource, options: { countRetrievals?: boolean } = {}): RequestContext {
-  const { credentials, requestId, record, held } = source;
+  const { credentials, requestId, record } = source;
   const reads = new ReadSet((record.cacheLookups ??= { hits: 0, misses: 0 }));
   const cache = deps.cache.recording(reads);
   const loaders = createLoaders(deps.database.prisma, cache);
@@ -162,10 +160,9 @@ export function createRequestContext(deps: AppDependencies, source: RequestSourc
       record: (organizationId) => {
         if (options.countRetrievals === false || counted.has(organizationId)) return;
         counted.add(organizationId);
-        const at = deps.now();
-        // A revalidation answered 304 sent nothing: the retrieval was counted when it was sent.
-        if (held) held.push(() => deps.retrievals.record(organizationId, at));
-        else deps.retrievals.record(organizationId, at);
+        // A revalidation answered 304 counts as a 200 does: it is an answer (decisions §3), and
+        // browsers revalidate on their own, as often as the original API counted.
+        deps.retrievals.record(organizationId, deps.now());
       },
     },
     paginationSecret: deps.config.paginationSecret,

@@ -43,11 +43,6 @@ export class Exchange {
   readonly query: string;
   readonly credentials: Credentials;
   readonly record: RequestRecord = {};
-  /**
-   * A conditional request's side effects that count only if the answer is not 304 (an
-   * organization-details retrieval): run when any other answer is sent, dropped on a 304.
-   */
-  readonly held: (() => void)[] | undefined;
   private readonly extra = new Map<string, [string, string]>();
   /** Set while the request counts as in progress against the memory budget: called once, when it ends or becomes a stream. */
   private inProgress: (() => void) | undefined;
@@ -63,7 +58,6 @@ export class Exchange {
     this.query = at === -1 ? '' : url.slice(at + 1);
     const authorization = firstValue(request.headers.authorization);
     this.credentials = { authorization, publicKey: firstValue(request.headers['x-public-key']), memo: authorization === undefined ? undefined : tokenMemoOf(request.socket) };
-    this.held = request.headers['if-none-match'] === undefined ? undefined : [];
   }
 
   /** The request counts as in progress until it ends or becomes a stream; `finished` is then called once. */
@@ -115,7 +109,6 @@ export class Exchange {
    * without going through the exchange's map on every answer.
    */
   private write(status: number, contentType: string | undefined, payload: string | Buffer, noStore: boolean, secret: boolean, tag?: string): void {
-    if (this.held) for (const effect of this.held.splice(0)) if (status !== 304) effect();
     // One flat list handed to writeHead: Node frames it directly, without its per-header map
     // (a header set earlier, such as `Connection: close` while draining, still merges).
     const head: string[] = [];

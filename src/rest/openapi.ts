@@ -52,7 +52,7 @@ const common = (extra: Record<string, ZodOpenApiResponseObject> = {}, { revalida
 
 const notModified: ZodOpenApiResponseObject = {
   description:
-    'Not modified: `If-None-Match` names the answer\'s current `ETag`. No body. On organization details, a 304 is not a retrieval (the details were counted when they were sent).',
+    'Not modified: `If-None-Match` names the answer\'s current `ETag`. No body. On organization details, a 304 counts as a retrieval, as a 200 does.',
   headers: z.object({ 'X-Request-Id': requestId, ETag: entityTag, 'Cache-Control': z.literal('private, no-cache') }),
 };
 
