@@ -7,6 +7,7 @@ import {
   type ChildAccountListItem,
   type ChildAccountPage,
 } from '../services/list-child-accounts.js';
+import { requireParent } from '../auth/authorize.js';
 import { builder, viewerOf } from './builder.js';
 import { globalId } from './node-interface.js';
 import { DateTime } from './scalars.js';
@@ -78,7 +79,7 @@ builder.queryField('childAccounts', (t) =>
     },
     resolve: async (_root, args, context) =>
       listChildAccounts(
-        await viewerOf(context, 'jwt'),
+        requireParent(await viewerOf(context, 'jwt')),
         ListChildAccountsInput.parse({
           search: args.search ?? undefined,
           startDate: args.startDate ?? undefined,

@@ -1,6 +1,6 @@
 import type { CreditAnalysis as CreditAnalysisValue, OperationUsage as OperationUsageValue } from '../domain/credit-analysis.js';
 import type { CreditAlerts as CreditAlertsValue } from '../domain/catalogue.js';
-import type { Viewer } from '../auth/authenticate.js';
+import { requireParent, type ParentViewer } from '../auth/authorize.js';
 import type { Forecast as ForecastValue } from '../domain/forecast.js';
 import { DEFAULT_HISTORY_MONTHS, MAX_HISTORY_MONTHS, type MonthUsage as MonthUsageValue } from '../domain/usage-history.js';
 import { getForecast, getUsageHistory } from '../services/credit-trends.js';
@@ -80,7 +80,7 @@ const MonthUsage = builder.objectRef<MonthUsageValue>('MonthUsage').implement({
 });
 
 /** The analysis with whom it was made for and the services it was read with (a subscription's push brings its own). */
-export type CreditAnalysisRoot = CreditAnalysisValue & { viewer: Viewer; services: ServiceContext };
+export type CreditAnalysisRoot = CreditAnalysisValue & { viewer: ParentViewer; services: ServiceContext };
 
 export const CreditAnalysis = builder.objectRef<CreditAnalysisRoot>('CreditAnalysis').implement({
   description: "The parent's credit analysis.",
@@ -115,7 +115,7 @@ builder.queryField('creditAnalysis', (t) =>
     description: "The parent's credit analysis: balance, usage, billable users, projection, alerts, purchases. Parent accounts only.",
     authScopes: { parent: true },
     resolve: async (_root, _args, context) => {
-      const viewer = await viewerOf(context, 'jwt');
+      const viewer = requireParent(await viewerOf(context, 'jwt'));
       return { ...(await getCreditAnalysis(viewer, context.services)), viewer, services: context.services };
     },
   }),

@@ -1,11 +1,11 @@
-import type { Viewer } from '../auth/authenticate.js';
+import type { ParentViewer } from '../auth/authorize.js';
 import { analyseCredits, projectionHoldsUntil, type CreditAnalysis } from '../domain/credit-analysis.js';
 import { monthStart } from '../domain/dates.js';
 import { UserNotFoundError } from '../errors.js';
 import type { ServiceContext } from './context.js';
 
 /** The parent's credit analysis (spec: GET /parent/credit-analysis, decisions §5). */
-export async function getCreditAnalysis(viewer: Viewer, context: ServiceContext): Promise<CreditAnalysis> {
+export async function getCreditAnalysis(viewer: ParentViewer, context: ServiceContext): Promise<CreditAnalysis> {
   const { organization } = viewer;
   const { now, holdsUntil } = context.clock();
   const [usage, purchases, balances, totalChildAccounts] = await Promise.all([

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { Viewer } from '../auth/authenticate.js';
+import type { ParentViewer } from '../auth/authorize.js';
 import { isoTime, parseDateRange } from '../domain/dates.js';
 import { decodePageToken, encodePageToken, type PageScope, type Position } from '../domain/pagination.js';
 import { InvalidLimitError, InvalidSearchError } from '../errors.js';
@@ -211,7 +211,7 @@ function registrationOrder(order: 'ASC' | 'DESC', limit: string | number): strin
 
 /** A parent's children, newest registration first, keyset-paginated (spec: GET /auth/child-accounts). */
 export async function listChildAccounts(
-  viewer: Viewer,
+  viewer: ParentViewer,
   input: ListChildAccountsInput,
   context: ServiceContext,
 ): Promise<ChildAccountPage> {
@@ -337,7 +337,7 @@ async function searchPage(
  * announces it) or the oldest login counted as active leaves the 30-day window.
  */
 async function countChildren(
-  viewer: Viewer,
+  viewer: ParentViewer,
   filters: ChildFilters,
   context: ServiceContext,
 ): Promise<Stats> {
