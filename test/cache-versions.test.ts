@@ -5,7 +5,7 @@ import { cacheTags } from '../src/db/cache-tags.js';
 import { EntityCache } from '../src/db/entity-cache.js';
 import { ReadSet } from '../src/db/read-set.js';
 import { parseSnapshot, sees } from '../src/db/snapshots.js';
-import { childCountsKey, keepChildListCurrent, type ChildCounts } from '../src/services/child-counts.js';
+import { childCountsKey, keepChildListCurrent, type ChildCounts } from '../src/db/child-list-changes.js';
 import { ACTIVE_WINDOW_MS } from '../src/domain/activity.js';
 import { SIGN_IN_SQL, createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { rest, useServer } from './helpers/app.js';

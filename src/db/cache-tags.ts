@@ -14,7 +14,7 @@ export const cacheTags = {
   organizationSettings: (parentId: string) => `organizationSettings:${parentId}`,
   purchases: (organizationId: string) => `purchases:${organizationId}`,
   usage: (organizationId: string) => `usage:${organizationId}`,
-  /** A change to a child of this parent that alters its counts (see `services/child-counts.ts`). */
+  /** A change to a child of this parent that alters its counts (see `child-list-changes.ts`). */
   children: (parentId: string) => `children:${parentId}`,
   /** A child of this parent added or removed (moves included): the number of its children. */
   childMembers: (parentId: string) => `childMembers:${parentId}`,

@@ -451,7 +451,7 @@ export class EntityCache {
   /**
    * One announced change. A change of activity columns only (not `stable`: counters, last login,
    * balances) drops the rows, not the identities, signing keys and verified tokens built on them.
-   * A child's parent's counts are kept by their owner (`services/child-counts.ts`).
+   * A child's parent's counts are kept by their owner (`child-list-changes.ts`).
    */
   private onChange(change: Change): void {
     this.stats.announcements += 1;

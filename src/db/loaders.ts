@@ -72,7 +72,7 @@ class ReadThroughLoader<V> extends DataLoader<string, V> {
   }
 }
 
-/** The namespace of the cached child counts: `childCount:<parentId>` (amended by `services/child-counts.ts`). */
+/** The namespace of the cached child counts: `childCount:<parentId>` (amended by `child-list-changes.ts`). */
 export const CHILD_COUNT_NAMESPACE = 'childCount';
 
 export class Loaders {
@@ -243,7 +243,7 @@ export class Loaders {
   /**
    * How many children a parent has, any status: counted on the (parentId, createdAt, id) index
    * once, then kept exact from the change feed (a child added or removed amends the cached count
-   * in place, see `services/child-counts.ts`), so a sign-up costs no count.
+   * in place, see `child-list-changes.ts`), so a sign-up costs no count.
    */
   get childCountByParentId(): DataLoader<string, number> {
     return (this.#childCountByParentId ??= this.readThrough(

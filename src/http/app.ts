@@ -36,7 +36,7 @@ import { DOCS_PATHS, OPENAPI_PATH, serveDocs } from '../rest/docs.js';
 import { answerRest, READ_ONLY, refusedMethod, sendRestError, type RestOperation } from '../rest/http.js';
 import { organizationDetails } from '../rest/organization-details.js';
 import { userProfile } from '../rest/user-profile.js';
-import { keepChildListCurrent } from '../services/child-counts.js';
+import { keepChildListCurrent } from '../db/child-list-changes.js';
 import { RetrievalCounter } from '../services/retrieval-counter.js';
 import { readBody } from './body.js';
 import { createCorsPolicy } from './cors.js';

@@ -6,7 +6,7 @@ import { InvalidLimitError, InvalidSearchError } from '../errors.js';
 import { cacheTags } from '../db/cache-tags.js';
 import { MISS } from '../db/entity-cache.js';
 import type { SnapshotQuery } from '../db/snapshots.js';
-import { childCountsKey, type ChildCounts } from './child-counts.js';
+import { childCountsKey, type ChildCounts } from '../db/child-list-changes.js';
 import { ACTIVE_WINDOW_MS } from '../domain/activity.js';
 import type { ServiceContext } from './context.js';
 
@@ -145,7 +145,7 @@ function escapeLike(text: string): string {
 type Stats = { total: number; active: number };
 /**
  * Cached counts: valid while no child of the parent changes and no counted login leaves the
- * window (a child becoming active adds one to the unfiltered count in place, see `child-counts.ts`).
+ * window (a child becoming active adds one to the unfiltered count in place, see `db/child-list-changes.ts`).
  * `total` is null when unfiltered (the organization's child count is used instead).
  */
 type CachedStats = ChildCounts;
