@@ -7,7 +7,7 @@ import {
 } from './auth/authenticate.js';
 import { isParentByJwt } from './auth/authorize.js';
 import type { Config } from './config.js';
-import type { Answer, AnswerCache, Claim, Computation } from './db/answer-cache.js';
+import type { Answer } from './db/answer-cache.js';
 import type { Database } from './db/database.js';
 import { ReadSet, type CacheLookups } from './db/read-set.js';
 import type { EntityCache } from './db/entity-cache.js';
@@ -231,34 +231,4 @@ export function createRequestContext(deps: AppDependencies, source: RequestSourc
  */
 function renewal(deps: AppDependencies, credentials: Credentials, requestId: string): () => RequestContext {
   return () => createRequestContext(deps, { credentials, requestId, record: {} }, { countRetrievals: false });
-}
-
-/**
- * A request's claim on the answer kept under `key` (computed for `viewer`), for both transports:
- * the answer, kept or computed meanwhile for another request; or the computation this request
- * makes, with the context to make it in. When what the request read of its credentials changed
- * while it waited for others' computations (`AnswerCache.claim`), they are verified again in a new
- * context from `fresh`, so that its answer is current; `keep` says whether that answer may be kept
- * under the key (the credentials still name `viewer`).
- */
-export function claimAnswer(
-  answers: AnswerCache,
-  key: string,
-  viewer: string,
-  context: RequestContext,
-  fresh: () => RequestContext,
-  now: () => number,
-): ClaimedAnswer | Promise<ClaimedAnswer> {
-  const claimed = answers.claim(key, now, context.reads.tags);
-  // A kept answer at once (see `AnswerCache.claim`); the rest once waited for.
-  return claimed instanceof Promise ? claimed.then((waited) => afterWait(waited, viewer, context, fresh)) : claimed;
-}
-
-type ClaimedAnswer = { answer: Answer } | { answer?: undefined; computation: Computation; context: RequestContext; keep: boolean };
-
-async function afterWait(claimed: Claim, viewer: string, context: RequestContext, fresh: () => RequestContext): Promise<ClaimedAnswer> {
-  if (claimed.answer) return { answer: claimed.answer };
-  if (!claimed.readAgain) return { computation: claimed.computation, context, keep: true };
-  const renewed = fresh();
-  return { computation: claimed.computation, context: renewed, keep: (await renewed.viewerKey()) === viewer };
 }

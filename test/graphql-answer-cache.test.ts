@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { projectedMonthlyUsage, projectionHoldsUntil } from '../src/domain/credit-analysis.js';
-import { AnswerCache, AskedKeys, answerOf, type Computation } from '../src/db/answer-cache.js';
+import { AnswerCache, AskedKeys, answerOf, type Answer, type ServingContext } from '../src/db/answer-cache.js';
 import { cacheTags } from '../src/db/cache-tags.js';
 import { EntityCache } from '../src/db/entity-cache.js';
 import type { TagRead } from '../src/db/read-set.js';
@@ -327,6 +327,7 @@ describe('the keys asked for before an answer is kept', () => {
 describe('callers missing the same answer', () => {
   const tag = cacheTags.organization('USR_p');
   const key = '1\nDashboard\njwt:parent:USR_p\n';
+  const viewer = 'jwt:parent:USR_p';
   const now = () => Date.now();
   const made = (text: string) => () => answerOf(text, { label: 'dashboard', retrievals: [], validUntil: Number.POSITIVE_INFINITY });
 
@@ -341,17 +342,47 @@ describe('callers missing the same answer', () => {
     return { answers, readNow, signIn };
   }
 
-  /** `count` callers claiming the key, with what each was given so far. */
-  function claimants(answers: AnswerCache, count: number, before: () => ReadonlyMap<string, TagRead>) {
-    const given: ({ answer: string } | { computation: Computation; readAgain: boolean } | undefined)[] = Array.from({ length: count }, () => undefined);
-    const settled = Array.from({ length: count }, (_, i) =>
-      // Each caller read its credentials (here: the organization's row) just before it claimed the key.
-      Promise.resolve(answers.claim(key, now, before()))
-        .then((claimed) => (given[i] = claimed.answer ? { answer: claimed.answer.body.toString() } : { computation: claimed.computation!, readAgain: claimed.readAgain! })),
+  /** A computation in progress: `finish` ends it, keeping its answer when given one; `readAgain`: its credentials were verified again first. */
+  type Computing = { finish(answer: (() => Answer) | undefined, reads: ReadonlyMap<string, TagRead>): Answer | undefined; readAgain: boolean };
+
+  /** One request through `serve`, having read `before` (its credentials); what it was given so far. */
+  function request(answers: AnswerCache, before: ReadonlyMap<string, TagRead>) {
+    const state: { answer?: string; computing?: Computing } = {};
+    let readAgain = false;
+    const context = (): ServingContext => ({ reads: { tags: before }, viewerKey: async () => viewer });
+    const done = answers.serve(
+      { key, viewer, context: context(), fresh: () => ((readAgain = true), context()), now },
+      (answer) => void (state.answer = answer.body.toString()),
+      (_context, keep) =>
+        new Promise<void>((resolve) => {
+          state.computing = {
+            readAgain,
+            finish: (answer, reads) => {
+              const kept = answer && keep ? keep(answer, reads) : undefined;
+              resolve();
+              return kept;
+            },
+          };
+        }),
     );
-    const computing = () => given.filter((g): g is { computation: Computation; readAgain: boolean } => g !== undefined && 'computation' in g);
-    const waiting = () => given.filter((g) => g === undefined).length;
-    return { given, settled, computing, waiting };
+    return { state, done };
+  }
+
+  /** A request that computes at once and keeps `text`: the key counts as asked from then on. */
+  async function ask(answers: AnswerCache, text: string, reads: ReadonlyMap<string, TagRead>): Promise<void> {
+    const first = request(answers, reads);
+    await settle();
+    first.state.computing!.finish(made(text), reads);
+    await first.done;
+  }
+
+  /** `count` requests for the key, each having read its credentials just before. */
+  function claimants(answers: AnswerCache, count: number, before: () => ReadonlyMap<string, TagRead>) {
+    const requests = Array.from({ length: count }, () => request(answers, before()));
+    const computing = () => requests.flatMap((r) => (r.state.computing ? [r.state.computing] : []));
+    const waiting = () => requests.filter((r) => !r.state.computing && r.state.answer === undefined).length;
+    const answered = (text: string) => requests.filter((r) => r.state.answer === text).length;
+    return { settled: requests.map((r) => r.done), computing, waiting, answered };
   }
 
   const settle = () => new Promise((resolve) => setImmediate(resolve));
@@ -359,11 +390,11 @@ describe('callers missing the same answer', () => {
   it('hand the key on when an answer could not be kept: one of the waiters computes it, the others wait for that one', async () => {
     const { answers, readNow, signIn } = setup();
     // The key was asked for before: answers to it are kept.
-    (await answers.claim(key, now)).computation!.finish(made('first'), readNow());
-    const claimed = await answers.claim(key, now, readNow());
+    await ask(answers, 'first', readNow());
+    const first = request(answers, readNow());
+    await settle();
     // Nothing to wait for: the first caller computes with what it read.
-    expect(claimed.readAgain).toBe(false);
-    const owner = claimed.computation!;
+    expect(first.state.computing!.readAgain).toBe(false);
     const reads = readNow();
     const callers = claimants(answers, 20, readNow);
     await settle();
@@ -371,23 +402,25 @@ describe('callers missing the same answer', () => {
     // A change to what the computation read was announced while it ran: its answer is not kept,
     // and no waiter may be served it.
     signIn();
-    expect(owner.finish(made('before the sign-in'), reads)).toBeUndefined();
+    expect(first.state.computing!.finish(made('before the sign-in'), reads)).toBeUndefined();
     await settle();
     expect(callers.computing()).toHaveLength(1);
     expect(callers.waiting()).toBe(19);
     // What that caller read before it waited changed meanwhile: it reads it again before computing.
     expect(callers.computing()[0]!.readAgain).toBe(true);
     // The next computation began after the waiters came; its answer is theirs.
-    expect(callers.computing()[0]!.computation.finish(made('after the sign-in'), readNow())).toBeDefined();
+    expect(callers.computing()[0]!.finish(made('after the sign-in'), readNow())).toBeDefined();
     await Promise.all(callers.settled);
-    expect(callers.given.filter((g) => g && 'answer' in g && g.answer === 'after the sign-in')).toHaveLength(19);
+    expect(callers.answered('after the sign-in')).toBe(19);
     expect(answers.stats.shared).toBe(20 + 19);
   });
 
   it('wait for at most eight computations in turn, then compute their own', async () => {
     const { answers, readNow, signIn } = setup();
-    (await answers.claim(key, now)).computation!.finish(made('first'), readNow());
-    let computing = (await answers.claim(key, now)).computation!;
+    await ask(answers, 'first', readNow());
+    const first = request(answers, readNow());
+    await settle();
+    let computing = first.state.computing!;
     const callers = claimants(answers, 10, readNow);
     for (let round = 1; round <= 8; round++) {
       const reads = readNow();
@@ -397,7 +430,7 @@ describe('callers missing the same answer', () => {
       await settle();
       if (round < 8) {
         expect(callers.computing()).toHaveLength(round);
-        computing = callers.computing().at(-1)!.computation;
+        computing = callers.computing().at(-1)!;
       }
     }
     // Each caller waited for eight computations that were not kept: all compute their own now.
@@ -407,14 +440,27 @@ describe('callers missing the same answer', () => {
 
   it('tell a caller that waited to read again only when what it read before changed meanwhile', async () => {
     const { answers, readNow } = setup();
-    (await answers.claim(key, now)).computation!.finish(made('first'), readNow());
-    const owner = (await answers.claim(key, now)).computation!;
+    await ask(answers, 'first', readNow());
+    const owner = request(answers, readNow());
+    await settle();
     const callers = claimants(answers, 3, readNow);
     await settle();
     // Ended without an answer kept (it failed), with nothing the waiters read changed.
-    owner.finish(undefined, new Map());
+    owner.state.computing!.finish(undefined, new Map());
     await settle();
     expect(callers.computing()).toHaveLength(1);
     expect(callers.computing()[0]!.readAgain).toBe(false);
+  });
+
+  it('a computation that throws ends, and the next caller computes instead of waiting for it forever', async () => {
+    const { answers, readNow } = setup();
+    const failing = answers.serve({ key, viewer, context: { reads: { tags: readNow() }, viewerKey: async () => viewer }, fresh: () => { throw new Error('not asked'); }, now }, () => 'served', async () => {
+      await settle();
+      throw new Error('the database went away');
+    });
+    const next = request(answers, readNow());
+    await expect(failing).rejects.toThrow('the database went away');
+    await settle();
+    expect(next.state.computing).toBeDefined();
   });
 });

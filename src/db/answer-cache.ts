@@ -75,7 +75,33 @@ export class AskedKeys {
 type Answered = { answer: Answer; computation?: undefined; readAgain?: undefined };
 
 /** What `AnswerCache.claim` gives a caller missing a key: an answer, or the computation it makes. */
-export type Claim = Answered | { answer?: undefined; computation: Computation; readAgain: boolean };
+type Claim = Answered | { answer?: undefined; computation: Computation; readAgain: boolean };
+
+/** What serving needs of a request's context: what it read so far, and its viewer's key. */
+export type ServingContext = {
+  readonly reads: { readonly tags: ReadonlyMap<string, TagRead> };
+  viewerKey(): Promise<string | undefined>;
+};
+
+/**
+ * Keeps a computed answer (made by `answer` only when it will be kept) under the request's key, or
+ * `key` when the request's was not known before computing, unless something it read (`reads`)
+ * changed after it was read. Returns the answer kept.
+ */
+export type Keep = (answer: () => Answer, reads: ReadonlyMap<string, TagRead>, key?: string) => Answer | undefined;
+
+export type ServeRequest<C extends ServingContext> = {
+  /** The answer's key, when known before computing; undefined: named by `keep`, if at all. */
+  key: string | undefined;
+  /** The key of the viewer the request's credentials name; undefined: nothing is kept or shared. */
+  viewer: string | undefined;
+  context: C;
+  /** A new context, verified again: for a request whose credentials changed while it waited. */
+  fresh: () => C;
+  now: () => number;
+};
+
+const NOTHING_READ: ReadonlyMap<string, TagRead> = new Map();
 
 /** Computations of one key a caller waits for in turn before it computes the answer itself. */
 const MAX_WAITS = 8;
@@ -98,7 +124,7 @@ export function answerOf(text: string, kept: Omit<Answer, 'body' | 'etag'>): Ans
 }
 
 /** An answer being computed, which callers missing the same key meanwhile may wait for. */
-export type Computation = {
+type Computation = {
   /**
    * Ends the computation, and gives the answer to keep (made by `answer` only when it will be kept)
    * under the key begun with (or `key`, for a computation begun before its key was known), unless
@@ -185,6 +211,44 @@ export class AnswerCache {
   }
 
   /**
+   * Serves one request, for both transports: `served` with the answer kept under its key (at
+   * once, or once another request's computation kept one), else `compute` in the context to
+   * compute in, with `keep` when its answer may be kept. While it computes, requests missing the
+   * same key wait for it (see `claim`); a request whose credentials changed while it waited is
+   * verified again in a new context, and keeps nothing unless they still name the same viewer.
+   * The computation ends when `compute` settles, whatever it did.
+   */
+  async serve<C extends ServingContext, T>(
+    request: ServeRequest<C>,
+    served: (answer: Answer, context: C) => T | Promise<T>,
+    compute: (context: C, keep: Keep | undefined) => Promise<T>,
+  ): Promise<T> {
+    const { key, viewer, now } = request;
+    let context = request.context;
+    let computation: Computation | undefined;
+    let sameViewer = true;
+    if (viewer !== undefined && key !== undefined) {
+      const claiming = this.claim(key, now, context.reads.tags);
+      const claimed = claiming instanceof Promise ? await claiming : claiming;
+      if (claimed.answer) return served(claimed.answer, context);
+      computation = claimed.computation;
+      if (claimed.readAgain) {
+        context = request.fresh();
+        sameViewer = (await context.viewerKey()) === viewer;
+      }
+    } else if (viewer !== undefined) {
+      // A key not known yet: nobody waits for this computation, and `keep` names it.
+      computation = this.begin(undefined);
+    }
+    const own = computation;
+    try {
+      return await compute(context, own && sameViewer ? (answer, reads, named) => own.finish(answer, reads, named) : undefined);
+    } finally {
+      own?.finish(undefined, NOTHING_READ);
+    }
+  }
+
+  /**
    * For a caller missing `key`: the kept answer that holds now, or the answer another caller was
    * computing meanwhile, once kept; otherwise the computation this caller makes, begun, so that
    * callers missing the key meanwhile wait for it instead of computing it too.
@@ -205,7 +269,7 @@ export class AnswerCache {
    * A kept answer is given at once, not as a promise: a hit is most requests, and its caller
    * awaits nothing more.
    */
-  claim(key: string, now: () => number, before?: ReadonlyMap<string, TagRead>): Answered | Promise<Claim> {
+  private claim(key: string, now: () => number, before?: ReadonlyMap<string, TagRead>): Answered | Promise<Claim> {
     const kept = this.get(key, now());
     return kept ? { answer: kept } : this.waitOrBegin(key, now, before);
   }
@@ -227,7 +291,7 @@ export class AnswerCache {
    * Begins computing an answer: callers missing `key` meanwhile wait for this one. Without a key
    * (not known yet), nobody waits, and `finish` names it.
    */
-  begin(key: string | undefined): Computation {
+  private begin(key: string | undefined): Computation {
     let settle: ((answer: Answer | undefined) => void) | undefined;
     const own = key !== undefined && !this.running.has(key) && key.length <= MAX_ANSWER_KEY_LENGTH;
     if (own) this.running.set(key, new Promise<Answer | undefined>((resolve) => (settle = resolve)));

@@ -1,8 +1,7 @@
 import { getOperationAST, type ExecutionResult } from 'graphql';
 import { LRUCache } from 'lru-cache';
-import { claimAnswer, type RequestContext } from '../context.js';
-import type { TagRead } from '../db/read-set.js';
-import { answerOf, MAX_ANSWER_KEY_LENGTH, type AnswerCache } from '../db/answer-cache.js';
+import type { RequestContext } from '../context.js';
+import { answerOf, MAX_ANSWER_KEY_LENGTH, type Answer, type AnswerCache, type Keep } from '../db/answer-cache.js';
 import type { Exchange } from '../http/exchange.js';
 import { endSpan, recording, startOperationSpan } from '../ops/tracing.js';
 import { regularMediaType, sendAnswer, sendResult, serialiseResult, type RegularMediaType } from './http.js';
@@ -25,8 +24,6 @@ import { fromQueryString, isJsonBody, parseJson, RecentBodies, wellFormed } from
  * (the viewer is part of the key), the retrievals it shows are counted again, and nothing else of
  * the pipeline runs.
  */
-
-const NOTHING_READ: ReadonlyMap<string, TagRead> = new Map();
 
 /**
  * Documents the door knows, by their text: a short id for the keys of their kept answers, and
@@ -73,7 +70,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
   const documents = new LRUCache<string, KnownDocument>({ max: DOCUMENTS_KNOWN, maxSize: DOCUMENT_BYTES, sizeCalculation: (_known, text) => 2 * text.length + 64 });
 
   /** What the door knows of a document (a new entry for a document first known). */
-  function known(query: string): KnownDocument {
+  function knownDocument(query: string): KnownDocument {
     let entry = documents.get(query);
     if (entry === undefined) documents.set(query, (entry = { id: ++documentIds, plans: new Map(), names: new Map() }));
     return entry;
@@ -157,7 +154,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
       })) as ExecutionResult;
       if (operation === 'query' && !planned) {
         const plan = pipeline.plan(document, params.operationName);
-        if (plan) known(params.query!).plans.set(operationKey(params.operationName), plan);
+        if (plan) knownDocument(params.query!).plans.set(operationKey(params.operationName), plan);
       }
       return { result, query: operation === 'query', name: definition?.name?.value };
     } catch (error) {
@@ -191,40 +188,34 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
       sendResult(exchange, outcome.result, taken.mediaType);
       return true;
     }
-    let context = pipeline.context(exchange);
+    const context = pipeline.context(exchange);
     const viewer = await context.viewerKey();
-    const document = documents.get(params.query);
+    const query = params.query;
+    const document = documents.get(query);
     const key = viewer === undefined || document === undefined ? undefined : answerKey(document.id, params, viewer);
-    const claiming = key === undefined ? undefined : claimAnswer(answers, key, viewer!, context, () => pipeline.context(exchange), now);
-    const claimed = claiming instanceof Promise ? await claiming : claiming;
-    if (claimed?.answer) {
+    const served = async (answer: Answer, context: RequestContext) => {
       // A kept answer: its span says so, and has nothing under it.
-      if (recording()) endSpan(startOperationSpan('query', document?.names.get(operationKey(params.operationName)) ?? params.operationName, 'kept', claimed.answer.label));
-      await context.replay(claimed.answer, exchange.record);
-      sendAnswer(exchange, claimed.answer, taken.mediaType);
+      if (recording()) endSpan(startOperationSpan('query', document?.names.get(operationKey(params.operationName)) ?? params.operationName, 'kept', answer.label));
+      await context.replay(answer, exchange.record);
+      sendAnswer(exchange, answer, taken.mediaType);
       return true;
-    }
-    if (claimed) context = claimed.context;
-    const sameViewer = claimed?.keep ?? true;
-    // A document not known yet: its key is named once an answer to it may be kept.
-    const computation = claimed?.computation ?? (viewer === undefined ? undefined : answers.begin(undefined));
-    try {
+    };
+    const compute = async (context: RequestContext, keep: Keep | undefined) => {
       const outcome = await execute(exchange, params, context);
       if (!outcome) return false;
       const make = () =>
         answerOf(serialiseResult(outcome.result), { label: exchange.record.operation, retrievals: [...context.retrieved], validUntil: context.reads.validUntil });
-      // A document is given an id once an answer to it may be kept.
-      let kept: ReturnType<NonNullable<typeof computation>['finish']> = undefined;
-      if (computation && sameViewer && keepable(outcome, context, exchange)) {
-        const document = known(params.query);
-        document.names.set(operationKey(params.operationName), outcome.name);
-        kept = computation.finish(make, context.reads.tags, key ?? answerKey(document.id, params, viewer!));
+      let kept: Answer | undefined;
+      if (keep && keepable(outcome, context, exchange)) {
+        // A document is given an id once an answer to it may be kept; its key is named then.
+        const known = knownDocument(query);
+        known.names.set(operationKey(params.operationName), outcome.name);
+        kept = keep(make, context.reads.tags, key ?? answerKey(known.id, params, viewer!));
       }
       if (kept) sendAnswer(exchange, kept, taken.mediaType);
       else sendResult(exchange, outcome.result, taken.mediaType);
       return true;
-    } finally {
-      computation?.finish(undefined, NOTHING_READ);
-    }
+    };
+    return answers.serve({ key, viewer, context, fresh: () => pipeline.context(exchange), now }, served, compute);
   };
 }

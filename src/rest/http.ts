@@ -1,5 +1,5 @@
-import { claimAnswer, type RequestContext } from '../context.js';
-import { answerOf, type AnswerCache } from '../db/answer-cache.js';
+import type { RequestContext } from '../context.js';
+import { answerOf, type Answer, type AnswerCache, type Keep } from '../db/answer-cache.js';
 import { ApiError, MethodNotAllowedError, toApiError } from '../errors.js';
 import { entityTag, type Exchange } from '../http/exchange.js';
 import type { Logger } from '../logger.js';
@@ -47,36 +47,31 @@ export async function answerRest(
   options: { maxQueryParameters: number; logger: Logger; answers?: AnswerCache; now: () => number },
 ): Promise<void> {
   const { answers, now, logger } = options;
-  let context = contextFor();
+  const context = contextFor();
   // A success kept whole (db/answer-cache.ts) under the path, the query string as sent and the viewer.
   const viewer = answers?.enabled ? await context.viewerKey() : undefined;
-  const key = viewer === undefined ? undefined : `${exchange.path}?${exchange.query}\n${viewer}`;
-  const claiming = key === undefined ? undefined : claimAnswer(answers!, key, viewer!, context, contextFor, now);
-  const claimed = claiming instanceof Promise ? await claiming : claiming;
-  const kept = claimed?.answer;
-  if (kept) {
+  const request = { key: viewer === undefined ? undefined : `${exchange.path}?${exchange.query}\n${viewer}`, viewer, context, fresh: contextFor, now };
+  const served = async (kept: Answer, context: RequestContext) => {
     await context.replay(kept, exchange.record);
-    return exchange.sendRevalidated(JSON_TYPE, kept.body, (kept.etag ??= entityTag(kept.body)));
-  }
-  if (claimed) context = claimed.context;
-  const computation = claimed?.computation;
-  const sameViewer = claimed?.keep ?? true;
-  try {
-    const text = JSON.stringify(await operation(context, queryParameters(exchange.query, options.maxQueryParameters)));
-    const make = () => answerOf(text, { label: undefined, retrievals: [...context.retrieved], validUntil: context.reads.validUntil });
-    const kept =
-      computation && sameViewer && exchange.record.caller !== undefined && context.reads.reusable(now()) ? computation.finish(make, context.reads.tags) : undefined;
-    if (kept) exchange.sendRevalidated(JSON_TYPE, kept.body, (kept.etag = entityTag(kept.body)));
-    else exchange.sendRevalidated(JSON_TYPE, text);
-  } catch (error) {
-    const apiError = toApiError(error);
-    if (!(error instanceof ApiError)) {
-      logger.error('unexpected error in a REST route', { error, path: exchange.path, requestId: exchange.requestId, code: apiError.code });
+    exchange.sendRevalidated(JSON_TYPE, kept.body, (kept.etag ??= entityTag(kept.body)));
+  };
+  const compute = async (context: RequestContext, keep: Keep | undefined) => {
+    try {
+      const text = JSON.stringify(await operation(context, queryParameters(exchange.query, options.maxQueryParameters)));
+      const make = () => answerOf(text, { label: undefined, retrievals: [...context.retrieved], validUntil: context.reads.validUntil });
+      const kept = keep && exchange.record.caller !== undefined && context.reads.reusable(now()) ? keep(make, context.reads.tags) : undefined;
+      if (kept) exchange.sendRevalidated(JSON_TYPE, kept.body, (kept.etag = entityTag(kept.body)));
+      else exchange.sendRevalidated(JSON_TYPE, text);
+    } catch (error) {
+      const apiError = toApiError(error);
+      if (!(error instanceof ApiError)) {
+        logger.error('unexpected error in a REST route', { error, path: exchange.path, requestId: exchange.requestId, code: apiError.code });
+      }
+      sendRestError(exchange, apiError, { noStore: true });
     }
-    sendRestError(exchange, apiError, { noStore: true });
-  } finally {
-    computation?.finish(undefined, new Map());
-  }
+  };
+  if (!answers) return compute(context, undefined);
+  return answers.serve(request, served, compute);
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8';
