@@ -1,4 +1,5 @@
 import { Server as NetServer } from 'node:net';
+import { buildDependencies } from './dependencies.js';
 import { createApp, type App } from './http/app.js';
 import { Exchange } from './http/exchange.js';
 import { createHttpServer, createMetricsServer } from './http/server.js';
@@ -106,7 +107,8 @@ try {
 
 // Development only: GraphiQL opens with the demo parent's token in its headers tab.
 const graphiqlHeaders = demo && config.env === 'development' ? JSON.stringify({ Authorization: `Bearer ${demo.parent.token}` }, null, 2) : undefined;
-app = createApp({ config, database, logger, graphiqlHeaders });
+// The process's objects, built in order; the app closes them in the order `dependencies.ts` states.
+app = createApp(buildDependencies({ config, database, logger, graphiqlHeaders }));
 const address = server.address();
 const port = typeof address === 'object' && address ? address.port : config.port;
 const base = `http://${config.host === '0.0.0.0' ? 'localhost' : config.host}:${port}`;

@@ -1,12 +1,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Config } from '../config.js';
 import { createRequestContext, type AppDependencies } from '../context.js';
-import { createExports, EXPORT_PATH, type Exports } from '../rest/export.js';
-import { LiveUpdates } from '../live/live-updates.js';
-import { RegisteredOperations } from '../graphql/persisted.js';
-import type { Database } from '../db/database.js';
-import { AnswerCache } from '../db/answer-cache.js';
-import { EntityCache } from '../db/entity-cache.js';
+import type { Dependencies } from '../dependencies.js';
+import { EXPORT_PATH, type Exports } from '../rest/export.js';
+import type { AnswerCache } from '../db/answer-cache.js';
 import {
   ApiError,
   ClientClosedError,
@@ -17,18 +13,10 @@ import {
   toApiError,
 } from '../errors.js';
 import { sendGraphQLError } from '../graphql/http.js';
-import { createLeanDoor } from '../graphql/lean.js';
-import { createEventStreams } from '../graphql/event-stream.js';
 import type { ExecutionCounts } from '../graphql/compiled.js';
-import { createGraphQLPipeline } from '../graphql/pipeline.js';
-import { createYogaDoor, type YogaDoor } from '../graphql/yoga.js';
-import type { Logger } from '../logger.js';
-import { createMetrics } from '../ops/metrics.js';
+import type { YogaDoor } from '../graphql/yoga.js';
 import { RATE_LIMIT_KEY_BYTES } from '../ops/memory-budget.js';
-import { Replicas } from '../db/replicas.js';
-import { RateLimiter } from './rate-limit.js';
-import { Readiness } from './readiness.js';
-import { MemoryPressure } from '../ops/memory-pressure.js';
+import type { MemoryPressure } from '../ops/memory-pressure.js';
 import { endRequestSpan, startRequestSpan, traceFields, within, type RequestOutcome } from '../ops/tracing.js';
 import { childAccounts } from '../rest/child-accounts.js';
 import { creditAnalysis } from '../rest/credit-analysis.js';
@@ -36,8 +24,6 @@ import { DOCS_PATHS, OPENAPI_PATH, serveDocs } from '../rest/docs.js';
 import { answerRest, READ_ONLY, refusedMethod, sendRestError, type RestOperation } from '../rest/http.js';
 import { organizationDetails } from '../rest/organization-details.js';
 import { userProfile } from '../rest/user-profile.js';
-import { keepChildListCurrent } from '../db/child-list-changes.js';
-import { RetrievalCounter } from '../services/retrieval-counter.js';
 import { readBody } from './body.js';
 import { createCorsPolicy } from './cors.js';
 import { Exchange } from './exchange.js';
@@ -87,31 +73,17 @@ const REFUSED = {
   memory: { retryAfter: '5', message: 'The server is low on memory; try again shortly or on another instance.' },
   busy: { retryAfter: '1', message: 'The server is busy; try again shortly or on another instance.' },
 } as const;
-/** How long a readiness check waits for the database. */
-const READINESS_TIMEOUT_MS = 1000;
-export type AppOptions = {
-  config: Config;
-  database: Database;
-  logger: Logger;
-  now?: () => Date;
-  graphiqlHeaders?: string;
-  /** `full`: every GraphQL request through Yoga (the parity test compares the two doors). */
-  graphqlDoor?: 'lean' | 'full';
-  /** Executions of a document before it runs compiled (tests: 0 always, Infinity never). */
-  compileAfter?: number;
-  /** The heap in use as the memory pressure reads it (tests drive the levels with their own). */
-  memoryUsed?: () => number;
-};
-
 /**
  * The edge: one route table, one CORS policy, the bounds every request is held to, and the
  * per-request exchange handed to REST and to both GraphQL doors. Every answer leaves through the
- * exchange, and every answer is counted and logged once, when it is finished. One idea, the
- * edge's wiring, so one file; the head's bounds are in request-head.ts, the framing in exchange.ts.
+ * exchange, and every answer is counted and logged once, when it is finished. It receives the
+ * process's objects built (`dependencies.ts`), and closes them in the order stated there.
  */
-export function createApp(options: AppOptions): App {
-  const { config, database, logger } = options;
-  const metrics = createMetrics({
+export function createApp(built: Dependencies): App {
+  const { config, database, logger, metrics, feed, replicas, deps, answers, pipeline, persisted, yoga, streams, lean, limiter, pressure, readiness, exports, clock } = built;
+  let draining = false;
+  let inFlight = 0;
+  metrics.watch({
     cache: () => deps.cache,
     feed: () => feed,
     pool: database.pgPool,
@@ -140,79 +112,11 @@ export function createApp(options: AppOptions): App {
       refusals: pressure.refusals,
     }),
     ...(config.rateLimit.store === 'redis' ? { rateLimitStoreUp: () => limiter.storeUp === true } : {}),
-    ...(config.replicaUrls.length > 0 ? { replicas: () => ({ state: replicas?.state ?? [], reads: replicas?.reads ?? { replica: 0, primary: 0 } }) } : {}),
+    ...(replicas ? { replicas: () => ({ state: replicas.state, reads: replicas.reads }) } : {}),
   });
-  const feed = database.changeFeed({
-    source: config.changeSource,
-    relay: config.changeRelay,
-    onNotice: (message, fallback) => (fallback ? logger.warn(message) : logger.info(message)),
-    onStateChange: (live, error) => {
-      metrics.feedState(live);
-      if (live) logger.info('listening for database changes; cache in use');
-      else logger.warn('database change listener lost; cache bypassed until it is back', { error });
-    },
-  });
-  const now = options.now ?? (() => new Date());
-  const replicas =
-    config.replicaUrls.length > 0 && database.pgPool
-      ? new Replicas(config.replicaUrls, database.pgPool, {
-          maxLagMs: config.replicaMaxLagMs,
-          statementTimeoutMs: config.database.statementTimeoutMs,
-          connectTimeoutMs: config.database.connectTimeoutMs,
-          poolSize: config.database.poolSize,
-        })
-      : undefined;
-  replicas?.start().catch((error: unknown) => logger.warn('replica check failed', { error }));
-  const deps: AppDependencies = {
-    config,
-    database,
-    staleReads: replicas?.reader ?? database.sql,
-    cache: new EntityCache(feed, config.cache, database.sql),
-    retrievals: new RetrievalCounter(database.prisma, (error) => {
-      metrics.retrievalWriteFailed();
-      logger.warn('retrieval counter write failed; kept for the next attempt', { error });
-    }),
-    now,
-    live: new LiveUpdates(feed, config.live),
-  };
-  // Answers kept whole, for both transports: dropped with the entity cache's entries they were made from.
-  const answers = new AnswerCache(deps.cache, config.answerCache);
-  const clock = () => now().getTime();
-  // The clock the child counts are computed with decides which sign-ins leave them as they were.
-  const stopChildList = keepChildListCurrent(feed, deps.cache, () => now().getTime());
-  const pipeline = createGraphQLPipeline(deps, logger, { compileAfter: options.compileAfter });
-  // One rule for both doors: stored operations, and in the default mode the ones clients register.
-  const persisted = { persistedOnly: config.persistedOperationsOnly, registered: new RegisteredOperations(undefined, config.memory.shares.registrations) };
-  const yoga = createYogaDoor(pipeline, config, { graphiqlHeaders: options.graphiqlHeaders, persisted });
-  const streams = options.graphqlDoor === 'full' ? undefined : createEventStreams(pipeline, { stallMs: config.live.stallMs });
-  const lean = options.graphqlDoor === 'full' ? undefined : createLeanDoor(pipeline, { graphiql: config.graphiql, persisted, answers, now: clock, streams });
-  const limiter = new RateLimiter(
-    config.rateLimit,
-    database.pgPool,
-    (up, error) => {
-      if (up) logger.info('rate-limit store connected; limits are shared');
-      else logger.warn('rate-limit store unreachable; this instance limits in memory until it is back', { error });
-    },
-    config.memory.rateLimitKeys,
-  );
-  // Near the budget's old generation: the caches shrink, then streams and at last requests are refused.
-  const pressure = new MemoryPressure({
-    oldGenerationBytes: config.memory.oldGenerationBytes,
-    maxRequests: config.memory.maxRequests,
-    used: options.memoryUsed,
-    shrink: (fraction) => {
-      deps.cache.shrinkTo(deps.cache.bytes * fraction);
-      answers.shrinkTo(answers.bytes * fraction);
-    },
-  });
-  if (deps.live) deps.live.admits = () => pressure.admitsStream();
-  const readiness = new Readiness(database, READINESS_TIMEOUT_MS, () => pressure.level >= 3);
   const cors = createCorsPolicy(config.corsOrigins);
-  const exports = createExports({ ...config.export, maxQueryParameters: config.limits.maxQueryParameters }, logger);
   const checkHead = headChecker(config.limits);
   const { limits } = config;
-  let draining = false;
-  let inFlight = 0;
 
   const rest = (path: string, operation: RestOperation): Route => ({
     path,
@@ -338,19 +242,7 @@ export function createApp(options: AppOptions): App {
     exports,
     pressure,
     metricsText: async () => ({ contentType: metrics.registry.contentType, text: await metrics.registry.metrics() }),
-    close: async () => {
-      pressure.close();
-      deps.live?.close();
-      streams?.close();
-      exports.abortAll();
-      limiter.close();
-      await replicas?.close();
-      await deps.retrievals.close();
-      stopChildList();
-      answers.close();
-      deps.cache.close();
-      await feed.close();
-    },
+    close: () => built.close(),
     drain: () => {
       draining = true;
       // Every open stream completes cleanly now; clients subscribe again on another instance.

@@ -9,6 +9,7 @@ import { openDatabase } from '../../src/db/database.js';
 import { migrate } from '../../src/db/migrator.js';
 import { seed } from '../../src/dev/demo-data.js';
 import { createApp } from '../../src/http/app.js';
+import { buildDependencies } from '../../src/dependencies.js';
 import { createHttpServer } from '../../src/http/server.js';
 import { createLogger } from '../../src/logger.js';
 
@@ -147,7 +148,7 @@ const config = loadConfig({
   RATE_LIMIT_PER_CREDENTIAL: '0',
   ...(args.kept ? {} : { ANSWER_CACHE_MAX_BYTES: '0' }),
 });
-const app = createApp({ config, database, logger: createLogger(config.logLevel, { format: config.logFormat }), ...(args.reference ? { compileAfter: Number.MAX_SAFE_INTEGER } : {}) });
+const app = createApp(buildDependencies({ config, database, logger: createLogger(config.logLevel, { format: config.logFormat }), ...(args.reference ? { compileAfter: Number.MAX_SAFE_INTEGER } : {}) }));
 const server = createHttpServer(config.limits, (request, response) => app.handle(request, response));
 await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
 const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;

@@ -7,6 +7,7 @@ import { openDatabase } from '../../src/db/database.js';
 import { migrate } from '../../src/db/migrator.js';
 import { seed } from '../../src/dev/demo-data.js';
 import { createApp } from '../../src/http/app.js';
+import { buildDependencies } from '../../src/dependencies.js';
 import { createHttpServer } from '../../src/http/server.js';
 import { createLogger } from '../../src/logger.js';
 
@@ -35,7 +36,7 @@ const children = await database.sql.query<{ id: string }>(`SELECT id FROM "Accou
 const tokens = await Promise.all(children.map((child) => mintAccessToken({ secret: jwtSecret, kid: organization!.parent.publicKey, subject: child.id, ttlSeconds: 3600 })));
 
 const config = loadConfig({ NODE_ENV: 'test', LOG_LEVEL: 'silent', MEMORY_BUDGET_MB: '8192', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0', CACHE_MAX_ENTRIES: '1000000', CACHE_MAX_BYTES: String(256 * 1024 * 1024) });
-const app = createApp({ config, database, logger: createLogger('silent') });
+const app = createApp(buildDependencies({ config, database, logger: createLogger('silent') }));
 const server = createHttpServer(config.limits, (request, response) => app.handle(request, response));
 await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
 const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/auth/user-profile`;

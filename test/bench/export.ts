@@ -6,6 +6,7 @@ import { openDatabase } from '../../src/db/database.js';
 import { migrate } from '../../src/db/migrator.js';
 import { seed } from '../../src/dev/demo-data.js';
 import { createApp } from '../../src/http/app.js';
+import { buildDependencies } from '../../src/dependencies.js';
 import { createHttpServer } from '../../src/http/server.js';
 import { createLogger } from '../../src/logger.js';
 
@@ -44,7 +45,7 @@ console.log(`seeded ${childCount.toLocaleString('en')} children in ${((performan
 const token = await mintAccessToken({ secret: jwtSecret, kid: organization!.parent.publicKey, subject: parentId, ttlSeconds: 3600 });
 
 const config = loadConfig({ NODE_ENV: 'test', LOG_LEVEL: 'silent', MEMORY_BUDGET_MB: '8192', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0' });
-const app = createApp({ config, database, logger: createLogger('silent') });
+const app = createApp(buildDependencies({ config, database, logger: createLogger('silent') }));
 const server = createHttpServer(config.limits, (req, res) => app.handle(req, res));
 await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
 const port = (server.address() as AddressInfo).port;

@@ -12,6 +12,7 @@ import { openDatabase } from '../../src/db/database.js';
 import { migrate } from '../../src/db/migrator.js';
 import { seed } from '../../src/dev/demo-data.js';
 import { createApp } from '../../src/http/app.js';
+import { buildDependencies } from '../../src/dependencies.js';
 import { startTracing } from '../../src/ops/tracing.js';
 import { createHttpServer } from '../../src/http/server.js';
 import { createLogger } from '../../src/logger.js';
@@ -54,7 +55,7 @@ const config = loadConfig({
   NODE_ENV: 'production', LOG_LEVEL: 'silent', MEMORY_BUDGET_MB: '8192', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0',
   LIVE_MAX_PER_CREDENTIAL: String(perOrganization), LIVE_MAX_PER_ORGANIZATION: String(perOrganization), LIVE_MAX_STREAMS: String(streams),
 });
-const app = createApp({ config, database, logger: createLogger('silent') });
+const app = createApp(buildDependencies({ config, database, logger: createLogger('silent') }));
 const server = createHttpServer(config.limits, (req, res) => app.handle(req, res));
 server.maxConnections = streams + 100;
 // A backlog for the burst of connections the clients open at once (the kernel caps it at somaxconn).

@@ -1,7 +1,8 @@
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, beforeEach, vi } from 'vitest';
-import { createApp, type App, type AppOptions } from '../../src/http/app.js';
+import { createApp, type App } from '../../src/http/app.js';
+import { buildDependencies, type DependencyOptions } from '../../src/dependencies.js';
 import { createHttpServer } from '../../src/http/server.js';
 import { loadConfig, type Config } from '../../src/config.js';
 import type { Database } from '../../src/db/database.js';
@@ -24,7 +25,7 @@ export async function startServer(
     env?: Record<string, string>;
     now?: () => Date;
     graphiqlHeaders?: string;
-    graphqlDoor?: AppOptions['graphqlDoor'];
+    graphqlDoor?: DependencyOptions['graphqlDoor'];
     compileAfter?: number;
     /** The heap in use as the memory pressure reads it (see `ops/memory-pressure.ts`). */
     memoryUsed?: () => number;
@@ -44,7 +45,7 @@ export async function startServer(
     MEMORY_BUDGET_MB: '8192',
     ...options.env,
   });
-  const app = createApp({ config, database, logger: createLogger(config.logLevel, { format: config.logFormat }), now: options.now, graphiqlHeaders: options.graphiqlHeaders, graphqlDoor: options.graphqlDoor, compileAfter: options.compileAfter, memoryUsed: options.memoryUsed });
+  const app = createApp(buildDependencies({ config, database, logger: createLogger(config.logLevel, { format: config.logFormat }), now: options.now, graphiqlHeaders: options.graphiqlHeaders, graphqlDoor: options.graphqlDoor, compileAfter: options.compileAfter, memoryUsed: options.memoryUsed }));
   const server: Server = createHttpServer(config.limits, (request, response) => app.handle(request, response), options.httpTimeouts);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;

@@ -1,0 +1,182 @@
+import type { Config } from './config.js';
+import type { AppDependencies } from './context.js';
+import { AnswerCache } from './db/answer-cache.js';
+import { keepChildListCurrent } from './db/child-list-changes.js';
+import type { Database } from './db/database.js';
+import { EntityCache } from './db/entity-cache.js';
+import { Replicas } from './db/replicas.js';
+import { createEventStreams, type EventStreams } from './graphql/event-stream.js';
+import { createLeanDoor, type LeanDoor } from './graphql/lean.js';
+import { RegisteredOperations, type PersistedRule } from './graphql/persisted.js';
+import { createGraphQLPipeline, type GraphQLPipeline } from './graphql/pipeline.js';
+import { createYogaDoor, type YogaDoor } from './graphql/yoga.js';
+import { RateLimiter } from './http/rate-limit.js';
+import { Readiness } from './http/readiness.js';
+import { LiveUpdates } from './live/live-updates.js';
+import type { Logger } from './logger.js';
+import { createMetrics, type Metrics } from './ops/metrics.js';
+import { MemoryPressure } from './ops/memory-pressure.js';
+import { createExports, type Exports } from './rest/export.js';
+import { RetrievalCounter } from './services/retrieval-counter.js';
+
+/** How long a readiness check waits for the database. */
+const READINESS_TIMEOUT_MS = 1000;
+
+export type DependencyOptions = {
+  config: Config;
+  database: Database;
+  logger: Logger;
+  now?: () => Date;
+  graphiqlHeaders?: string;
+  /** `full`: every GraphQL request through Yoga (the parity test compares the two doors). */
+  graphqlDoor?: 'lean' | 'full';
+  /** Executions of a document before it runs compiled (tests: 0 always, Infinity never). */
+  compileAfter?: number;
+  /** The heap in use as the memory pressure reads it (tests drive the levels with their own). */
+  memoryUsed?: () => number;
+};
+
+/** The process's objects, which the edge (`http/app.ts`) routes requests to. */
+export type Dependencies = {
+  config: Config;
+  database: Database;
+  logger: Logger;
+  /** Events are counted from the start; the series read from the objects are added by the edge. */
+  metrics: Metrics;
+  feed: ReturnType<Database['changeFeed']>;
+  replicas: Replicas | undefined;
+  /** What each request's context is made from. */
+  deps: AppDependencies;
+  answers: AnswerCache;
+  pipeline: GraphQLPipeline;
+  persisted: PersistedRule & { registered: RegisteredOperations };
+  yoga: YogaDoor;
+  streams: EventStreams | undefined;
+  lean: LeanDoor | undefined;
+  limiter: RateLimiter;
+  pressure: MemoryPressure;
+  readiness: Readiness;
+  exports: Exports;
+  /** The clock in epoch milliseconds. */
+  clock: () => number;
+  /** Closes everything, in the order `closing` states. */
+  close(): Promise<void>;
+};
+
+/**
+ * Builds the process's objects, each after what it uses, so that none refers to one not built
+ * yet; `close` ends them in the order stated below it.
+ */
+export function buildDependencies(options: DependencyOptions): Dependencies {
+  const { config, database, logger } = options;
+  const metrics = createMetrics();
+  const feed = database.changeFeed({
+    source: config.changeSource,
+    relay: config.changeRelay,
+    onNotice: (message, fallback) => (fallback ? logger.warn(message) : logger.info(message)),
+    onStateChange: (live, error) => {
+      metrics.feedState(live);
+      if (live) logger.info('listening for database changes; cache in use');
+      else logger.warn('database change listener lost; cache bypassed until it is back', { error });
+    },
+  });
+  const now = options.now ?? (() => new Date());
+  const clock = () => now().getTime();
+  const replicas =
+    config.replicaUrls.length > 0 && database.pgPool
+      ? new Replicas(config.replicaUrls, database.pgPool, {
+          maxLagMs: config.replicaMaxLagMs,
+          statementTimeoutMs: config.database.statementTimeoutMs,
+          connectTimeoutMs: config.database.connectTimeoutMs,
+          poolSize: config.database.poolSize,
+        })
+      : undefined;
+  replicas?.start().catch((error: unknown) => logger.warn('replica check failed', { error }));
+  const cache = new EntityCache(feed, config.cache, database.sql);
+  const deps: AppDependencies = {
+    config,
+    database,
+    staleReads: replicas?.reader ?? database.sql,
+    cache,
+    retrievals: new RetrievalCounter(database.prisma, (error) => {
+      metrics.retrievalWriteFailed();
+      logger.warn('retrieval counter write failed; kept for the next attempt', { error });
+    }),
+    now,
+    live: new LiveUpdates(feed, config.live),
+  };
+  // Answers kept whole, for both transports: dropped with the entity cache's entries they were made from.
+  const answers = new AnswerCache(cache, config.answerCache);
+  // The clock the child counts are computed with decides which sign-ins leave them as they were.
+  const stopChildList = keepChildListCurrent(feed, cache, clock);
+  const pipeline = createGraphQLPipeline(deps, logger, { compileAfter: options.compileAfter });
+  // One rule for both doors: stored operations, and in the default mode the ones clients register.
+  const persisted = { persistedOnly: config.persistedOperationsOnly, registered: new RegisteredOperations(undefined, config.memory.shares.registrations) };
+  const yoga = createYogaDoor(pipeline, config, { graphiqlHeaders: options.graphiqlHeaders, persisted });
+  const streams = options.graphqlDoor === 'full' ? undefined : createEventStreams(pipeline, { stallMs: config.live.stallMs });
+  const lean = options.graphqlDoor === 'full' ? undefined : createLeanDoor(pipeline, { graphiql: config.graphiql, persisted, answers, now: clock, streams });
+  const limiter = new RateLimiter(
+    config.rateLimit,
+    database.pgPool,
+    (up, error) => {
+      if (up) logger.info('rate-limit store connected; limits are shared');
+      else logger.warn('rate-limit store unreachable; this instance limits in memory until it is back', { error });
+    },
+    config.memory.rateLimitKeys,
+  );
+  // Near the budget's old generation: the caches shrink, then streams and at last requests are refused.
+  const pressure = new MemoryPressure({
+    oldGenerationBytes: config.memory.oldGenerationBytes,
+    maxRequests: config.memory.maxRequests,
+    used: options.memoryUsed,
+    shrink: (fraction) => {
+      cache.shrinkTo(cache.bytes * fraction);
+      answers.shrinkTo(answers.bytes * fraction);
+    },
+  });
+  if (deps.live) deps.live.admits = () => pressure.admitsStream();
+  const readiness = new Readiness(database, READINESS_TIMEOUT_MS, () => pressure.level >= 3);
+  const exports = createExports({ ...config.export, maxQueryParameters: config.limits.maxQueryParameters }, logger);
+
+  /**
+   * The close order: what produces work first (streams, exports, the limiter's store), then the
+   * retrieval counter's last write (it needs the database), then the caches and the feed they hear.
+   * The database itself is closed by its owner (`main.ts`), after this.
+   */
+  const closing: (() => unknown)[] = [
+    () => pressure.close(),
+    () => deps.live?.close(),
+    () => streams?.close(),
+    () => exports.abortAll(),
+    () => limiter.close(),
+    () => replicas?.close(),
+    () => deps.retrievals.close(),
+    () => stopChildList(),
+    () => answers.close(),
+    () => cache.close(),
+    () => feed.close(),
+  ];
+  return {
+    config,
+    database,
+    logger,
+    metrics,
+    feed,
+    replicas,
+    deps,
+    answers,
+    pipeline,
+    persisted,
+    yoga,
+    streams,
+    lean,
+    limiter,
+    pressure,
+    readiness,
+    exports,
+    clock,
+    close: async () => {
+      for (const step of closing) await step();
+    },
+  };
+}
