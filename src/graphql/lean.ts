@@ -1,5 +1,4 @@
 import { getOperationAST, type ExecutionResult } from 'graphql';
-import { LRUCache } from 'lru-cache';
 import type { RequestContext } from '../context.js';
 import { answerOf, MAX_ANSWER_KEY_LENGTH, type Answer, type AnswerCache, type Keep } from '../db/answer-cache.js';
 import type { Exchange } from '../http/exchange.js';
@@ -24,16 +23,6 @@ import { fromQueryString, isJsonBody, parseJson, RecentBodies, wellFormed } from
  * (the viewer is part of the key), the retrievals it shows are counted again, and nothing else of
  * the pipeline runs.
  */
-
-/**
- * Documents the door knows, by their text: a short id for the keys of their kept answers, and
- * the plans of their operations that run compiled.
- */
-const DOCUMENTS_KNOWN = 256;
-const DOCUMENT_BYTES = 4 * 1024 * 1024;
-
-/** A document's id, the plans of its operations, and their names (by the operationName sent), for the spans of their kept answers. */
-type KnownDocument = { id: number; plans: Map<string, PlannedQuery>; names: Map<string, string | undefined> };
 
 /** An execution's result, whether its operation was a query, and the operation's name in the document. */
 type Outcome = { result: ExecutionResult; query: boolean; name?: string | undefined };
@@ -66,15 +55,7 @@ function holdsNonFinite(value: unknown): boolean {
 export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptions): LeanDoor {
   const { answers, now } = options;
   const bodies = new RecentBodies();
-  let documentIds = 0;
-  const documents = new LRUCache<string, KnownDocument>({ max: DOCUMENTS_KNOWN, maxSize: DOCUMENT_BYTES, sizeCalculation: (_known, text) => 2 * text.length + 64 });
-
-  /** What the door knows of a document (a new entry for a document first known). */
-  function knownDocument(query: string): KnownDocument {
-    let entry = documents.get(query);
-    if (entry === undefined) documents.set(query, (entry = { id: ++documentIds, plans: new Map(), names: new Map() }));
-    return entry;
-  }
+  const { documents } = pipeline;
 
   /**
    * The key of a query's answer for `viewer`; undefined when it is too long to be worth keeping,
@@ -133,7 +114,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
    */
   async function execute(exchange: Exchange, params: GraphQLParams, prepared?: RequestContext): Promise<Outcome | undefined> {
     try {
-      const planned = params.query == null ? undefined : documents.get(params.query)?.plans.get(operationKey(params.operationName));
+      const planned = params.query == null ? undefined : documents.notes(params.query)?.plans.get(operationKey(params.operationName));
       const ran = planned && pipeline.runPlanned(planned, { exchange, params, prepared });
       if (ran) return { result: await ran, query: true, name: planned.name };
       const enveloped = pipeline.getEnveloped({ exchange, params, prepared } as never);
@@ -154,7 +135,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
       })) as ExecutionResult;
       if (operation === 'query' && !planned) {
         const plan = pipeline.plan(document, params.operationName);
-        if (plan) knownDocument(params.query!).plans.set(operationKey(params.operationName), plan);
+        if (plan) documents.noted(params.query!).plans.set(operationKey(params.operationName), plan);
       }
       return { result, query: operation === 'query', name: definition?.name?.value };
     } catch (error) {
@@ -191,7 +172,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
     const context = pipeline.context(exchange);
     const viewer = await context.viewerKey();
     const query = params.query;
-    const document = documents.get(query);
+    const document = documents.notes(query);
     const key = viewer === undefined || document === undefined ? undefined : answerKey(document.id, params, viewer);
     const served = async (answer: Answer, context: RequestContext) => {
       // A kept answer: its span says so, and has nothing under it.
@@ -208,7 +189,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
       let kept: Answer | undefined;
       if (keep && keepable(outcome, context, exchange)) {
         // A document is given an id once an answer to it may be kept; its key is named then.
-        const known = knownDocument(query);
+        const known = documents.noted(query);
         known.names.set(operationKey(params.operationName), outcome.name);
         kept = keep(make, context.reads.tags, key ?? answerKey(known.id, params, viewer!));
       }

@@ -16,7 +16,7 @@ import { useParserCache } from '@envelop/parser-cache';
 import { useValidationCache } from '@envelop/validation-cache';
 import { normalizedExecutor } from '@graphql-tools/executor';
 import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
-import { LRUCache } from 'lru-cache';
+import { DocumentCache } from './documents.js';
 import { RequestCache } from '@pothos/plugin-scope-auth';
 import { createRequestContext, type AppDependencies, type RequestContext } from '../context.js';
 import { ApiError, innermostError, toApiError } from '../errors.js';
@@ -54,12 +54,6 @@ export type GraphQLContext = GraphQLInitialContext & RequestContext;
  * making up a new document per request, is executed as usual and costs no compilation.
  */
 const COMPILE_AFTER_EXECUTIONS = 20;
-/**
- * Parsed documents kept. A compiled document lives as long as its parsed one, so this also
- * bounds the compiled functions held; validation results are kept for as many.
- */
-const DOCUMENTS_KEPT = 256;
-const DOCUMENT_TTL_MS = 3_600_000;
 
 type HttpHint = { status?: number; spec?: boolean; headers?: Record<string, string> };
 
@@ -239,6 +233,12 @@ export type GraphQLPipeline = {
   executions: ExecutionCounts;
   /** The one context factory, for a door that needs the request's context before the pipeline runs. */
   context: (exchange: Exchange) => RequestContext;
+  /**
+   * What is known of each document text: its parse and validation, and the lean door's notes. A
+   * compiled document lives as long as its parsed one, so its bound also bounds the compiled
+   * functions held.
+   */
+  documents: DocumentCache;
 };
 
 /**
@@ -253,6 +253,7 @@ export function createGraphQLPipeline(deps: AppDependencies, logger: Logger, opt
   const executions: ExecutionCounts = { compiled: 0, reference: 0, compileFailures: 0 };
   const compiledExecution = useCompiledExecution({ compileAfter: options.compileAfter ?? COMPILE_AFTER_EXECUTIONS, logger, counts: executions });
   const contextOf = ({ exchange, prepared }: GraphQLInitialContext): RequestContext => prepared ?? createRequestContext(deps, exchange);
+  const documents = new DocumentCache();
   const plugins: Plugin<any>[] = [
     useEngine({ parse, validate: validateOnce, specifiedRules, execute: normalizedExecutor, subscribe: normalizedExecutor }),
     useSchema(schema),
@@ -266,11 +267,9 @@ export function createGraphQLPipeline(deps: AppDependencies, logger: Logger, opt
       blockFieldSuggestion: { enabled: deps.config.env !== 'development' },
     }),
     ...(deps.config.introspection ? [] : [useNoIntrospection()]),
-    useParserCache({
-      documentCache: new LRUCache<string, DocumentNode>({ max: DOCUMENTS_KEPT, ttl: DOCUMENT_TTL_MS }),
-      errorCache: new LRUCache<string, Error>({ max: DOCUMENTS_KEPT, ttl: DOCUMENT_TTL_MS }),
-    }),
-    useValidationCache({ cache: new LRUCache<string, readonly GraphQLError[]>({ max: DOCUMENTS_KEPT, ttl: DOCUMENT_TTL_MS }) }),
+    // One cache by document text for the parse, the validation and the lean door's notes (documents.ts).
+    useParserCache({ documentCache: documents.parsed, errorCache: documents.parseErrors }),
+    useValidationCache({ cache: documents.validations }),
     useHttpSemantics(),
     compiledExecution,
     // After the compiled execution: the span wraps whichever execution runs.
@@ -319,5 +318,6 @@ export function createGraphQLPipeline(deps: AppDependencies, logger: Logger, opt
     maskError,
     executions,
     context: (exchange) => createRequestContext(deps, exchange),
+    documents,
   };
 }

@@ -15,6 +15,7 @@ import {
 import { sendGraphQLError } from '../graphql/http.js';
 import type { ExecutionCounts } from '../graphql/compiled.js';
 import type { YogaDoor } from '../graphql/yoga.js';
+import type { DocumentCache } from '../graphql/documents.js';
 import { RATE_LIMIT_KEY_BYTES } from '../ops/memory-budget.js';
 import type { MemoryPressure } from '../ops/memory-pressure.js';
 import { endRequestSpan, startRequestSpan, traceFields, within, type RequestOutcome } from '../ops/tracing.js';
@@ -46,6 +47,8 @@ export type App = {
   exports: Pick<Exports, 'running'>;
   /** Where the heap stands against the memory budget. */
   pressure: MemoryPressure;
+  /** What is known of each GraphQL document text (its parse, validation and plans), bounded in bytes. */
+  documents: Pick<DocumentCache, 'size' | 'bytes'>;
   /** The Prometheus text of `GET /metrics`, wherever it is served (see METRICS_PORT). */
   metricsText(): Promise<{ contentType: string; text: string }>;
 };
@@ -91,6 +94,7 @@ export function createApp(built: Dependencies): App {
     droppedLogLines: () => logger.dropped(),
     executions: () => pipeline.executions,
     answers: () => answers,
+    documents: () => pipeline.documents,
     registrations: () => persisted.registered.stats,
     requestsInFlight: () => inFlight,
     liveSubscriptions: () => deps.live?.open ?? 0,
@@ -241,6 +245,7 @@ export function createApp(built: Dependencies): App {
     executions: () => pipeline.executions,
     exports,
     pressure,
+    documents: pipeline.documents,
     metricsText: async () => ({ contentType: metrics.registry.contentType, text: await metrics.registry.metrics() }),
     close: () => built.close(),
     drain: () => {

@@ -33,6 +33,8 @@ export type MetricSources = {
   executions: () => { compiled: number; reference: number; compileFailures: number };
   /** GraphQL answers kept whole. */
   answers?: () => AnswerCache;
+  /** The GraphQL document cache (parses, validations, plans). */
+  documents?: () => { size: number; bytes: number };
   /** Automatic persisted queries: documents registered, and offers refused by reason. */
   registrations?: () => { registered: number; unverified: number; overBudget: number };
   /** The memory budget, each share's use, the pressure level and what it refused. */
@@ -169,6 +171,11 @@ export function createMetrics(): Metrics {
     });
     mirrored('api_graphql_compile_failures_total', 'Query documents that did not compile and run on the reference executor.', () => sources.executions().compileFailures);
     const answers = sources.answers;
+    const { documents } = sources;
+    if (documents) {
+      gauge('api_graphql_documents', 'GraphQL document texts known (their parse, validation and plans).', () => documents().size);
+      gauge('api_graphql_documents_bytes', 'Estimated bytes of the GraphQL document cache (bounded at 4 MiB).', () => documents().bytes);
+    }
     if (answers) {
       mirrored('api_answer_cache_hits_total', 'GraphQL requests answered with a kept answer, the pipeline not run.', () => answers().stats.hits);
       mirrored('api_answer_cache_misses_total', 'GraphQL lookups of a kept answer that found none (or one past its time).', () => answers().stats.misses);

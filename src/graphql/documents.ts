@@ -1,0 +1,127 @@
+import type { DocumentNode, GraphQLError } from 'graphql';
+import { LRUCache } from 'lru-cache';
+import type { PlannedQuery } from './pipeline.js';
+
+/*
+ * One cache of what is known of each GraphQL document text the server was sent: its parse (or
+ * parse error), its validation, and the lean door's notes (an id for its kept answers' keys, the
+ * plans of its operations). Envelop's parser and validation caches and the lean door read it
+ * through the views below, so one bound in bytes holds every document-keyed entry.
+ */
+
+/**
+ * The bound: 4 MiB of estimated bytes, about 140 documents of a dashboard's size (450 characters,
+ * 30 KB parsed), inside the base reserve's margin over the heap the process measured once every
+ * path ran (`ops/memory-budget.ts`, BASE_HEAP_BYTES).
+ */
+export const DOCUMENT_CACHE_BYTES = 4 * 1024 * 1024;
+/** Unused for an hour: forgotten, as envelop's own caches do. */
+const DOCUMENT_TTL_MS = 3_600_000;
+/**
+ * A parsed document holds about 63 bytes for each character of its text (its nodes and their
+ * locations: 28.7 KB for a 457-character dashboard query, measured with `parse` on this Node).
+ */
+const PARSED_BYTES_PER_CHARACTER = 64;
+/** An entry's own objects, a parse error, a validation result: small beside a parsed document. */
+const ENTRY_BYTES = 256;
+const PART_BYTES = 1024;
+
+/**
+ * What the lean door notes of a document it ran: a short id for the keys of its kept answers, the
+ * plans of its operations that run compiled, and their names (by the operation name sent, see
+ * `operationKey`), for the spans of their kept answers.
+ */
+export type DocumentNotes = { id: number; plans: Map<string, PlannedQuery>; names: Map<string, string | undefined> };
+
+type Entry = {
+  document?: DocumentNode;
+  parseError?: Error;
+  /** By the validation cache's own key: the schema's hash, the rules and the text. */
+  validations?: Map<string, readonly GraphQLError[]>;
+  notes?: DocumentNotes;
+};
+
+/** What envelop's caches take: a get and a set by key. */
+export type KeyedCache<T> = { get(key: string): T | undefined; set(key: string, value: T): void };
+
+function sizeOf(entry: Entry, text: string): number {
+  return (
+    ENTRY_BYTES +
+    2 * text.length +
+    (entry.document ? PARSED_BYTES_PER_CHARACTER * text.length : 0) +
+    (entry.parseError ? PART_BYTES : 0) +
+    (entry.validations ? PART_BYTES * entry.validations.size : 0) +
+    (entry.notes ? PART_BYTES : 0)
+  );
+}
+
+/**
+ * The text a validation key ends with. Envelop's validation cache joins the schema's hash, the
+ * rule names and the document's text with `|`; a key of another shape is kept under itself (its
+ * entry then holds nothing else), so a change of that format costs sharing, never an answer.
+ */
+function textOfValidationKey(key: string): string {
+  const first = key.indexOf('|');
+  const second = first === -1 ? -1 : key.indexOf('|', first + 1);
+  return second === -1 ? key : key.slice(second + 1);
+}
+
+export class DocumentCache {
+  private readonly entries: LRUCache<string, Entry>;
+  private ids = 0;
+
+  constructor(maxBytes = DOCUMENT_CACHE_BYTES) {
+    this.entries = new LRUCache<string, Entry>({ maxSize: maxBytes, sizeCalculation: sizeOf, ttl: DOCUMENT_TTL_MS });
+  }
+
+  /**
+   * Changes the entry of `text` (made if absent), and sizes it again: as a new object, since the
+   * LRU sizes an entry only when another value is set under its key.
+   */
+  private update(text: string, change: (entry: Entry) => void): void {
+    const entry: Entry = { ...this.entries.get(text) };
+    change(entry);
+    this.entries.set(text, entry);
+  }
+
+  /** Envelop's parser cache: parsed documents. */
+  readonly parsed: KeyedCache<DocumentNode> = {
+    get: (text) => this.entries.get(text)?.document,
+    set: (text, document) => this.update(text, (entry) => (entry.document = document)),
+  };
+
+  /** Envelop's parser cache: the errors of texts that did not parse. */
+  readonly parseErrors: KeyedCache<Error> = {
+    get: (text) => this.entries.get(text)?.parseError,
+    set: (text, error) => this.update(text, (entry) => (entry.parseError = error)),
+  };
+
+  /** Envelop's validation cache. */
+  readonly validations: KeyedCache<readonly GraphQLError[]> = {
+    get: (key) => this.entries.get(textOfValidationKey(key))?.validations?.get(key),
+    set: (key, errors) => this.update(textOfValidationKey(key), (entry) => (entry.validations ??= new Map()).set(key, errors)),
+  };
+
+  /** What the lean door noted of `text`, if it noted anything. */
+  notes(text: string): DocumentNotes | undefined {
+    return this.entries.get(text)?.notes;
+  }
+
+  /** What the lean door noted of `text`, begun now (with a new id) if it was not yet. */
+  noted(text: string): DocumentNotes {
+    const notes = this.entries.get(text)?.notes;
+    if (notes !== undefined) return notes;
+    const made: DocumentNotes = { id: ++this.ids, plans: new Map(), names: new Map() };
+    this.update(text, (entry) => (entry.notes = made));
+    return made;
+  }
+
+  /** Estimated bytes held. */
+  get bytes(): number {
+    return this.entries.calculatedSize;
+  }
+
+  get size(): number {
+    return this.entries.size;
+  }
+}
