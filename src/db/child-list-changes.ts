@@ -6,7 +6,7 @@ import { activeAt } from '../domain/activity.js';
 import { CHILD_COUNT_NAMESPACE } from './loaders.js';
 
 /**
- * A parent's child counts as cached (see `services/list-child-accounts.ts`): `total` null when taken from
+ * A parent's child counts as cached (see `child-list.ts`): `total` null when taken from
  * the organization's child count; valid from `computedAt` until `validUntil`, when the oldest login
  * it counted as active leaves the window.
  */
@@ -38,7 +38,7 @@ export function keepChildListCurrent(feed: ChangeFeed, cache: EntityCache, now: 
     // A stable change (a child added, removed, renamed, moved) may change which children a cached
     // first page holds: every page of the parent goes. Activity (a sign-in's counters and last
     // login) changes neither membership nor order: it drops only the pages showing that child,
-    // which carry its `account:` tag (see `services/list-child-accounts.ts`).
+    // which carry its `account:` tag (see `child-list.ts`).
     if (stable) cache.invalidate(cacheTags.childRows(parentId), version);
     const at = now();
     const wasActive = lastLogin !== undefined && activeAt(lastLogin.before, at);

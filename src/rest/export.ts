@@ -5,7 +5,7 @@ import { drained, type Exchange } from '../http/exchange.js';
 import { endSpan, startSpan, within, type Span } from '../ops/tracing.js';
 import type { Logger } from '../logger.js';
 import { exportChildAccounts } from '../services/export-child-accounts.js';
-import type { ChildRow } from '../services/list-child-accounts.js';
+import type { ChildRow } from '../db/child-list.js';
 import { isoTime } from '../domain/dates.js';
 import { single } from './child-accounts.js';
 import { queryParameters, sendRestError } from './http.js';

@@ -2,7 +2,8 @@ import type { ParentViewer } from '../auth/authorize.js';
 import { parseDateRange } from '../domain/dates.js';
 import type { ServiceContext } from './context.js';
 import type { Position } from '../domain/pagination.js';
-import { filterSql, keysetCondition, pageStatement, validSearch, type ChildRow } from './list-child-accounts.js';
+import { filterSql, keysetCondition, pageStatement, type ChildRow } from '../db/child-list.js';
+import { validSearch } from './list-child-accounts.js';
 
 /** Rows read at a time: one short keyset query each, so no statement or snapshot lives long. */
 export const EXPORT_BATCH_ROWS = 1_000;
