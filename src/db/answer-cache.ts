@@ -41,9 +41,8 @@ export const MAX_ANSWER_KEY_LENGTH = 2048;
  * request, one of many users each asking rarely) cost neither their memory nor the evictions of
  * answers that are asked for again. Remembered as 32-bit fingerprints in a table of fixed size,
  * each key in the slot its fingerprint names (a later key in the same slot replaces it): no
- * allocation and no list upkeep per request, where a least-recently-used list of the keys
- * themselves cost each of many users' requests an insertion and an eviction (2 % of the busy
- * CPU). Two keys with one fingerprint make a key count as asked once too early: an answer kept
+ * allocation and no list upkeep per request, which a least-recently-used list of the keys costs
+ * each of many users' requests (`test/bench/README.md`, "Figures behind the design"). Two keys with one fingerprint make a key count as asked once too early: an answer kept
  * one request sooner, never an answer served to another key.
  */
 export class AskedKeys {
@@ -256,9 +255,9 @@ export class AnswerCache {
    * A computation whose answer could not be kept (something it read changed while it ran) hands
    * the key on: of the callers that waited for it, the first begins the next computation and the
    * others wait for that one, which began after they came, so its answer, if kept, is as current
-   * as they may be served. Without the hand-on, every waiter computed its own answer at once, each
-   * slower for the others and so more likely to overlap the next change: under 100 sign-ins a
-   * second the dashboard's answer was computed for 86 % of its requests. A caller waits for at
+   * as they may be served. Without the hand-on, every waiter computes its own answer at once, each
+   * slower for the others and so more likely to overlap the next change (`test/bench/README.md`,
+   * "Figures behind the design"). A caller waits for at
    * most `MAX_WAITS` computations in turn, then computes its own.
    *
    * `before`: what the caller read before it claimed the key (its credentials). When something of
