@@ -137,29 +137,39 @@ describe(`GraphQL childAccounts (${testMode})`, () => {
   });
 
   it('rows inserted or deleted between pages neither repeat nor skip the rows that existed throughout', async () => {
-    const first = await page({ limit: 10 });
-    const victims = ordered().slice(12, 15);
+    // An organization of its own: the rows this test deletes and adds are nobody else's.
+    const own = await createOrganization(database());
+    const ownToken = await tokenFor(own.parent, own, { now });
+    const mine = Array.from({ length: 40 }, (_, i) => ({
+      id: `USR_gap${String(i).padStart(2, '0')}`,
+      username: `gap${i}`,
+      email: `gap${i}@example.com`,
+      createdAt: new Date(now.getTime() - (i + 1) * 60 * 60 * 1000),
+    }));
+    await database().prisma.account.createMany({
+      data: mine.map((c) => ({ ...c, type: 'child' as const, parentId: own.parent.id, publicKey: `APK_${c.id.slice(4)}_x`, updatedAt: c.createdAt })),
+    });
+    const ownPage = async (variables: Record<string, unknown>) => {
+      const result = await server().graphql<Page>(QUERY, { token: ownToken, variables });
+      expect(result.errors).toBeUndefined();
+      return result.data!.childAccounts;
+    };
+    const first = await ownPage({ limit: 10 });
+    const victims = mine.slice(12, 15);
     await database().prisma.account.deleteMany({ where: { id: { in: victims.map((v) => v.id) } } });
-    const newcomer = await createChild(database(), org.parent, { username: 'newcomer', createdAt: new Date(now.getTime() - 1000) });
-    const middle = await createChild(database(), org.parent, { username: 'middle-newcomer', createdAt: ordered()[20]!.createdAt });
-    try {
-      const rest: string[] = first.edges.map((e) => e.node.username);
-      let after: string | null = first.pageInfo.endCursor;
-      while (after) {
-        const p = await page({ limit: 10, after });
-        rest.push(...p.edges.map((e) => e.node.username));
-        after = p.pageInfo.hasNextPage ? p.pageInfo.endCursor : null;
-      }
-      const survivors = ordered().filter((c) => !victims.some((v) => v.id === c.id)).map((c) => c.username);
-      expect(rest.filter((u) => u !== 'middle-newcomer')).toEqual(survivors);
-      expect(new Set(rest).size).toBe(rest.length);
-      expect(rest).not.toContain('newcomer');
-    } finally {
-      await database().prisma.account.deleteMany({ where: { id: { in: [newcomer.id, middle.id] } } });
-      await database().prisma.account.createMany({
-        data: victims.map((c) => ({ ...c, type: 'child' as const, parentId: org.parent.id, publicKey: `APK_${c.id.slice(4)}_${c.createdAt.getTime()}`, updatedAt: c.createdAt })),
-      });
+    await createChild(database(), own.parent, { username: 'newcomer', createdAt: new Date(now.getTime() - 1000) });
+    await createChild(database(), own.parent, { username: 'middle-newcomer', createdAt: mine[20]!.createdAt });
+    const rest: string[] = first.edges.map((e) => e.node.username);
+    let after: string | null = first.pageInfo.endCursor;
+    while (after) {
+      const p = await ownPage({ limit: 10, after });
+      rest.push(...p.edges.map((e) => e.node.username));
+      after = p.pageInfo.hasNextPage ? p.pageInfo.endCursor : null;
     }
+    const survivors = mine.filter((c) => !victims.some((v) => v.id === c.id)).map((c) => c.username);
+    expect(rest.filter((u) => u !== 'middle-newcomer')).toEqual(survivors);
+    expect(new Set(rest).size).toBe(rest.length);
+    expect(rest).not.toContain('newcomer');
   });
 
   it('tampered, malformed and foreign cursors: INVALID_PAGINATION_TOKEN', async () => {
