@@ -1,4 +1,4 @@
-import type { ChangedEntity } from './capture/changes.js';
+import type { ChangedEntity, RowChange } from './capture/changes.js';
 
 /** The tags an entry carries: the rows whose change must drop it. */
 export const cacheTags = {
@@ -29,3 +29,19 @@ export const announcedTags: Record<ChangedEntity, (key: string) => string> = {
   purchases: cacheTags.purchases,
   usage: cacheTags.usage,
 };
+
+/**
+ * The tags an announced row change drops: its row's own tag, whatever changed; and, for a stable
+ * change (not activity only: counters, last login, balances), the tags of what is built on the
+ * row's identity (an account's identity and public key, an organization's settings), which
+ * sign-ins leave as they were. A child's change for its parent's list is `child-list-changes.ts`'s.
+ */
+export function droppedBy(change: Pick<RowChange, 'entity' | 'id' | 'stable' | 'publicKey'>): string[] {
+  const { entity, id, stable, publicKey } = change;
+  const tags = [announcedTags[entity](id)];
+  if (!stable) return tags;
+  if (entity === 'account') tags.push(cacheTags.identity(id));
+  if (entity === 'organization') tags.push(cacheTags.organizationSettings(id));
+  if (publicKey !== undefined) tags.push(cacheTags.publicKey(publicKey));
+  return tags;
+}

@@ -6,7 +6,7 @@ import { estimateBytes } from './estimate-bytes.js';
 import { TagIndex } from './tag-index.js';
 import { sees, snapshotQuery, type Snapshot, type SnapshotQuery } from './snapshots.js';
 import { ReadSet, type TagRead } from './read-set.js';
-import { cacheTags, announcedTags } from './cache-tags.js';
+import { droppedBy } from './cache-tags.js';
 
 type Entry = { value: unknown; tags: readonly string[]; seen?: Snapshot };
 
@@ -449,9 +449,8 @@ export class EntityCache {
   }
 
   /**
-   * One announced change. A change of activity columns only (not `stable`: counters, last login,
-   * balances) drops the rows, not the identities, signing keys and verified tokens built on them.
-   * A child's parent's counts are kept by their owner (`child-list-changes.ts`).
+   * One announced change: the tags it drops are `droppedBy`'s (`cache-tags.ts`). A child's
+   * parent's counts and pages are kept by `child-list-changes.ts`.
    */
   private onChange(change: Change): void {
     this.stats.announcements += 1;
@@ -459,10 +458,6 @@ export class EntityCache {
       this.clear();
       return;
     }
-    const { entity, id, version, stable, publicKey } = change;
-    this.invalidate(announcedTags[entity](id), version);
-    if (stable && entity === 'account') this.invalidate(cacheTags.identity(id), version);
-    if (stable && entity === 'organization') this.invalidate(cacheTags.organizationSettings(id), version);
-    if (stable && publicKey !== undefined) this.invalidate(cacheTags.publicKey(publicKey), version);
+    for (const tag of droppedBy(change)) this.invalidate(tag, change.version);
   }
 }
