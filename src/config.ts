@@ -45,6 +45,10 @@ const integer = (min: number, max: number) =>
   );
 const withDefault = (schema: ReturnType<typeof integer>, fallback: number) => schema.transform((v) => v ?? fallback);
 
+/** The samplers OTEL_TRACES_SAMPLER may name: the SDK's own, each built in `ops/tracing.ts`. */
+const SAMPLERS = ['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'] as const;
+export type SamplerName = (typeof SAMPLERS)[number];
+
 /** OTLP over HTTP; gRPC would need another exporter and its native dependencies. */
 const otlpProtocol = z
   .enum(['http/protobuf', 'http/json'], { message: 'must be http/protobuf or http/json (gRPC is not supported: point it at the collector\'s HTTP port, 4318)' })
@@ -166,13 +170,7 @@ const environment = z.object({
   OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: optionalString.pipe(z.string().regex(/^https?:\/\//, 'must be an http:// or https:// URL').optional()),
   OTEL_EXPORTER_OTLP_PROTOCOL: optionalString.pipe(otlpProtocol),
   OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: optionalString.pipe(otlpProtocol),
-  OTEL_TRACES_SAMPLER: optionalString.pipe(
-    z
-      .enum(['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'], {
-        message: 'must be one of always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio',
-      })
-      .optional(),
-  ),
+  OTEL_TRACES_SAMPLER: optionalString.pipe(z.enum(SAMPLERS, { message: `must be one of ${SAMPLERS.join(', ')}` }).optional()),
   OTEL_TRACES_SAMPLER_ARG: optionalString.pipe(
     z
       .string()

@@ -21,7 +21,7 @@ describe(`traced statements waiting for a busy pool (${testMode})`, () => {
   beforeAll(async () => {
     await receiver.start();
     Object.assign(process.env, { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '50' });
-    await startTracing({ enabled: true, protocol: 'http/json' });
+    await startTracing({ enabled: true, protocol: 'http/json', sampler: 'parentbased_always_on', ratio: 1 });
     created = await createTestDatabase();
     // One connection, so that the second statement has to wait for the first's (the embedded database has one anyway).
     database = created.url ? await openDatabase({ url: created.url, poolSize: 1 }) : created;

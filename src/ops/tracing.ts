@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
 import type { IncomingMessage } from 'node:http';
 import type { ReadableSpan, SpanExporter } from '@opentelemetry/sdk-trace-base';
+import type { SamplerName } from '../config.js';
 import { within as bounded } from '../db/capture/feed.js';
 import {
   context,
@@ -35,11 +36,9 @@ export type TracingSettings = {
   enabled: boolean;
   protocol: 'http/protobuf' | 'http/json';
   /** OTEL_TRACES_SAMPLER (unset: parentbased_always_on) and its OTEL_TRACES_SAMPLER_ARG (unset: 1). */
-  sampler?: SamplerName;
-  ratio?: number;
+  sampler: SamplerName;
+  ratio: number;
 };
-
-export type SamplerName = 'always_on' | 'always_off' | 'traceidratio' | 'parentbased_always_on' | 'parentbased_always_off' | 'parentbased_traceidratio';
 
 export type { Span };
 
@@ -121,8 +120,8 @@ export async function startTracing(settings: TracingSettings, options: { version
   };
   // The environment's sampler decides before any span is made (`decide`); the provider samples
   // every span it is asked for, roots only once decided and children only under sampled spans.
-  const name = settings.sampler ?? 'parentbased_always_on';
-  const root = name.endsWith('always_off') ? new AlwaysOffSampler() : name.endsWith('traceidratio') ? new TraceIdRatioBasedSampler(settings.ratio ?? 1) : new AlwaysOnSampler();
+  const name = settings.sampler;
+  const root = name.endsWith('always_off') ? new AlwaysOffSampler() : name.endsWith('traceidratio') ? new TraceIdRatioBasedSampler(settings.ratio) : new AlwaysOnSampler();
   const sampler = name.startsWith('parentbased_') ? new ParentBasedSampler({ root }) : root;
   const random = new RandomIdGenerator();
   decide = (parent) => {
