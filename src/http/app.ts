@@ -266,7 +266,7 @@ export function createApp(built: Dependencies): App {
         inFlight -= 1;
         exchange.leavesProgress();
         // Closed before it finished: the client went away (a stream it left, a request it dropped).
-        if (span?.isRecording() && !response.writableFinished) endRequestSpan(span, outcome(exchange, response.statusCode, true));
+        if (span && !response.writableFinished) endRequestSpan(span, outcome(exchange, response.statusCode, true));
       });
       exchange.addHeaders(cors.answer(exchange.header('origin')));
       if (draining) response.setHeader('Connection', 'close');
@@ -280,7 +280,7 @@ export function createApp(built: Dependencies): App {
         metrics.request({ route: label, method, status: response.statusCode, code, seconds, operation });
         // Read before the span ends (an ended span no longer records).
         const joined = span && traceFields(span);
-        if (span?.isRecording()) endRequestSpan(span, outcome(exchange, response.statusCode));
+        if (span) endRequestSpan(span, outcome(exchange, response.statusCode));
         logger.info('request', {
           ...joined,
           requestId: exchange.requestId,

@@ -216,13 +216,13 @@ export function startSpan(name: string, attributes: Attributes, kind: SpanKind =
 }
 
 /**
- * Runs `work` with `span` as the active span (what the spans made inside it hang under), when it is
- * sampled. An unsampled span is not made active: under it no span would be exported, and an active
- * context is carried through every asynchronous step of the work, which is most of what tracing
- * costs a request that is not sampled (`test/bench/README.md`, "Tracing").
+ * Runs `work` with `span` as the active span (what the spans made inside it hang under). Spans are
+ * made only for sampled requests, so an unsampled one runs its work with no active context: one
+ * carried through every asynchronous step is most of what tracing costs a request
+ * (`test/bench/README.md`, "Tracing").
  */
 export function within<T>(span: Span | undefined, work: () => T): T {
-  return span === undefined || !span.isRecording() ? work() : context.with(trace.setSpan(context.active(), span), work);
+  return span === undefined ? work() : context.with(trace.setSpan(context.active(), span), work);
 }
 
 const NOT_RECORDED = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
@@ -281,18 +281,17 @@ export function startRequestSpan(request: IncomingMessage, path: string, route: 
   }
   const method = request.method !== undefined && METHODS.has(request.method) ? request.method : '_OTHER';
   const named = method === '_OTHER' ? 'HTTP' : method;
-  const span = tracer().startSpan(route === undefined ? named : `${named} ${route}`, { kind: SpanKind.SERVER }, parent);
   const userAgent = request.headers['user-agent'];
-  span.setAttributes({
+  const attributes: Attributes = {
     'http.request.method': method,
     'url.scheme': 'http',
     // The path only: the query string can hold a search term.
     'url.path': route ?? boundedName(path),
     'network.protocol.version': request.httpVersion,
-  });
-  if (route !== undefined) span.setAttribute('http.route', route);
-  if (userAgent !== undefined) span.setAttribute('user_agent.original', userAgent.slice(0, MAX_USER_AGENT));
-  return span;
+  };
+  if (route !== undefined) attributes['http.route'] = route;
+  if (userAgent !== undefined) attributes['user_agent.original'] = userAgent.slice(0, MAX_USER_AGENT);
+  return tracer().startSpan(route === undefined ? named : `${named} ${route}`, { kind: SpanKind.SERVER, attributes }, parent);
 }
 
 /** What a request's record holds that its server span reports when it ends. */
