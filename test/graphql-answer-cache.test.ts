@@ -349,16 +349,20 @@ describe('callers missing the same answer', () => {
   function request(answers: AnswerCache, before: ReadonlyMap<string, TagRead>) {
     const state: { answer?: string; computing?: Computing } = {};
     let readAgain = false;
-    const context = (): ServingContext => ({ reads: { tags: before }, viewerKey: async () => viewer });
+    /** A request's context: what it read so far is `tags`, all of it through the cache. */
+    type Context = ServingContext & { reads: { tags: ReadonlyMap<string, TagRead> } };
+    const context = (): Context => ({ reads: { tags: before, reusable: () => true }, viewerKey: async () => viewer });
     const done = answers.serve(
       { key, viewer, context: context(), fresh: () => ((readAgain = true), context()), now },
       (answer) => void (state.answer = answer.body.toString()),
-      (_context, keep) =>
+      (computing, keep) =>
         new Promise<void>((resolve) => {
           state.computing = {
             readAgain,
             finish: (answer, reads) => {
-              const kept = answer && keep ? keep(answer, reads) : undefined;
+              // What the computation read, as of when it read it.
+              computing.reads.tags = reads;
+              const kept = answer && keep ? keep(answer) : undefined;
               resolve();
               return kept;
             },
@@ -454,7 +458,7 @@ describe('callers missing the same answer', () => {
 
   it('a computation that throws ends, and the next caller computes instead of waiting for it forever', async () => {
     const { answers, readNow } = setup();
-    const failing = answers.serve({ key, viewer, context: { reads: { tags: readNow() }, viewerKey: async () => viewer }, fresh: () => { throw new Error('not asked'); }, now }, () => 'served', async () => {
+    const failing = answers.serve({ key, viewer, context: { reads: { tags: readNow(), reusable: () => true }, viewerKey: async () => viewer }, fresh: () => { throw new Error('not asked'); }, now }, () => 'served', async () => {
       await settle();
       throw new Error('the database went away');
     });

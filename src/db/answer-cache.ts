@@ -76,18 +76,22 @@ type Answered = { answer: Answer; computation?: undefined; readAgain?: undefined
 /** What `AnswerCache.claim` gives a caller missing a key: an answer, or the computation it makes. */
 type Claim = Answered | { answer?: undefined; computation: Computation; readAgain: boolean };
 
-/** What serving needs of a request's context: what it read so far, and its viewer's key. */
+/**
+ * What serving needs of a request's context: what it read so far (and whether an answer made of it
+ * may be kept at all: nothing read around the cache, nothing past its time), and its viewer's key.
+ */
 export type ServingContext = {
-  readonly reads: { readonly tags: ReadonlyMap<string, TagRead> };
+  readonly reads: { readonly tags: ReadonlyMap<string, TagRead>; reusable(now: number): boolean };
   viewerKey(): Promise<string | undefined>;
 };
 
 /**
  * Keeps a computed answer (made by `answer` only when it will be kept) under the request's key, or
- * `key` when the request's was not known before computing, unless something it read (`reads`)
- * changed after it was read. Returns the answer kept.
+ * the one `name` gives when the request's was not known before computing (asked only when what
+ * the computation read may be kept), unless what it read changed after it was read. Returns the
+ * answer kept.
  */
-export type Keep = (answer: () => Answer, reads: ReadonlyMap<string, TagRead>, key?: string) => Answer | undefined;
+export type Keep = (answer: () => Answer, name?: () => string | undefined) => Answer | undefined;
 
 export type ServeRequest<C extends ServingContext> = {
   /** The answer's key, when known before computing; undefined: named by `keep`, if at all. */
@@ -240,8 +244,10 @@ export class AnswerCache {
       computation = this.begin(undefined);
     }
     const own = computation;
+    const reads = context.reads;
+    const keep: Keep | undefined = own && sameViewer ? (answer, name) => (reads.reusable(now()) ? own.finish(answer, reads.tags, name?.()) : undefined) : undefined;
     try {
-      return await compute(context, own && sameViewer ? (answer, reads, named) => own.finish(answer, reads, named) : undefined);
+      return await compute(context, keep);
     } finally {
       own?.finish(undefined, NOTHING_READ);
     }

@@ -31,7 +31,6 @@ function formatted(rows: ChildRow[]): ListedRow[] {
   }));
 }
 
-
 /** ILIKE pattern characters match themselves (decisions §4). */
 function escapeLike(text: string): string {
   return text.replace(/[\\%_]/g, (c) => `\\${c}`);

@@ -145,11 +145,11 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
 
   /**
    * Whether the answer may be kept: a query's result without errors, for a request whose operation
-   * verified its viewer, computed from what the cache tracks alone.
+   * verified its viewer (what it read is the answer cache's to judge, see `Keep`).
    */
-  function keepable(outcome: Outcome, context: RequestContext, exchange: Exchange): boolean {
+  function keepable(outcome: Outcome, exchange: Exchange): boolean {
     const { result, query } = outcome;
-    return query && !result.errors?.length && result.extensions === undefined && exchange.record.caller !== undefined && context.reads.reusable(now());
+    return query && !result.errors?.length && result.extensions === undefined && exchange.record.caller !== undefined;
   }
 
   return async function serveLean(exchange, body) {
@@ -187,11 +187,13 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
       const make = () =>
         answerOf(serialiseResult(outcome.result), { label: exchange.record.operation, retrievals: [...context.retrieved], validUntil: context.reads.validUntil });
       let kept: Answer | undefined;
-      if (keep && keepable(outcome, context, exchange)) {
+      if (keep && keepable(outcome, exchange)) {
         // A document is given an id once an answer to it may be kept; its key is named then.
-        const known = documents.noted(query);
-        known.names.set(operationKey(params.operationName), outcome.name);
-        kept = keep(make, context.reads.tags, key ?? answerKey(known.id, params, viewer!));
+        kept = keep(make, () => {
+          const known = documents.noted(query);
+          known.names.set(operationKey(params.operationName), outcome.name);
+          return key ?? answerKey(known.id, params, viewer!);
+        });
       }
       if (kept) sendAnswer(exchange, kept, taken.mediaType);
       else sendResult(exchange, outcome.result, taken.mediaType);

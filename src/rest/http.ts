@@ -59,7 +59,7 @@ export async function answerRest(
     try {
       const text = JSON.stringify(await operation(context, queryParameters(exchange.query, options.maxQueryParameters)));
       const make = () => answerOf(text, { label: undefined, retrievals: [...context.retrieved], validUntil: context.reads.validUntil });
-      const kept = keep && exchange.record.caller !== undefined && context.reads.reusable(now()) ? keep(make, context.reads.tags) : undefined;
+      const kept = keep && exchange.record.caller !== undefined ? keep(make) : undefined;
       if (kept) exchange.sendRevalidated(JSON_TYPE, kept.body, (kept.etag = entityTag(kept.body)));
       else exchange.sendRevalidated(JSON_TYPE, text);
     } catch (error) {
