@@ -57,6 +57,7 @@ export function filterSql(parentId: string, search: string | undefined, range: {
   const scope: PageScope = `${parentId}|${range.from?.getTime() ?? ''}|${range.to?.getTime() ?? ''}|${search ?? ''}`;
   const filtered = clauses.length > 1;
   return {
+    parentId,
     where: clauses.join(' AND '),
     /** The search alone (undefined without one), and the other filters without it. */
     match,
@@ -115,7 +116,7 @@ export type PagePosition = { after?: Position | undefined; before?: Position | u
  */
 export async function readPage(sources: ChildListSources, filters: ChildFilters, position: PagePosition): Promise<ListedRow[]> {
   const { after, before, backwards, limit } = position;
-  const parentId = String(filters.params[0]);
+  const { parentId } = filters;
   const params = [...filters.params];
   // Row comparisons: range conditions on the (parentId, createdAt DESC, id DESC) index, read
   // forwards (older) from `after` or backwards (newer) from `before`.
@@ -170,7 +171,7 @@ async function searchPage(
 ): Promise<ListedRow[]> {
   const { params, limit, order } = page;
   const { columns, sorted } = statement;
-  const parentId = String(filters.params[0]);
+  const { parentId } = filters;
   // The lookup reads the matches; the walk reads about (limit + 1) * children / matches rows.
   const read = async (matches: number, children: number) => {
     const lookUp = filters.indexable && matches < ((limit + 1) * children) / matches;
@@ -204,7 +205,7 @@ async function searchPage(
  * announces it, see `child-list-changes.ts`) or that moment comes.
  */
 export async function readCounts(sources: ChildListSources, filters: ChildFilters, now: number): Promise<{ total: number; active: number; validUntil: number }> {
-  const parentId = String(filters.params[0]);
+  const { parentId } = filters;
   // With the snapshot: a count that already saw a sign-in announced meanwhile is still stored.
   const counted = await sources.cache.through(filters.cacheKey, [cacheTags.children(parentId)], (query) => queryCounts(filters, now, query), {
     share: true,
