@@ -1,7 +1,6 @@
 import type { Config } from './config.js';
 import type { AppDependencies } from './context.js';
 import { AnswerCache } from './db/answer-cache.js';
-import { keepChildListCurrent } from './db/child-list-changes.js';
 import type { Database } from './db/database.js';
 import { EntityCache } from './db/entity-cache.js';
 import { Replicas } from './db/replicas.js';
@@ -92,7 +91,8 @@ export function buildDependencies(options: DependencyOptions): Dependencies {
         })
       : undefined;
   replicas?.start().catch((error: unknown) => logger.warn('replica check failed', { error }));
-  const cache = new EntityCache(feed, config.cache, database.sql);
+  // The clock the child counts are computed with decides which sign-ins leave them as they were.
+  const cache = new EntityCache(feed, config.cache, database.sql, clock);
   const deps: AppDependencies = {
     config,
     database,
@@ -107,8 +107,6 @@ export function buildDependencies(options: DependencyOptions): Dependencies {
   };
   // Answers kept whole, for both transports: dropped with the entity cache's entries they were made from.
   const answers = new AnswerCache(cache, config.answerCache);
-  // The clock the child counts are computed with decides which sign-ins leave them as they were.
-  const stopChildList = keepChildListCurrent(feed, cache, clock);
   const pipeline = createGraphQLPipeline(deps, logger, { compileAfter: options.compileAfter });
   // One rule for both doors: stored operations, and in the default mode the ones clients register.
   const persisted = { persistedOnly: config.persistedOperationsOnly, registered: new RegisteredOperations(undefined, config.memory.shares.registrations) };
@@ -151,7 +149,6 @@ export function buildDependencies(options: DependencyOptions): Dependencies {
     () => limiter.close(),
     () => replicas?.close(),
     () => deps.retrievals.close(),
-    () => stopChildList(),
     () => answers.close(),
     () => cache.close(),
     () => feed.close(),

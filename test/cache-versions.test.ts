@@ -5,7 +5,7 @@ import { cacheTags } from '../src/db/cache-tags.js';
 import { EntityCache } from '../src/db/entity-cache.js';
 import { ReadSet } from '../src/db/read-set.js';
 import { parseSnapshot, sees } from '../src/db/snapshots.js';
-import { childCountsKey, keepChildListCurrent, type ChildCounts } from '../src/db/child-list-changes.js';
+import { filterSql, readCounts, type ChildFilters } from '../src/db/child-list.js';
 import { ACTIVE_WINDOW_MS } from '../src/domain/activity.js';
 import { SIGN_IN_SQL, createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { rest, useServer } from './helpers/app.js';
@@ -25,39 +25,64 @@ describe('snapshots', () => {
   });
 });
 
+/**
+ * A database that answers every statement with one row: `row`, and the snapshot the test names
+ * (what `pg_current_snapshot()` would have said), so that reads can be given any snapshot.
+ */
+function scriptedDatabase() {
+  const script = { row: {} as Record<string, unknown>, snapshot: undefined as string | undefined, statements: 0 };
+  const sql = {
+    query: async <T,>(_text: string, _params?: unknown[]): Promise<T[]> => {
+      script.statements += 1;
+      return [{ ...script.row, readSnapshot: script.snapshot } as T];
+    },
+  };
+  return { script, sql };
+}
+
 describe('the cache with announced transaction ids', () => {
   const tag = cacheTags.organization('USR_p');
   const setup = (now = Date.now()) => {
     const feed = new ManualFeed();
-    const cache = new EntityCache(feed, { maxEntries: 100, maxBytes: 1 << 20, ttlMs: 60_000 });
-    keepChildListCurrent(feed, cache, () => now);
-    return { feed, cache };
+    const { script, sql } = scriptedDatabase();
+    const cache = new EntityCache(feed, { maxEntries: 100, maxBytes: 1 << 20, ttlMs: 60_000 }, sql, () => now);
+    /**
+     * A read of `key` through the cache: `during` runs once it started (an announcement arriving
+     * while it runs), then one statement that saw `snapshot` (none: a read that carries no snapshot).
+     */
+    const read = (key: string, options: { snapshot?: string; during?: () => void | Promise<void>; value?: unknown; share?: boolean } = {}) =>
+      cache.through(key, [tag], async (query) => {
+        await options.during?.();
+        if (options.snapshot !== undefined) {
+          script.snapshot = options.snapshot;
+          await query('1 AS one', '');
+        }
+        return options.value ?? 1;
+      }, { share: options.share });
+    return { feed, cache, script, read };
   };
 
-  it('stores a read that overlapped an announcement only if its snapshot saw the change', () => {
-    const { feed, cache } = setup();
-    const ticket = cache.ticket();
-    feed.announce({ t: 'organization', id: 'USR_p', x: 500, s: false });
-    cache.set(ticket, 'a', 1, [tag], snapshot('499:499:'));
+  it('stores a read that overlapped an announcement only if its snapshot saw the change', async () => {
+    const { feed, cache, read } = setup();
+    const during = () => feed.announce({ t: 'organization', id: 'USR_p', x: 500, s: false });
+    await read('a', { snapshot: '499:499:', during });
     expect(cache.get('a')).toBeUndefined();
-    cache.set(ticket, 'b', 1, [tag], snapshot('500:502:500'));
+    await read('b', { snapshot: '500:502:500', during });
     expect(cache.get('b')).toBeUndefined();
-    cache.set(ticket, 'c', 1, [tag]);
+    await read('c', { during });
     expect(cache.get('c')).toBeUndefined();
-    cache.set(ticket, 'd', 1, [tag], snapshot('501:501:'));
+    expect(await read('d', { snapshot: '501:501:', during })).toBe(1);
     expect(cache.get('d')?.value).toBe(1);
     // An announcement without a transaction id (an older trigger) cannot be proven seen.
-    const later = cache.ticket();
-    feed.announce({ t: 'organization', id: 'USR_p', s: false });
-    cache.set(later, 'e', 1, [tag], snapshot('900:900:'));
+    await read('e', { snapshot: '900:900:', during: () => feed.announce({ t: 'organization', id: 'USR_p', s: false }) });
     expect(cache.get('e')).toBeUndefined();
   });
 
-  it('keeps through an announcement the entries whose snapshot saw it, and drops the others', () => {
-    const { feed, cache } = setup();
-    cache.set(cache.ticket(), 'seen', 1, [tag], snapshot('701:701:'));
-    cache.set(cache.ticket(), 'unseen', 1, [tag], snapshot('690:702:700'));
-    cache.set(cache.ticket(), 'plain', 1, [tag]);
+  it('keeps through an announcement the entries whose snapshot saw it, and drops the others', async () => {
+    const { feed, cache, read } = setup();
+    await read('seen', { snapshot: '701:701:' });
+    await read('unseen', { snapshot: '690:702:700' });
+    await read('plain');
     feed.announce({ t: 'organization', id: 'USR_p', x: 700, s: false });
     expect(cache.get('seen')?.value).toBe(1);
     expect(cache.get('unseen')).toBeUndefined();
@@ -67,78 +92,124 @@ describe('the cache with announced transaction ids', () => {
   });
 
   it('lets callers share a read in flight, but not one that may predate a change they know of', async () => {
-    const { feed, cache } = setup();
-    let finish!: (read: { value: unknown; seen?: ReturnType<typeof snapshot> }) => void;
-    cache.track('k', cache.ticket(), new Promise((resolve) => (finish = resolve)));
-    const early = cache.join<number>('k', [tag]);
+    const { feed, read } = setup();
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    let ownReads = 0;
+    const own = (value: number) => ({ snapshot: '900:900:', value, share: true, during: () => void (ownReads += 1) });
+    const first = read('k', { snapshot: '790:790:', during: () => gate, value: 7, share: true });
+    const early = read('k', own(70));
     feed.announce({ t: 'organization', id: 'USR_p', x: 800, s: false });
-    const late = cache.join<number>('k', [tag]);
-    finish({ value: 7, seen: snapshot('790:790:') });
-    expect(await early).toEqual({ value: 7 });
-    // The read's snapshot did not see transaction 800, announced before this caller joined.
-    expect(await late).toBeUndefined();
-    expect(cache.join('k', [tag])).toBeUndefined();
+    const late = read('k', own(71));
+    open();
+    expect(await first).toBe(7);
+    expect(await early).toBe(7);
+    // The read's snapshot did not see transaction 800, announced before this caller joined: it read for itself.
+    expect(await late).toBe(71);
+    expect(ownReads).toBe(1);
 
-    cache.track('k', cache.ticket(), new Promise((resolve) => (finish = resolve)));
+    let openAgain!: () => void;
+    const again = new Promise<void>((resolve) => (openAgain = resolve));
+    const second = read('k2', { snapshot: '802:802:', during: () => again, value: 8, share: true });
     feed.announce({ t: 'organization', id: 'USR_p', x: 801, s: false });
-    const joined = cache.join<number>('k', [tag]);
-    finish({ value: 8, seen: snapshot('802:802:') });
+    const joined = read('k2', own(80));
+    openAgain();
+    expect(await second).toBe(8);
     // It did see 801: committed before it began reading, though announced after it was asked.
-    expect(await joined).toEqual({ value: 8 });
+    expect(await joined).toBe(8);
+    expect(ownReads).toBe(1);
   });
 
-  it("keeps a parent's child counts through sign-ins of children who were active and still are", () => {
-    const now = Date.UTC(2026, 10, 22);
-    const { feed, cache } = setup(now);
-    const counts = () => cache.get('stats');
-    const store = () => cache.set(cache.ticket(), 'stats', { active: 1 }, [cacheTags.children('USR_p')]);
-    store();
-    const recent = now - 1000;
-    feed.announce({ t: 'account', id: 'USR_c', p: 'USR_p', s: false, l: recent, n: now, x: 1 });
-    expect(counts()).toBeDefined();
-    // A first login, a return after more than 30 days, a change beyond activity: counts change.
-    feed.announce({ t: 'account', id: 'USR_c', p: 'USR_p', s: false, n: now, x: 2 });
-    expect(counts()).toBeUndefined();
-    store();
-    feed.announce({ t: 'account', id: 'USR_c', p: 'USR_p', s: false, l: now - ACTIVE_WINDOW_MS - 1, n: now, x: 3 });
-    expect(counts()).toBeUndefined();
-    store();
-    feed.announce({ t: 'account', id: 'USR_c', p: 'USR_p', s: true, l: recent, n: now, x: 4 });
-    expect(counts()).toBeUndefined();
-    // An announcement that does not name its transaction may come from older triggers, which sent
-    // no logins: counted again.
-    store();
-    feed.announce({ t: 'account', id: 'USR_c', p: 'USR_p', s: false, l: recent, n: now });
-    expect(counts()).toBeUndefined();
+  it('amends an entry once a change, however many of its tags the change drops', async () => {
+    const { feed, cache } = setup();
+    const amended: number[] = [];
+    const tags = [cacheTags.childMembers('USR_p'), cacheTags.children('USR_p')];
+    await cache.through('members', tags, async () => 10, { amend: (count, change) => (amended.push(change.version!), (count ?? 0) + 1) });
+    // A child added: both tags go.
+    feed.announce({ t: 'account', id: 'USR_c', p: 'USR_p', o: 'i', s: true, x: 50 });
+    expect(cache.get('members')?.value).toBe(11);
+    expect(amended).toEqual([50]);
   });
 
-  it("adds a child's first login in the window to its parent's unfiltered active count, unless the count already has it", () => {
+  describe("a parent's child counts", () => {
     const now = Date.UTC(2026, 10, 22);
-    const { feed, cache } = setup(now);
-    const key = childCountsKey('USR_p');
-    const counts = (validUntil = now + 86_400_000): ChildCounts => ({ total: null, active: 5, computedAt: now - 1000, validUntil });
-    const filtered = 'stats:USR_p||1700000000000|smith';
-    cache.set(cache.ticket(), key, counts(), [cacheTags.children('USR_p')], snapshot('10:10:'));
-    cache.set(cache.ticket(), filtered, counts(), [cacheTags.children('USR_p')]);
-    feed.announce({ t: 'account', id: 'USR_c', p: 'USR_p', s: false, n: now, x: 11 });
-    expect(cache.get<ChildCounts>(key)?.value.active).toBe(6);
-    // A filtered count may or may not include the child: counted again.
-    expect(cache.get(filtered)).toBeUndefined();
-    // The same child again, now active: no change.
-    feed.announce({ t: 'account', id: 'USR_c', p: 'USR_p', s: false, l: now, n: now + 5, x: 12 });
-    expect(cache.get<ChildCounts>(key)?.value.active).toBe(6);
-    // A count whose snapshot saw the sign-in already has it.
-    cache.set(cache.ticket(), key, counts(), [cacheTags.children('USR_p')], snapshot('20:20:'));
-    feed.announce({ t: 'account', id: 'USR_d', p: 'USR_p', s: false, l: now - ACTIVE_WINDOW_MS - 1, n: now, x: 13 });
-    expect(cache.get<ChildCounts>(key)?.value.active).toBe(5);
-    // A count past its validity is dropped, not amended.
-    cache.set(cache.ticket(), key, counts(now - 1), [cacheTags.children('USR_p')], snapshot('20:20:'));
-    feed.announce({ t: 'account', id: 'USR_e', p: 'USR_p', s: false, n: now, x: 21 });
-    expect(cache.get(key)).toBeUndefined();
-    // A child becoming inactive by a write: counted again.
-    cache.set(cache.ticket(), key, counts(), [cacheTags.children('USR_p')], snapshot('30:30:'));
-    feed.announce({ t: 'account', id: 'USR_e', p: 'USR_p', s: false, l: now, n: now - ACTIVE_WINDOW_MS - 1, x: 31 });
-    expect(cache.get(key)).toBeUndefined();
+    const countsOf = (setupNow = now) => {
+      const context = setup(setupNow);
+      const sources = { cache: context.cache, staleReads: { query: async () => [] }, childCount: async () => 40 };
+      /** The counts for `filters` at `at`, and whether they took a statement. */
+      const counts = async (filters: ChildFilters, at = now) => {
+        const before = context.script.statements;
+        const result = await readCounts(sources, filters, at);
+        return { ...result, counted: context.script.statements > before };
+      };
+      /** What the next statement reads: `active` counted, the oldest of them logged in at `oldest`, seen by `snapshot`. */
+      const database = (active: number, snapshot?: string, oldest = now - 1000) => {
+        context.script.row = { total: null, active, oldest: new Date(oldest) };
+        context.script.snapshot = snapshot;
+      };
+      return { ...context, counts, database };
+    };
+    const unfiltered = filterSql('USR_p', undefined, {});
+    const searched = filterSql('USR_p', 'smith', {});
+    const signIn = (before: number | null, after: number, x?: number, stable = false) => {
+      const change: Record<string, unknown> = { t: 'account', id: 'USR_c', p: 'USR_p', s: stable, n: after };
+      if (before !== null) change.l = before;
+      if (x !== undefined) change.x = x;
+      return change;
+    };
+
+    it('are kept through sign-ins of children who were active and still are', async () => {
+      const { feed, counts, database } = countsOf();
+      database(1);
+      expect(await counts(searched)).toMatchObject({ active: 1, counted: true });
+      const recent = now - 1000;
+      feed.announce(signIn(recent, now, 1));
+      expect(await counts(searched)).toMatchObject({ active: 1, counted: false });
+      // A first login, a return after more than 30 days, a change beyond activity: counted again.
+      for (const [x, change] of [[2, signIn(null, now, 2)], [3, signIn(now - ACTIVE_WINDOW_MS - 1, now, 3)], [4, signIn(recent, now, 4, true)]] as const) {
+        feed.announce(change);
+        expect(await counts(searched), `change ${x}`).toMatchObject({ counted: true });
+      }
+      // An announcement that does not name its transaction may come from older triggers, which
+      // sent no logins: counted again.
+      feed.announce(signIn(recent, now));
+      expect(await counts(searched)).toMatchObject({ counted: true });
+    });
+
+    it("take a child's first login in the window into the unfiltered active count, unless the count already has it", async () => {
+      const { feed, counts, database } = countsOf();
+      database(5, '10:10:');
+      expect(await counts(unfiltered)).toMatchObject({ total: 40, active: 5, counted: true });
+      expect(await counts(searched)).toMatchObject({ active: 5, counted: true });
+      feed.announce(signIn(null, now, 11));
+      expect(await counts(unfiltered)).toMatchObject({ total: 40, active: 6, counted: false });
+      // A filtered count may or may not include the child: counted again.
+      expect(await counts(searched)).toMatchObject({ counted: true });
+      // The same child again, now active: no change.
+      feed.announce(signIn(now, now + 5, 12));
+      expect(await counts(unfiltered)).toMatchObject({ active: 6, counted: false });
+      // A count whose snapshot saw the sign-in already has it.
+      feed.announce(signIn(null, now, 19, true));
+      database(5, '20:20:');
+      expect(await counts(unfiltered)).toMatchObject({ active: 5, counted: true });
+      feed.announce({ ...signIn(now - ACTIVE_WINDOW_MS - 1, now, 13), id: 'USR_d' });
+      expect(await counts(unfiltered)).toMatchObject({ active: 5, counted: false });
+      // A child becoming inactive by a write: counted again.
+      feed.announce({ ...signIn(now, now - ACTIVE_WINDOW_MS - 1, 31), id: 'USR_e' });
+      database(4, '40:40:');
+      expect(await counts(unfiltered)).toMatchObject({ active: 4, counted: true });
+    });
+
+    it('past its validity, an unfiltered count is counted again rather than amended', async () => {
+      const { feed, counts, database } = countsOf();
+      // Counted 10 ms ago, holding until 5 ms ago (the oldest counted login has left the window since).
+      database(5, '10:10:', now - 5 - ACTIVE_WINDOW_MS);
+      expect(await counts(unfiltered, now - 10)).toMatchObject({ active: 5, counted: true });
+      expect(await counts(unfiltered, now - 10)).toMatchObject({ counted: false });
+      feed.announce(signIn(null, now, 21));
+      // Asked at the moment it was made for, it is read again: the sign-in dropped it.
+      expect(await counts(unfiltered, now - 10)).toMatchObject({ counted: true });
+    });
   });
 });
 
@@ -188,14 +259,14 @@ describe('announced transactions and read snapshots agree', () => {
   });
 
   const spend = () => outside(`UPDATE "Organization" SET "creditBalance" = "creditBalance" - 1 WHERE "parentId" = $1`, [org.parent.id]);
-  const readBalance = async () => {
-    const rows = await database().sql.query<{ creditBalance: number; snapshot: string }>(
-      `SELECT "creditBalance", pg_current_snapshot()::text AS snapshot FROM "Organization" WHERE "parentId" = $1`,
-      [org.parent.id],
-    );
-    return { rows: rows.map(({ creditBalance }) => ({ creditBalance })), seen: parseSnapshot(rows[0]?.snapshot) };
-  };
-  /** Until the cache has taken every announcement made so far. */
+  /** The organization's balance read through `cache` under `key`, with a sign-in committed before or after the statement. */
+  const readBalance = (cache: EntityCache, key: string, signIn: 'before' | 'after') =>
+    cache.through(key, [cacheTags.organization(org.parent.id)], async (query) => {
+      if (signIn === 'before') await spend();
+      const [row] = await query<{ creditBalance: number }>('"creditBalance"', 'FROM "Organization" WHERE "parentId" = $1', [org.parent.id]);
+      if (signIn === 'after') await spend();
+      return row;
+    });
   /** Until the announcements of earlier writes have arrived. */
   const settled = (cache: EntityCache) => cache.caughtUp();
 
@@ -203,23 +274,16 @@ describe('announced transactions and read snapshots agree', () => {
     const cache = server().app.deps.cache;
     const key = `test:balance:${org.parent.id}`;
     const before = cache.stats.invalidations;
-    const ticket = cache.ticket();
-    await spend();
-    const { rows, seen } = await readBalance();
-    expect(seen).toBeDefined();
-    cache.set(ticket, key, rows[0], [cacheTags.organization(org.parent.id)], seen);
+    const read = await readBalance(cache, key, 'before');
     await settled(cache);
     expect(cache.stats.invalidations).toBeGreaterThan(before);
-    expect(cache.get(key)?.value).toEqual(rows[0]);
+    expect(cache.get(key)?.value).toEqual(read);
   });
 
   it('a read that did not see a sign-in is not stored, or is dropped when it is announced', async () => {
     const cache = server().app.deps.cache;
     const key = `test:stale:${org.parent.id}`;
-    const ticket = cache.ticket();
-    const { rows, seen } = await readBalance();
-    await spend();
-    cache.set(ticket, key, rows[0], [cacheTags.organization(org.parent.id)], seen);
+    await readBalance(cache, key, 'after');
     await settled(cache);
     expect(cache.get(key)).toBeUndefined();
   });

@@ -4,7 +4,7 @@ import { projectedMonthlyUsage, projectionHoldsUntil } from '../src/domain/credi
 import { AnswerCache, AskedKeys, answerOf, type Answer, type ServingContext } from '../src/db/answer-cache.js';
 import { cacheTags } from '../src/db/cache-tags.js';
 import { EntityCache } from '../src/db/entity-cache.js';
-import type { TagRead } from '../src/db/read-set.js';
+import { ReadSet, type TagRead } from '../src/db/read-set.js';
 import { ManualFeed } from './helpers/manual-feed.js';
 import { SIGN_IN_SQL, createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { rest, startServer, useServer, type TestServer } from './helpers/app.js';
@@ -331,12 +331,18 @@ describe('callers missing the same answer', () => {
   const now = () => Date.now();
   const made = (text: string) => () => answerOf(text, { label: 'dashboard', retrievals: [], validUntil: Number.POSITIVE_INFINITY });
 
-  function setup() {
+  async function setup() {
     const feed = new ManualFeed();
     const entities = new EntityCache(feed, { maxEntries: 100, maxBytes: 1 << 20, ttlMs: 60_000 });
     const answers = new AnswerCache(entities, { maxBytes: 1 << 20, ttlMs: 60_000 });
-    /** What a computation read: the organization's row, as of now. */
-    const readNow = (): ReadonlyMap<string, TagRead> => new Map([[tag, { epoch: entities.ticket().epoch }]]);
+    // An entry no sign-in drops, for reads to be recorded as of now.
+    await entities.through('held', ['unrelated'], async () => 1);
+    /** What a computation read: the organization's row, as of now (a hit recorded with its tag). */
+    const readNow = (): ReadonlyMap<string, TagRead> => {
+      const reads = new ReadSet();
+      entities.recording(reads).hit('', 'held', () => [tag]);
+      return reads.tags;
+    };
     /** A sign-in's announcement: the organization's balance changed. */
     const signIn = () => feed.announce({ t: 'organization', id: 'USR_p', s: false });
     return { answers, readNow, signIn };
@@ -392,7 +398,7 @@ describe('callers missing the same answer', () => {
   const settle = () => new Promise((resolve) => setImmediate(resolve));
 
   it('hand the key on when an answer could not be kept: one of the waiters computes it, the others wait for that one', async () => {
-    const { answers, readNow, signIn } = setup();
+    const { answers, readNow, signIn } = await setup();
     // The key was asked for before: answers to it are kept.
     await ask(answers, 'first', readNow());
     const first = request(answers, readNow());
@@ -420,7 +426,7 @@ describe('callers missing the same answer', () => {
   });
 
   it('wait for at most eight computations in turn, then compute their own', async () => {
-    const { answers, readNow, signIn } = setup();
+    const { answers, readNow, signIn } = await setup();
     await ask(answers, 'first', readNow());
     const first = request(answers, readNow());
     await settle();
@@ -443,7 +449,7 @@ describe('callers missing the same answer', () => {
   });
 
   it('tell a caller that waited to read again only when what it read before changed meanwhile', async () => {
-    const { answers, readNow } = setup();
+    const { answers, readNow } = await setup();
     await ask(answers, 'first', readNow());
     const owner = request(answers, readNow());
     await settle();
@@ -457,7 +463,7 @@ describe('callers missing the same answer', () => {
   });
 
   it('a computation that throws ends, and the next caller computes instead of waiting for it forever', async () => {
-    const { answers, readNow } = setup();
+    const { answers, readNow } = await setup();
     const failing = answers.serve({ key, viewer, context: { reads: { tags: readNow(), reusable: () => true }, viewerKey: async () => viewer }, fresh: () => { throw new Error('not asked'); }, now }, () => 'served', async () => {
       await settle();
       throw new Error('the database went away');

@@ -1,4 +1,3 @@
-import { hash } from 'node:crypto';
 import { decodeProtectedHeader, errors as joseErrors, jwtVerify, type JWTVerifyOptions } from 'jose';
 import {
   AccountInactiveError,
@@ -9,6 +8,7 @@ import {
   UserNotFoundError,
 } from '../errors.js';
 import type { CacheReader } from '../db/entity-cache.js';
+import { verifiedOnce, type TokenMemo } from '../db/verified-tokens.js';
 import type { AccountRow } from '../db/accounts.js';
 import type { Loaders, OrganizationSettings } from '../db/loaders.js';
 import { bearerToken, isCanonicalJws } from './credentials.js';
@@ -31,12 +31,7 @@ export type Credentials = {
   memo?: TokenMemo;
 };
 
-/**
- * The last token a connection sent and its cache key: a client sends one token on a connection,
- * request after request, and the key's SHA-256 (1.5 to 2.5 µs a request in profiles) is made once.
- * One token a connection, going with it; the key depends on the token's text alone.
- */
-export type TokenMemo = { token?: string; key?: string };
+export type { TokenMemo };
 
 export type AuthDependencies = {
   loaders: Loaders;
@@ -80,20 +75,6 @@ function checkTimes(token: VerifiedToken, now: Date, maxAgeSeconds: number | und
   if (token.exp <= seconds - CLOCK_TOLERANCE_SECONDS || old) throw new UnauthorizedError('The access token has expired.');
   const early = token.iat > seconds + CLOCK_TOLERANCE_SECONDS || (token.nbf !== undefined && token.nbf > seconds + CLOCK_TOLERANCE_SECONDS);
   if (early) throw new UnauthorizedError('The access token is invalid.');
-}
-
-/**
- * Tokens are remembered under the digest of their exact text: the key's size does not depend on
- * what callers send, and only a token that passed every check of `verifyToken` has an entry.
- */
-function tokenCacheKey(token: string, memo: TokenMemo | undefined): string {
-  if (memo !== undefined && memo.token === token) return memo.key!;
-  const key = `token:${hash('sha256', token, 'base64url')}`;
-  if (memo !== undefined) {
-    memo.token = token;
-    memo.key = key;
-  }
-  return key;
 }
 
 /** Full verification with jose, and the tags of the key it was checked with. */
@@ -152,16 +133,7 @@ export async function authenticateJwt(credentials: Credentials, deps: AuthDepend
   // it is dropped with the key it was checked with (a rotated secret, a parent whose key or
   // status changed), not by sign-ins. Its time claims are checked on every use; its shape (a
   // canonical compact JWS) only before it is verified, as the exact text verified is the key.
-  let tags: readonly string[] = [];
-  const verified = await deps.cache.through(
-    tokenCacheKey(token, credentials.memo),
-    () => tags,
-    async () => {
-      const checked = await verifyToken(token, deps, now);
-      tags = checked.tags;
-      return checked.verified;
-    },
-  );
+  const verified = await verifiedOnce(deps.cache, token, credentials.memo, () => verifyToken(token, deps, now));
   checkTimes(verified, now, deps.jwt.maxAgeSeconds);
 
   const account = await deps.loaders.accountById.load(verified.subject);

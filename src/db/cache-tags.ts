@@ -1,4 +1,5 @@
 import type { ChangedEntity, RowChange } from './capture/changes.js';
+import { activityShift } from '../domain/activity.js';
 
 /** The tags an entry carries: the rows whose change must drop it. */
 export const cacheTags = {
@@ -14,7 +15,7 @@ export const cacheTags = {
   organizationSettings: (parentId: string) => `organizationSettings:${parentId}`,
   purchases: (organizationId: string) => `purchases:${organizationId}`,
   usage: (organizationId: string) => `usage:${organizationId}`,
-  /** A change to a child of this parent that alters its counts (see `child-list-changes.ts`). */
+  /** A change to a child of this parent that may alter its counts: not a sign-in of a child as active as before. */
   children: (parentId: string) => `children:${parentId}`,
   /** A child of this parent added or removed (moves included): the number of its children. */
   childMembers: (parentId: string) => `childMembers:${parentId}`,
@@ -31,17 +32,29 @@ export const announcedTags: Record<ChangedEntity, (key: string) => string> = {
 };
 
 /**
- * The tags an announced row change drops: its row's own tag, whatever changed; and, for a stable
- * change (not activity only: counters, last login, balances), the tags of what is built on the
- * row's identity (an account's identity and public key, an organization's settings), which
- * sign-ins leave as they were. A child's change for its parent's list is `child-list-changes.ts`'s.
+ * The tags an announced row change drops, at `now`: its row's own tag, whatever changed; for a
+ * stable change (not activity only: counters, last login, balances), the tags of what is built on
+ * the row's identity (an account's identity and public key, an organization's settings), which
+ * sign-ins leave as they were; and for a child, what it changes of its parent's list.
  */
-export function droppedBy(change: Pick<RowChange, 'entity' | 'id' | 'stable' | 'publicKey'>): string[] {
-  const { entity, id, stable, publicKey } = change;
+export function droppedBy(change: RowChange, now: number): string[] {
+  const { entity, id, stable, publicKey, parentId } = change;
   const tags = [announcedTags[entity](id)];
-  if (!stable) return tags;
-  if (entity === 'account') tags.push(cacheTags.identity(id));
-  if (entity === 'organization') tags.push(cacheTags.organizationSettings(id));
-  if (publicKey !== undefined) tags.push(cacheTags.publicKey(publicKey));
+  if (stable) {
+    if (entity === 'account') tags.push(cacheTags.identity(id));
+    if (entity === 'organization') tags.push(cacheTags.organizationSettings(id));
+    if (publicKey !== undefined) tags.push(cacheTags.publicKey(publicKey));
+  }
+  if (parentId !== undefined) {
+    // Added or removed (moves included): the parent's number of children.
+    if (change.op !== undefined) tags.push(cacheTags.childMembers(parentId));
+    // Activity changes neither who is on a page nor its order: only the pages showing the child
+    // go (they carry its account tag), and a stable change takes every page of the parent.
+    if (stable) tags.push(cacheTags.childRows(parentId));
+    // A sign-in of a child as active as before changes no count. Logins unknown (an announcement
+    // without its transaction, from older triggers): counted again.
+    const { lastLogin } = change;
+    if (stable || lastLogin === undefined || activityShift(lastLogin.before, lastLogin.after, now) !== 'none') tags.push(cacheTags.children(parentId));
+  }
   return tags;
 }

@@ -1,18 +1,28 @@
 import { isoTime } from '../domain/dates.js';
 import type { PageScope, Position } from '../domain/pagination.js';
-import { ACTIVE_WINDOW_MS } from '../domain/activity.js';
+import { ACTIVE_WINDOW_MS, activityShift } from '../domain/activity.js';
+import type { RowChange } from './capture/changes.js';
 import { cacheTags } from './cache-tags.js';
-import { childCountsKey, type ChildCounts } from './child-list-changes.js';
 import { MISS, type CacheReader } from './entity-cache.js';
 import type { ReadQuery } from './replicas.js';
 import type { SnapshotQuery } from './snapshots.js';
 
 /*
- * A parent's child list as the database reads it: the filters as SQL, the keyset pages, the
- * search's choice of plan, the counts; and what of it is cached, under which key and tags (the
- * rules that drop or amend those entries are in `child-list-changes.ts`). The service
- * (`services/list-child-accounts.ts`) checks the input and composes the page.
+ * A parent's children as the database reads them: the list's filters as SQL, the keyset pages,
+ * the search's choice of plan, the counts, the registrations by month; and what of it is cached,
+ * under which key, tags and amendment (which change drops which tag: `droppedBy` in
+ * `cache-tags.ts`). The services check the input and compose the answers.
  */
+
+/**
+ * A parent's child counts as cached: `total` null when taken from the organization's child
+ * count; valid from `computedAt` until `validUntil`, when the oldest login it counted as active
+ * leaves the window.
+ */
+export type ChildCounts = { total: number | null; active: number; computedAt: number; validUntil: number };
+
+/** The key of a parent's unfiltered child counts (no search, no dates). */
+const childCountsKey = (parentId: string) => `stats:${parentId}|||`;
 
 /** A page row as read: times as epoch milliseconds, a number being far cheaper for the driver. */
 export type ChildRow = { id: string; username: string; email: string; lastLoginMs: number | null; createdAtMs: number };
@@ -201,8 +211,8 @@ async function searchPage(
 /**
  * stats.total and stats.active (decisions §4) for the filters, at `now`, and until when they hold
  * (the oldest login counted as active leaves the window). Counting can touch every child of a
- * large parent, so the counts are cached until a child of this parent changes (the database
- * announces it, see `child-list-changes.ts`) or that moment comes.
+ * large parent, so the counts are cached until a child of this parent changes what they count
+ * (`children:` in `droppedBy`) or that moment comes; the unfiltered ones follow first logins.
  */
 export async function readCounts(sources: ChildListSources, filters: ChildFilters, now: number): Promise<{ total: number; active: number; validUntil: number }> {
   const { parentId } = filters;
@@ -210,9 +220,23 @@ export async function readCounts(sources: ChildListSources, filters: ChildFilter
   const counted = await sources.cache.through(filters.cacheKey, [cacheTags.children(parentId)], (query) => queryCounts(filters, now, query), {
     share: true,
     usable: (hit) => now >= hit.computedAt && now < hit.validUntil,
+    amend: filters.filtered ? undefined : countFirstLogin,
   });
   // Unfiltered, the total is the parent's child count, kept exact on its own (see `childCountByParentId`).
   return { total: counted.total ?? (await sources.childCount(parentId)), active: counted.active, validUntil: counted.validUntil };
+}
+
+/**
+ * A child logging in for the first time in the window (what most sign-ins are) adds one to its
+ * parent's unfiltered active count, while the count holds: every child it counted logged in after
+ * `validUntil` minus the window, so this one, inactive until now, was not among them. A filtered
+ * count may or may not include the child, and any other change may alter what is counted: those
+ * are counted again.
+ */
+function countFirstLogin(counts: ChildCounts | null, change: RowChange, now: number): ChildCounts | undefined {
+  const { stable, lastLogin } = change;
+  if (counts === null || stable || lastLogin === undefined || activityShift(lastLogin.before, lastLogin.after, now) !== 'became active') return undefined;
+  return now < counts.computedAt || now >= counts.validUntil ? undefined : { ...counts, active: counts.active + 1 };
 }
 
 /** One query for the counts of `readCounts`, kept with the moment the active ones expire. */
@@ -234,4 +258,25 @@ async function queryCounts(filters: ChildFilters, now: number, query: SnapshotQu
     computedAt: now,
     validUntil: row?.oldest ? row.oldest.getTime() + ACTIVE_WINDOW_MS : Number.POSITIVE_INFINITY,
   };
+}
+
+/**
+ * How many children registered in each calendar month (UTC) since `from` (a month's first day),
+ * by the month's first day, `YYYY-MM-DD`: one count over the window, kept until a child of the
+ * parent changes what the counts see (the `children:` tag).
+ */
+export function readRegistrations(cache: CacheReader, parentId: string, from: string): Promise<Record<string, number>> {
+  return cache.through(
+    `registrations:${parentId}|${from}`,
+    [cacheTags.children(parentId)],
+    async (query) => {
+      const rows = await query<{ month: string; n: number }>(
+        `to_char(date_trunc('month', "createdAt", 'UTC'), 'YYYY-MM-DD') AS month, count(*)::int AS n`,
+        `FROM "Account" WHERE "parentId" = $1 AND "createdAt" >= $2::timestamptz GROUP BY 1`,
+        [parentId, from],
+      );
+      return Object.fromEntries(rows.map((row) => [row.month, row.n]));
+    },
+    { share: true },
+  );
 }

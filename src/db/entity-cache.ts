@@ -1,6 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import type { ChangeFeed } from './capture/feed.js';
-import type { Change, ChangedEntity } from './capture/changes.js';
+import type { Change, RowChange } from './capture/changes.js';
 import type { SqlDriver } from './database.js';
 import { estimateBytes } from './estimate-bytes.js';
 import { TagIndex } from './tag-index.js';
@@ -8,7 +8,14 @@ import { sees, snapshotQuery, type Snapshot, type SnapshotQuery } from './snapsh
 import { ReadSet, type TagRead } from './read-set.js';
 import { droppedBy } from './cache-tags.js';
 
-type Entry = { value: unknown; tags: readonly string[]; seen?: Snapshot };
+type Entry = { value: unknown; tags: readonly string[]; seen?: Snapshot; amend?: Amend<unknown> };
+
+/**
+ * How a change that drops an entry may bring it up to date instead: its new stored value, or
+ * undefined to drop it. Asked once a change, at the cache's clock, and only for a change the
+ * entry's read did not see.
+ */
+export type Amend<Stored> = (stored: Stored | null, change: RowChange, now: number) => Stored | null | undefined;
 
 /** The last announcement of a tag: when (the cache's epoch) and, if the database said, by which transaction. */
 type Invalidation = { epoch: number; version: number | undefined };
@@ -37,6 +44,8 @@ export type ReadThroughOptions<V, Stored> = {
   share?: boolean;
   /** Whether a cached value may still be served (a count past its validity is read again). */
   usable?: (value: V) => boolean;
+  /** Kept through the changes it can follow (see `Amend`), rather than dropped and read again. */
+  amend?: Amend<Stored>;
 };
 
 /** The cache's own bytes per entry: its slot in the LRU's map and lists, and the entry object. */
@@ -55,7 +64,7 @@ const NO_TAGS: readonly string[] = [];
 export const CACHE_DEFAULTS: EntityCacheOptions = { maxEntries: 150_000, maxBytes: 80 * 1024 * 1024, ttlMs: 10 * 60_000 };
 
 /** A read that may be stored: taken before the query, so a change announced meanwhile wins (unless the read saw it). */
-export type CacheTicket = { readonly epoch: number };
+type CacheTicket = { readonly epoch: number };
 
 /** What `hit` answers for a key the cache does not hold (or may not serve). */
 export const MISS: unique symbol = Symbol('miss');
@@ -90,10 +99,9 @@ const INVALIDATIONS_REMEMBERED = 10_000;
  * Callers read through `through` and `throughMany`, which take the ticket, add the snapshot to
  * their statements, share reads in flight and store with the tags: none of that protocol is
  * theirs to handle; `hit` is their first step alone, synchronous, for a loader that answers what
- * the cache holds without waiting. `ticket`, `set`, `join` and `track` are its steps, public for
- * the cache's own tests. This file is that one protocol; beside it: the snapshots reads carry
- * (`snapshots.ts`), what a request read (`read-set.ts`), the tags (`cache-tags.ts`) and size
- * estimates (`estimate-bytes.ts`).
+ * the cache holds without waiting. This file is that one protocol; beside it: the snapshots reads
+ * carry (`snapshots.ts`), what a request read (`read-set.ts`), the tags and which change drops
+ * them (`cache-tags.ts`) and size estimates (`estimate-bytes.ts`).
  */
 export class EntityCache {
   /** Undefined when the cache is turned off (no entries or no bytes allowed). */
@@ -123,7 +131,9 @@ export class EntityCache {
     private readonly feed: ChangeFeed,
     options: EntityCacheOptions = CACHE_DEFAULTS,
     /** Where reads through the cache go (see `SnapshotQuery`). */
-    private readonly sql?: SqlDriver,
+    private readonly sql?: Pick<SqlDriver, 'query'>,
+    /** The clock changes are judged by (which sign-ins change the active counts, see `droppedBy`). */
+    private readonly now: () => number = Date.now,
   ) {
     if (options.maxEntries > 0 && options.maxBytes > 0) {
       this.entries = new LRUCache<string, Entry>({
@@ -212,7 +222,7 @@ export class EntityCache {
   }
 
   /** Take before reading the database; hand to `set` with what was read. */
-  ticket(): CacheTicket {
+  private ticket(): CacheTicket {
     return { epoch: this.epoch };
   }
 
@@ -222,10 +232,13 @@ export class EntityCache {
    * key itself (an account's row under `account:<id>`) needs no index: an invalidation drops the
    * entry of that key directly.
    */
-  set(ticket: CacheTicket, key: string, value: unknown, tags: readonly string[], seen?: Snapshot): void {
+  private set(ticket: CacheTicket, key: string, value: unknown, tags: readonly string[], seen: Snapshot | undefined, amend: Amend<unknown> | undefined): void {
     if (!this.feed.live || !this.entries || !this.unchangedSince(ticket, tags, seen)) return;
     const indexed = tags.length === 1 && tags[0] === key ? NO_TAGS : tags.includes(key) ? tags.filter((tag) => tag !== key) : tags;
-    this.store(key, seen ? { value, tags: indexed, seen } : { value, tags: indexed });
+    const entry: Entry = { value, tags: indexed };
+    if (seen) entry.seen = seen;
+    if (amend) entry.amend = amend;
+    this.store(key, entry);
   }
 
   private store(key: string, entry: Entry): void {
@@ -278,7 +291,7 @@ export class EntityCache {
     /** The request's record of what it read: every key's tags are added, hits and misses alike. */
     reads?: ReadSet,
   ): Promise<(V | null)[]> {
-    const { form, share } = options;
+    const { form, share, amend } = options;
     // With `reads`, each value is recorded with what it is current as of: a hit as of now (it was
     // not dropped) and its snapshot, a read as of its ticket and its snapshot, a shared read as of
     // this call (it is at least that current, see `join`).
@@ -297,7 +310,7 @@ export class EntityCache {
       return { rows, seen: seen() };
     };
     const store = (key: string, value: V | null, ticket: CacheTicket, seen: Snapshot | undefined) =>
-      this.set(ticket, keyOf(key), value !== null && form ? form.pack(value) : value, tags(key, value), seen);
+      this.set(ticket, keyOf(key), value !== null && form ? form.pack(value) : value, tags(key, value), seen, amend as Amend<unknown> | undefined);
     const ticket = this.ticket();
     const joined = new Map<string, Promise<{ value: V | null } | undefined>>();
     if (share) {
@@ -359,7 +372,7 @@ export class EntityCache {
    * before this caller came and it did not see (the caller then reads for itself). Undefined when
    * no read of `key` is in flight.
    */
-  join<V>(key: string, tags: readonly string[], tagsOf?: (value: V) => readonly string[]): Promise<{ value: V } | undefined> | undefined {
+  private join<V>(key: string, tags: readonly string[], tagsOf?: (value: V) => readonly string[]): Promise<{ value: V } | undefined> | undefined {
     const running = this.reads.get(key);
     if (!running) return undefined;
     // Nothing announced since it started: it reads at least everything this caller knows of.
@@ -376,7 +389,7 @@ export class EntityCache {
   }
 
   /** Offers a read of `key`, started after `ticket` was taken, to callers arriving while it runs. */
-  track(key: string, ticket: CacheTicket, result: Promise<{ value: unknown; seen?: Snapshot }>): void {
+  private track(key: string, ticket: CacheTicket, result: Promise<{ value: unknown; seen?: Snapshot }>): void {
     const running: RunningRead = { epoch: ticket.epoch, result };
     this.reads.set(key, running);
     const done = () => {
@@ -395,7 +408,7 @@ export class EntityCache {
    * Whether none of `tags` was invalidated (and nothing cleared) since `ticket` was taken, other
    * than by changes a read with snapshot `seen` saw.
    */
-  unchangedSince(ticket: CacheTicket, tags: readonly string[], seen?: Snapshot): boolean {
+  private unchangedSince(ticket: CacheTicket, tags: readonly string[], seen?: Snapshot): boolean {
     if (ticket.epoch < this.clearedAt || ticket.epoch < this.forgottenUpTo) return false;
     for (const tag of tags) {
       const last = this.invalidatedAt.peek(tag);
@@ -406,33 +419,42 @@ export class EntityCache {
   }
 
   /**
-   * Drops every entry carrying `tag`, except those read with a snapshot that saw the change
-   * (transaction `version`, when the announcement names it). `keep`: the entry of one key carrying
-   * the tag may instead be brought up to date by its owner (`amend` gives its new value, or
-   * undefined to drop it), when the change is known and the entry has not seen it already.
+   * One announced change: every entry carrying a tag `droppedBy` (`cache-tags.ts`) names goes,
+   * except those read with a snapshot that saw the change, and those whose declaration amends
+   * them (see `Amend`), each once a change.
    */
-  invalidate(tag: string, version?: number, keep?: { key: string; amend?: (value: any) => unknown }): void {
-    const kept = keep?.amend && this.feed.live ? this.entries?.peek(keep.key) : undefined;
-    this.invalidateTag(tag, version);
-    if (!kept || !keep?.amend || (version !== undefined && kept.seen !== undefined && sees(kept.seen, version))) return;
-    const value = keep.amend(kept.value);
-    if (value !== undefined) this.store(keep.key, { ...kept, value });
+  private onChange(change: Change): void {
+    this.stats.announcements += 1;
+    if (change.kind === 'all') {
+      this.clear();
+      return;
+    }
+    const now = this.now();
+    let amended: Set<string> | undefined;
+    for (const tag of droppedBy(change, now)) {
+      this.epoch += 1;
+      this.invalidatedAt.set(tag, { epoch: this.epoch, version: change.version });
+      this.stats.invalidations += 1;
+      for (const listener of this.listeners) listener.invalidated(tag);
+      // A tag spelled as a key names that entry (an account's row), the others the entries indexed under it.
+      if (this.dropOrAmend(tag, change, now, amended)) (amended ??= new Set()).add(tag);
+      for (const key of this.byTag.keys(tag)) if (this.dropOrAmend(key, change, now, amended)) (amended ??= new Set()).add(key);
+    }
   }
 
-  private invalidateTag(tag: string, version: number | undefined): void {
-    this.epoch += 1;
-    this.invalidatedAt.set(tag, { epoch: this.epoch, version });
-    this.stats.invalidations += 1;
-    for (const listener of this.listeners) listener.invalidated(tag);
-    this.drop(tag, version);
-    for (const key of this.byTag.keys(tag)) this.drop(key, version);
-  }
-
-  private drop(key: string, version: number | undefined): void {
+  /** Whether the entry of `key` was amended rather than dropped (or kept: it saw the change). */
+  private dropOrAmend(key: string, change: RowChange, now: number, amended: Set<string> | undefined): boolean {
     const entry = this.entries?.peek(key);
-    if (entry === undefined) return;
-    if (version !== undefined && entry.seen !== undefined && sees(entry.seen, version)) return;
-    this.entries!.delete(key);
+    if (entry === undefined || amended?.has(key)) return false;
+    const { version } = change;
+    if (version !== undefined && entry.seen !== undefined && sees(entry.seen, version)) return false;
+    const value = entry.amend ? entry.amend(entry.value, change, now) : undefined;
+    if (value === undefined) {
+      this.entries!.delete(key);
+      return false;
+    }
+    this.store(key, { ...entry, value });
+    return true;
   }
 
   clear(): void {
@@ -446,18 +468,5 @@ export class EntityCache {
   close(): void {
     this.unsubscribe();
     this.clear();
-  }
-
-  /**
-   * One announced change: the tags it drops are `droppedBy`'s (`cache-tags.ts`). A child's
-   * parent's counts and pages are kept by `child-list-changes.ts`.
-   */
-  private onChange(change: Change): void {
-    this.stats.announcements += 1;
-    if (change.kind === 'all') {
-      this.clear();
-      return;
-    }
-    for (const tag of droppedBy(change)) this.invalidate(tag, change.version);
   }
 }

@@ -72,9 +72,6 @@ class ReadThroughLoader<V> extends DataLoader<string, V> {
   }
 }
 
-/** The namespace of the cached child counts: `childCount:<parentId>` (amended by `child-list-changes.ts`). */
-export const CHILD_COUNT_NAMESPACE = 'childCount';
-
 export class Loaders {
   #accountById?: DataLoader<string, AccountRow | null>;
   #accountByPublicKey?: DataLoader<string, AccountRow | null>;
@@ -243,11 +240,11 @@ export class Loaders {
   /**
    * How many children a parent has, any status: counted on the (parentId, createdAt, id) index
    * once, then kept exact from the change feed (a child added or removed amends the cached count
-   * in place, see `child-list-changes.ts`), so a sign-up costs no count.
+   * in place), so a sign-up costs no count.
    */
   get childCountByParentId(): DataLoader<string, number> {
     return (this.#childCountByParentId ??= this.readThrough(
-      CHILD_COUNT_NAMESPACE,
+      'childCount',
       async (misses, query) => {
         const rows = await query<{ parentId: string; children: number }>(
           `"parentId", count(*)::int AS children`,
@@ -257,7 +254,7 @@ export class Loaders {
         return new Map(rows.map((row) => [row.parentId, row.children]));
       },
       (id) => [cacheTags.childMembers(id)],
-      { share: true },
+      { share: true, amend: (children, { op }) => (op === undefined ? undefined : Math.max(0, (children ?? 0) + (op === 'insert' ? 1 : -1))) },
       // A parent without children has no row: none.
       (children) => children ?? 0,
     ));

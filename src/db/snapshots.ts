@@ -56,7 +56,7 @@ export function sees(snapshot: Snapshot, version: number): boolean {
 export type SnapshotQuery = <T extends Record<string, unknown>>(columns: string, rest: string, params?: unknown[]) => Promise<T[]>;
 
 /** A read's query function and what its statements saw (one statement: its snapshot; more: none). */
-export function snapshotQuery(sql: SqlDriver | undefined): { query: SnapshotQuery; seen: () => Snapshot | undefined } {
+export function snapshotQuery(sql: Pick<SqlDriver, 'query'> | undefined): { query: SnapshotQuery; seen: () => Snapshot | undefined } {
   let statements = 0;
   let seen: Snapshot | undefined;
   const query: SnapshotQuery = async <T extends Record<string, unknown>>(columns: string, rest: string, params?: unknown[]) => {

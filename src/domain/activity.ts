@@ -5,3 +5,10 @@ export const ACTIVE_WINDOW_MS = 30 * 24 * 60 * 60 * 1000;
 export function activeAt(lastLoginMs: number | null, now: number): boolean {
   return lastLoginMs !== null && lastLoginMs >= now - ACTIVE_WINDOW_MS;
 }
+
+/** A last login changed from `before` to `after`, as the active count at `now` sees it. */
+export function activityShift(before: number | null, after: number | null, now: number): 'none' | 'became active' | 'became inactive' {
+  const was = activeAt(before, now);
+  const is = activeAt(after, now);
+  return was === is ? 'none' : is ? 'became active' : 'became inactive';
+}

@@ -1,5 +1,5 @@
 import type { ParentViewer } from '../auth/authorize.js';
-import { cacheTags } from '../db/cache-tags.js';
+import { readRegistrations } from '../db/child-list.js';
 import { totalCreditsUsed, operationUsage, type CreditAnalysis } from '../domain/credit-analysis.js';
 import { monthStart } from '../domain/dates.js';
 import { forecastCredits, type Forecast } from '../domain/forecast.js';
@@ -32,15 +32,7 @@ export async function getUsageHistory(viewer: ParentViewer, analysis: CreditAnal
   const from = starts[0]!.toISOString();
   const [usage, registered] = await Promise.all([
     context.loaders.monthlyUsage.loadMany(starts.map((month) => usageKey(parentId, month))),
-    // One count per month over the window, kept until a child is added, removed or moved.
-    context.cache.through(`registrations:${parentId}|${from}`, [cacheTags.children(parentId)], async (query) => {
-      const rows = await query<{ month: string; n: number }>(
-        `to_char(date_trunc('month', "createdAt", 'UTC'), 'YYYY-MM-DD') AS month, count(*)::int AS n`,
-        `FROM "Account" WHERE "parentId" = $1 AND "createdAt" >= $2::timestamptz GROUP BY 1`,
-        [parentId, from],
-      );
-      return Object.fromEntries(rows.map((row) => [row.month, row.n]));
-    }, { share: true }),
+    readRegistrations(context.cache, parentId, from),
   ]);
   return usageHistory({
     months: starts,
