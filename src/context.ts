@@ -5,7 +5,7 @@ import {
   type Credentials,
   type Viewer,
 } from './auth/authenticate.js';
-import { isParentByJwt } from './auth/authorize.js';
+import { secretShownTo } from './auth/authorize.js';
 import type { Config } from './config.js';
 import type { Answer } from './db/answer-cache.js';
 import type { Database } from './db/database.js';
@@ -101,28 +101,6 @@ function viewerKeyOf(viewer: Viewer): string {
   return `${viewer.via}:${viewer.kind}:${viewer.account.id}`;
 }
 
-/**
- * The detectors of the organizations' secrets, by the cached settings they were made from: made
- * once while the settings stay cached, not on every request of a parent.
- */
-const detectors = new WeakMap<Viewer['organization'], (payload: string | Buffer) => boolean>();
-
-function detectorOf(organization: Viewer['organization'], secret: string): (payload: string | Buffer) => boolean {
-  let detector = detectors.get(organization);
-  if (detector === undefined) detectors.set(organization, (detector = secretDetector(secret)));
-  return detector;
-}
-
-/** Whether a payload holds `secret`, as sent or as escaped in a JSON string. */
-export function secretDetector(secret: string): (payload: string | Buffer) => boolean {
-  const forms = [...new Set([secret, JSON.stringify(secret).slice(1, -1)])];
-  // Not Buffer.from: a small one is a slice of an 8 KB pool, which it keeps alive for as long as
-  // the detector lives (a cached organization's, an open stream's).
-  const bytes = forms.map((form) => Buffer.alloc(Buffer.byteLength(form), form));
-  return (payload) =>
-    typeof payload === 'string' ? forms.some((form) => payload.includes(form)) : bytes.some((form) => payload.includes(form));
-}
-
 /** What a request context is made from: the credentials as sent, the request id, and its record. */
 export type RequestSource = {
   credentials: Credentials;
@@ -196,7 +174,8 @@ export function createRequestContext(deps: AppDependencies, source: RequestSourc
     record.caller = viewer.kind;
     record.organizationId = viewer.organization.parentId;
     record.viewer = viewerKeyOf(viewer);
-    if (isParentByJwt(viewer) && viewer.organization.jwtSecret) record.carriesSecret = detectorOf(viewer.organization, viewer.organization.jwtSecret);
+    const secret = secretShownTo(viewer);
+    if (secret) record.carriesSecret = secret;
     return viewer;
   };
   const context: RequestContext = {

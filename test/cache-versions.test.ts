@@ -51,14 +51,18 @@ describe('the cache with announced transaction ids', () => {
      * while it runs), then one statement that saw `snapshot` (none: a read that carries no snapshot).
      */
     const read = (key: string, options: { snapshot?: string; during?: () => void | Promise<void>; value?: unknown; share?: boolean } = {}) =>
-      cache.through(key, [tag], async (query) => {
-        await options.during?.();
-        if (options.snapshot !== undefined) {
-          script.snapshot = options.snapshot;
-          await query('1 AS one', '');
-        }
-        return options.value ?? 1;
-      }, { share: options.share });
+      cache.through(key, {
+        tags: [tag],
+        read: async (query) => {
+          await options.during?.();
+          if (options.snapshot !== undefined) {
+            script.snapshot = options.snapshot;
+            await query('1 AS one', '');
+          }
+          return options.value ?? 1;
+        },
+        share: options.share,
+      });
     return { feed, cache, script, read };
   };
 
@@ -124,7 +128,7 @@ describe('the cache with announced transaction ids', () => {
     const { feed, cache } = setup();
     const amended: number[] = [];
     const tags = [cacheTags.childMembers('USR_p'), cacheTags.children('USR_p')];
-    await cache.through('members', tags, async () => 10, { amend: (count, change) => (amended.push(change.version!), (count ?? 0) + 1) });
+    await cache.through('members', { tags, read: async () => 10, amend: (count, change) => (amended.push(change.version!), (count ?? 0) + 1) });
     // A child added: both tags go.
     feed.announce({ t: 'account', id: 'USR_c', p: 'USR_p', o: 'i', s: true, x: 50 });
     expect(cache.get('members')?.value).toBe(11);
@@ -261,11 +265,14 @@ describe('announced transactions and read snapshots agree', () => {
   const spend = () => outside(`UPDATE "Organization" SET "creditBalance" = "creditBalance" - 1 WHERE "parentId" = $1`, [org.parent.id]);
   /** The organization's balance read through `cache` under `key`, with a sign-in committed before or after the statement. */
   const readBalance = (cache: EntityCache, key: string, signIn: 'before' | 'after') =>
-    cache.through(key, [cacheTags.organization(org.parent.id)], async (query) => {
-      if (signIn === 'before') await spend();
-      const [row] = await query<{ creditBalance: number }>('"creditBalance"', 'FROM "Organization" WHERE "parentId" = $1', [org.parent.id]);
-      if (signIn === 'after') await spend();
-      return row;
+    cache.through(key, {
+      tags: [cacheTags.organization(org.parent.id)],
+      read: async (query) => {
+        if (signIn === 'before') await spend();
+        const [row] = await query<{ creditBalance: number }>('"creditBalance"', 'FROM "Organization" WHERE "parentId" = $1', [org.parent.id]);
+        if (signIn === 'after') await spend();
+        return row;
+      },
     });
   /** Until the announcements of earlier writes have arrived. */
   const settled = (cache: EntityCache) => cache.caughtUp();

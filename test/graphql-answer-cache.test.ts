@@ -336,11 +336,11 @@ describe('callers missing the same answer', () => {
     const entities = new EntityCache(feed, { maxEntries: 100, maxBytes: 1 << 20, ttlMs: 60_000 });
     const answers = new AnswerCache(entities, { maxBytes: 1 << 20, ttlMs: 60_000 });
     // An entry no sign-in drops, for reads to be recorded as of now.
-    await entities.through('held', ['unrelated'], async () => 1);
+    await entities.through('held', { tags: ['unrelated'], read: async () => 1 });
     /** What a computation read: the organization's row, as of now (a hit recorded with its tag). */
     const readNow = (): ReadonlyMap<string, TagRead> => {
       const reads = new ReadSet();
-      entities.recording(reads).hit('', 'held', () => [tag]);
+      entities.recording(reads).hit({ namespace: '', tags: () => [tag] }, 'held');
       return reads.tags;
     };
     /** A sign-in's announcement: the organization's balance changed. */

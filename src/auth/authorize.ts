@@ -22,3 +22,30 @@ export function requireParent(viewer: Viewer): ParentViewer {
   if (!isParentByJwt(viewer)) throw new UnauthorizedAccessError();
   return viewer as ParentViewer;
 }
+
+/**
+ * The detectors of the organizations' secrets, by the cached settings they were made from: made
+ * once while the settings stay cached, not on every request of a parent.
+ */
+const detectors = new WeakMap<Viewer['organization'], (payload: string | Buffer) => boolean>();
+
+/**
+ * Whether a payload holds the organization's signing secret (as sent, or escaped in a JSON
+ * string), for the one viewer shown it; undefined for any other viewer, and without a secret.
+ */
+export function secretShownTo(viewer: Viewer): ((payload: string | Buffer) => boolean) | undefined {
+  const { organization } = viewer;
+  if (!isParentByJwt(viewer) || !organization.jwtSecret) return undefined;
+  let detector = detectors.get(organization);
+  if (detector === undefined) detectors.set(organization, (detector = secretDetector(organization.jwtSecret)));
+  return detector;
+}
+
+function secretDetector(secret: string): (payload: string | Buffer) => boolean {
+  const forms = [...new Set([secret, JSON.stringify(secret).slice(1, -1)])];
+  // Not Buffer.from: a small one is a slice of an 8 KB pool, which it keeps alive for as long as
+  // the detector lives (a cached organization's, an open stream's).
+  const bytes = forms.map((form) => Buffer.alloc(Buffer.byteLength(form), form));
+  return (payload) =>
+    typeof payload === 'string' ? forms.some((form) => payload.includes(form)) : bytes.some((form) => payload.includes(form));
+}

@@ -36,14 +36,12 @@ const TAG_BYTES = 96;
 export const MAX_ANSWER_KEY_LENGTH = 2048;
 
 /**
- * Keys asked for recently: an answer is kept only for a key asked for before (the second request
- * of a viewer for the same operation), so that answers asked for once (a new user's first
- * request, one of many users each asking rarely) cost neither their memory nor the evictions of
- * answers that are asked for again. Remembered as 32-bit fingerprints in a table of fixed size,
- * each key in the slot its fingerprint names (a later key in the same slot replaces it): no
- * allocation and no list upkeep per request, which a least-recently-used list of the keys costs
- * each of many users' requests (`test/bench/README.md`, "Figures behind the design"). Two keys with one fingerprint make a key count as asked once too early: an answer kept
- * one request sooner, never an answer served to another key.
+ * Keys asked for recently: an answer is kept only for a key asked for before, so that answers
+ * asked for once cost neither memory nor the evictions of answers asked for again. 32-bit
+ * fingerprints in a fixed table, a later key replacing an earlier one in its slot: no allocation
+ * and no list upkeep per request (why not an LRU list: `test/bench/README.md`, "Figures behind
+ * the design"). Two keys with one fingerprint keep an answer one request early, never serve one
+ * to another key.
  */
 export class AskedKeys {
   private readonly slots: Int32Array;
@@ -138,15 +136,9 @@ type Computation = {
 };
 
 /**
- * Answers by key (the caller makes the key: the request's operation, variables and viewer), kept
- * while every entity they were computed from is unchanged. The entity cache tells of each tag the
- * database's announcements invalidate, and the answers carrying it go; an answer whose computation
- * overlapped a change to what it read is not kept. Bounded in bytes; served only while the entity
- * cache is (the change feed is live).
- *
- * Callers missing a key while another caller computes it wait for that computation and share its
- * answer if it was kept (nothing it read changed before it ended, so it is at least as current as
- * what the waiting caller knew when it came); otherwise they compute their own.
+ * Whole answers by key (the request's operation, variables and viewer), kept while every entity
+ * cache tag they were computed from is unchanged, and shared by callers missing the same key at
+ * once. The rules: `src/db/README.md`, "GraphQL answers kept whole".
  */
 export class AnswerCache {
   private readonly entries: LRUCache<string, Entry> | undefined;
@@ -254,25 +246,13 @@ export class AnswerCache {
   }
 
   /**
-   * For a caller missing `key`: the kept answer that holds now, or the answer another caller was
-   * computing meanwhile, once kept; otherwise the computation this caller makes, begun, so that
-   * callers missing the key meanwhile wait for it instead of computing it too.
-   *
-   * A computation whose answer could not be kept (something it read changed while it ran) hands
-   * the key on: of the callers that waited for it, the first begins the next computation and the
-   * others wait for that one, which began after they came, so its answer, if kept, is as current
-   * as they may be served. Without the hand-on, every waiter computes its own answer at once, each
-   * slower for the others and so more likely to overlap the next change (`test/bench/README.md`,
-   * "Figures behind the design"). A caller waits for at
-   * most `MAX_WAITS` computations in turn, then computes its own.
-   *
-   * `before`: what the caller read before it claimed the key (its credentials). When something of
-   * it changed while the caller waited, `readAgain` says so: an answer computed from those reads
-   * could not be kept (a parent's own row changes with every sign-in in its organization), so the
-   * caller reads them again before it computes.
-   *
-   * A kept answer is given at once, not as a promise: a hit is most requests, and its caller
-   * awaits nothing more.
+   * For a caller missing `key`: the kept answer that holds now, or the one another caller's
+   * computation kept meanwhile; otherwise the computation this caller makes, begun, so that
+   * others wait for it. A computation that could not keep its answer hands the key on to one
+   * waiter (README, "Shared misses"); a caller waits for at most `MAX_WAITS` in turn. `readAgain`:
+   * what the caller read before (`before`, its credentials) changed while it waited, so an answer
+   * made from it could not be kept. A kept answer is given at once, not as a promise: a hit is
+   * most requests.
    */
   private claim(key: string, now: () => number, before?: ReadonlyMap<string, TagRead>): Answered | Promise<Claim> {
     const kept = this.get(key, now());

@@ -135,13 +135,12 @@ export async function readPage(sources: ChildListSources, filters: ChildFilters,
   const statement = pageStatement(filters, keyset, order, `$${params.push(limit + 1)}`);
   if (filters.match !== undefined) return searchPage(filters, keyset, statement, { params, limit, order }, sources);
   if (filters.filtered || after || before || backwards) return formatted(await sources.staleReads.query<ChildRow>(`SELECT ${statement.columns} ${statement.rest}`, params));
-  return sources.cache.through(
-    `firstPage:${parentId}|${limit}`,
+  return sources.cache.through(`firstPage:${parentId}|${limit}`, {
     // The row read past the page tells only that more follow: its activity shows nowhere.
-    (page: ListedRow[]) => [cacheTags.childRows(parentId), ...page.slice(0, limit).map((row) => cacheTags.account(row.id))],
-    async (query) => formatted(await query<ChildRow>(statement.columns, statement.rest, params)),
-    { share: true },
-  );
+    tags: (page: ListedRow[]) => [cacheTags.childRows(parentId), ...page.slice(0, limit).map((row) => cacheTags.account(row.id))],
+    read: async (query) => formatted(await query<ChildRow>(statement.columns, statement.rest, params)),
+    share: true,
+  });
 }
 
 /**
@@ -194,7 +193,7 @@ async function searchPage(
   const children = async () => (await sources.childCount(parentId)) ?? 0;
   // How many children match, when the search's counts are cached (a search asked again, its
   // counts asked with its first page): the choice needs no walk.
-  const counted = sources.cache.hit<ChildCounts>('', filters.cacheKey, () => [cacheTags.children(parentId)]);
+  const counted = sources.cache.hit<ChildCounts>({ namespace: '', tags: () => [cacheTags.children(parentId)] }, filters.cacheKey);
   if (counted !== MISS && counted !== null && counted.total !== null) {
     return counted.total === 0 ? [] : read(counted.total, await children());
   }
@@ -217,7 +216,9 @@ async function searchPage(
 export async function readCounts(sources: ChildListSources, filters: ChildFilters, now: number): Promise<{ total: number; active: number; validUntil: number }> {
   const { parentId } = filters;
   // With the snapshot: a count that already saw a sign-in announced meanwhile is still stored.
-  const counted = await sources.cache.through(filters.cacheKey, [cacheTags.children(parentId)], (query) => queryCounts(filters, now, query), {
+  const counted = await sources.cache.through(filters.cacheKey, {
+    tags: [cacheTags.children(parentId)],
+    read: (query) => queryCounts(filters, now, query),
     share: true,
     usable: (hit) => now >= hit.computedAt && now < hit.validUntil,
     amend: filters.filtered ? undefined : countFirstLogin,
@@ -266,10 +267,9 @@ async function queryCounts(filters: ChildFilters, now: number, query: SnapshotQu
  * parent changes what the counts see (the `children:` tag).
  */
 export function readRegistrations(cache: CacheReader, parentId: string, from: string): Promise<Record<string, number>> {
-  return cache.through(
-    `registrations:${parentId}|${from}`,
-    [cacheTags.children(parentId)],
-    async (query) => {
+  return cache.through(`registrations:${parentId}|${from}`, {
+    tags: [cacheTags.children(parentId)],
+    read: async (query) => {
       const rows = await query<{ month: string; n: number }>(
         `to_char(date_trunc('month', "createdAt", 'UTC'), 'YYYY-MM-DD') AS month, count(*)::int AS n`,
         `FROM "Account" WHERE "parentId" = $1 AND "createdAt" >= $2::timestamptz GROUP BY 1`,
@@ -277,6 +277,6 @@ export function readRegistrations(cache: CacheReader, parentId: string, from: st
       );
       return Object.fromEntries(rows.map((row) => [row.month, row.n]));
     },
-    { share: true },
-  );
+    share: true,
+  });
 }

@@ -35,17 +35,34 @@ export type EntityCacheOptions = {
 /** How a value is held in the cache, when a more compact form than the value itself pays. */
 export type CacheForm<V, Stored> = { pack: (value: V) => Stored; unpack: (stored: Stored) => V };
 
-export type ReadThroughOptions<V, Stored> = {
+/** How to find a cached thing's values: what `hit` needs of its declaration. */
+export type CachedLookup<V, Stored = V> = {
+  /** Prefixed to each key (`<namespace>:<key>`); '' for keys that are whole already. */
+  namespace: string;
+  /** The tags of a key's value (a `null` value: no such row). */
+  tags: (key: string, value: V | null) => readonly string[];
   form?: CacheForm<V, Stored>;
+  /** Whether a cached value may still be served (a count past its validity is read again). */
+  usable?: (value: V) => boolean;
+};
+
+/** One cached thing, declared once: how it is found, read, shared and kept current. */
+export type CachedRead<V, Stored = V> = CachedLookup<V, Stored> & {
+  /** Reads the missing keys' values (statements through `query` carry their snapshot); a key left out has none. */
+  load: (misses: string[], query: SnapshotQuery) => Promise<Map<string, V>>;
   /**
    * Callers of other requests missing the same key while a read of it runs share that read (the
    * rows every sign-in changes, which many callers miss at once, and costly counts).
    */
   share?: boolean;
-  /** Whether a cached value may still be served (a count past its validity is read again). */
-  usable?: (value: V) => boolean;
   /** Kept through the changes it can follow (see `Amend`), rather than dropped and read again. */
   amend?: Amend<Stored>;
+};
+
+/** One value under its whole key: `through`'s declaration (its tags may depend on the value read). */
+export type CachedValue<V> = Omit<CachedRead<V>, 'namespace' | 'tags' | 'load' | 'form'> & {
+  tags: readonly string[] | ((value: V) => readonly string[]);
+  read: (query: SnapshotQuery) => Promise<V>;
 };
 
 /** The cache's own bytes per entry: its slot in the LRU's map and lists, and the entry object. */
@@ -79,29 +96,12 @@ export type InvalidationListener = { invalidated(tag: string): void; cleared(): 
 const INVALIDATIONS_REMEMBERED = 10_000;
 
 /**
- * The process's cache of what nearly every request reads: accounts, organizations, signing keys,
- * purchases and monthly usage. The database announces every committed change (triggers and
- * LISTEN/NOTIFY, see `change-feed.ts`); each announcement drops the entries tagged with the changed
- * row, so a change made by any service shows on the next request after its announcement arrives.
- * While the feed is not live the cache is bypassed and emptied: reads go to the database.
- *
- * A read that started before an announcement of one of its tags is not stored: its row may be
- * the one just replaced. Each tag remembers when it was last invalidated, so a change to one
- * organization does not stop caching for the others.
- *
- * Reads that carry their snapshot (`SNAPSHOT_COLUMN`) do better, which matters for the rows every
- * sign-in changes (an organization's balance and usage, its parent's counters): announcements say
- * which transaction made the change, so a read whose snapshot already saw it is stored anyway,
- * and an entry that saw it survives the announcement. Announcements arrive in commit order and a
- * snapshot sees every transaction committed before it, so seeing a tag's last announced change
- * means seeing all earlier ones.
- *
- * Callers read through `through` and `throughMany`, which take the ticket, add the snapshot to
- * their statements, share reads in flight and store with the tags: none of that protocol is
- * theirs to handle; `hit` is their first step alone, synchronous, for a loader that answers what
- * the cache holds without waiting. This file is that one protocol; beside it: the snapshots reads
- * carry (`snapshots.ts`), what a request read (`read-set.ts`), the tags and which change drops
- * them (`cache-tags.ts`) and size estimates (`estimate-bytes.ts`).
+ * The process's cache of what nearly every request reads, kept honest by the database's change
+ * announcements (the rules: `src/db/README.md`, "Caching and consistency"). This file is the one
+ * protocol every read follows: a ticket before the read, the snapshot with its statements, reads
+ * in flight shared, the value stored with its tags unless a change it did not see came meanwhile.
+ * Beside it: snapshots (`snapshots.ts`), what a request read (`read-set.ts`), the tags and which
+ * change drops them (`cache-tags.ts`), size estimates (`estimate-bytes.ts`).
  */
 export class EntityCache {
   /** Undefined when the cache is turned off (no entries or no bytes allowed). */
@@ -177,9 +177,9 @@ export class EntityCache {
    */
   recording(reads: ReadSet): CacheReader {
     return {
-      throughMany: (namespace, keys, load, tags, options) => this.throughMany(namespace, keys, load, tags, options, reads),
-      through: (key, tags, read, options) => this.through(key, tags, read, options, reads),
-      hit: (namespace, key, tags, options) => this.hit(namespace, key, tags, options, reads),
+      throughMany: (read, keys) => this.throughMany(read, keys, reads),
+      through: (key, value) => this.through(key, value, reads),
+      hit: (lookup, key) => this.hit(lookup, key, reads),
     };
   }
 
@@ -249,29 +249,26 @@ export class EntityCache {
   }
 
   /**
-   * The value the cache holds for `key` (in `namespace`), recorded in `reads` as current now with
-   * the snapshot it was read with; `MISS` when it holds none, or one that `usable` refuses. What
-   * `throughMany` answers without reading, and, being synchronous, what a loader answers without
-   * scheduling a batch. Each lookup counts once in `stats`: a value answered here counts as a hit;
-   * a miss here counts when `throughMany` looks again (`lookedUp`: as `get` counts).
+   * The value the cache holds for `key` (in the lookup's namespace), recorded in `reads` as
+   * current now with the snapshot it was read with; `MISS` when it holds none, or one that
+   * `usable` refuses. Synchronous: what a loader answers without scheduling a batch. Only a hit is
+   * counted here: a miss is counted once, when `throughMany` looks again.
    */
-  hit<V, Stored = V>(
-    namespace: string,
-    key: string,
-    tags: (key: string, value: V | null) => readonly string[],
-    options: ReadThroughOptions<V, Stored> = {},
-    reads?: ReadSet,
-    lookedUp = false,
-  ): V | null | typeof MISS {
+  hit<V, Stored = V>(lookup: CachedLookup<V, Stored>, key: string, reads?: ReadSet): V | null | typeof MISS {
+    const value = this.lookUp(lookup, key, reads);
+    if (value !== MISS) this.counted(true, reads);
+    return value;
+  }
+
+  /** `hit`, uncounted. */
+  private lookUp<V, Stored>(lookup: CachedLookup<V, Stored>, key: string, reads: ReadSet | undefined): V | null | typeof MISS {
     if (!this.feed.live || !this.entries) return MISS;
-    const entry = this.entries.get(namespace === '' ? key : `${namespace}:${key}`);
-    if (lookedUp) this.counted(entry !== undefined, reads);
+    const entry = this.entries.get(lookup.namespace === '' ? key : `${lookup.namespace}:${key}`);
     if (entry === undefined) return MISS;
     const stored = entry.value as Stored | null;
-    const value = stored === null ? null : options.form ? options.form.unpack(stored) : (stored as unknown as V);
-    if (value !== null && options.usable && !options.usable(value)) return MISS;
-    if (!lookedUp) this.counted(true, reads);
-    reads?.add(tags(key, value), { epoch: this.epoch, seen: entry.seen });
+    const value = stored === null ? null : lookup.form ? lookup.form.unpack(stored) : (stored as unknown as V);
+    if (value !== null && lookup.usable && !lookup.usable(value)) return MISS;
+    reads?.add(lookup.tags(key, value), { epoch: this.epoch, seen: entry.seen });
     return value;
   }
 
@@ -279,19 +276,11 @@ export class EntityCache {
    * The read-through every caller uses: `keys` answered from the cache where it holds them, the
    * misses loaded in one `load`, and what was loaded stored with the tags of the rows it came from
    * (a `null` too: "no such row" until one is announced), unless a change the read did not see was
-   * announced meanwhile. Statements made through `load`'s query carry their snapshot. With `share`,
-   * callers missing a key while another request's read of it runs share that read.
+   * announced meanwhile. With `share`, callers missing a key while another request's read of it
+   * runs share that read. `reads`: the request's record of what it read, hits and misses alike.
    */
-  async throughMany<V, Stored = V>(
-    namespace: string,
-    keys: readonly string[],
-    load: (misses: string[], query: SnapshotQuery) => Promise<Map<string, V>>,
-    tags: (key: string, value: V | null) => readonly string[],
-    options: ReadThroughOptions<V, Stored> = {},
-    /** The request's record of what it read: every key's tags are added, hits and misses alike. */
-    reads?: ReadSet,
-  ): Promise<(V | null)[]> {
-    const { form, share, amend } = options;
+  async throughMany<V, Stored = V>(declared: CachedRead<V, Stored>, keys: readonly string[], reads?: ReadSet): Promise<(V | null)[]> {
+    const { namespace, load, tags, form, share, amend } = declared;
     // With `reads`, each value is recorded with what it is current as of: a hit as of now (it was
     // not dropped) and its snapshot, a read as of its ticket and its snapshot, a shared read as of
     // this call (it is at least that current, see `join`).
@@ -299,7 +288,8 @@ export class EntityCache {
     const record = (key: string, value: V | null, read: TagRead) => reads?.add(tags(key, value), read);
     const keyOf = (key: string) => (namespace === '' ? key : `${namespace}:${key}`);
     const results: (V | null | undefined)[] = keys.map((key) => {
-      const value = this.hit(namespace, key, tags, options, reads, true);
+      const value = this.lookUp(declared, key, reads);
+      this.counted(value !== MISS, reads);
       return value === MISS ? undefined : value;
     });
     const misses = keys.filter((_, i) => results[i] === undefined);
@@ -352,18 +342,18 @@ export class EntityCache {
     return keys.map((key, i) => (results[i] !== undefined ? results[i] : values.get(key)!));
   }
 
-  /** `throughMany` for one value under its full key; `tags` may depend on what was read. */
-  through<V>(
-    key: string,
-    tags: readonly string[] | ((value: V) => readonly string[]),
-    read: (query: SnapshotQuery) => Promise<V>,
-    options: ReadThroughOptions<V, V> = {},
-    reads?: ReadSet,
-  ): Promise<V> {
-    const tagsOf = typeof tags === 'function' ? (_key: string, value: V | null) => (value === null ? [] : tags(value)) : () => tags;
-    const held = this.hit<V>('', key, tagsOf, options, reads);
+  /** `throughMany` for one value under its whole key. */
+  through<V>(key: string, declared: CachedValue<V>, reads?: ReadSet): Promise<V> {
+    const { tags, read, usable } = declared;
+    const lookup: CachedLookup<V> = {
+      namespace: '',
+      tags: typeof tags === 'function' ? (_key, value) => (value === null ? [] : tags(value)) : () => tags,
+      usable,
+    };
+    const held = this.hit<V>(lookup, key, reads);
     if (held !== MISS) return Promise.resolve(held as V);
-    return this.throughMany<V>('', [key], async (_misses, query) => new Map([[key, await read(query)]]), tagsOf, options, reads).then(([value]) => value as V);
+    const load = async (_misses: string[], query: SnapshotQuery) => new Map([[key, await read(query)]]);
+    return this.throughMany<V>({ ...lookup, load, share: declared.share, amend: declared.amend }, [key], reads).then(([value]) => value as V);
   }
 
   /**

@@ -1,7 +1,7 @@
 import DataLoader from 'dataloader';
 import { MIN_SECRET_BYTES, secretKey, verificationKey, type SigningKey } from '../domain/signing-keys.js';
 import { cacheTags } from './cache-tags.js';
-import { MISS, type CacheReader, type ReadThroughOptions } from './entity-cache.js';
+import { MISS, type CacheReader, type CachedRead } from './entity-cache.js';
 import type { SnapshotQuery } from './snapshots.js';
 import { packAccount, READ_ACCOUNT_COLUMNS, unpackAccount, type AccountRow } from './accounts.js';
 import type { Organization, PrismaClient } from '../generated/prisma/client.js';
@@ -89,42 +89,40 @@ export class Loaders {
   ) {}
 
   /**
-   * A loader of `namespace` through the cache: what it holds answered at once, the misses loaded
-   * in one batch; `settle` shapes every value the loader gives, held or loaded.
+   * A loader of one cached thing, `declared` once: what the cache holds answered at once, the
+   * misses loaded in one batch; `settle` shapes every value the loader gives, held or loaded.
    */
-  private readThrough<V, Stored = V, W = V | null>(
-    namespace: string,
-    load: (misses: string[], query: SnapshotQuery) => Promise<Map<string, V>>,
-    tags: (key: string, value: V | null) => readonly string[],
-    options: ReadThroughOptions<V, Stored> = {},
-    settle: (value: V | null) => W = (value) => value as W,
-  ): ReadThroughLoader<W> {
+  private readThrough<V, Stored = V, W = V | null>(declared: CachedRead<V, Stored>, settle: (value: V | null) => W = (value) => value as W): ReadThroughLoader<W> {
     return new ReadThroughLoader<W>(
       (key) => {
-        const held = this.cache.hit<V, Stored>(namespace, key, tags, options);
+        const held = this.cache.hit(declared, key);
         return held === MISS ? MISS : settle(held);
       },
-      async (keys) => (await this.cache.throughMany<V, Stored>(namespace, keys, load, tags, options)).map(settle),
+      async (keys) => (await this.cache.throughMany(declared, keys)).map(settle),
     );
   }
 
   get accountById(): DataLoader<string, AccountRow | null> {
-    return (this.#accountById ??= this.readThrough(
-      'account',
-      (misses, query) => accountsWhere(query, 'id', misses),
+    return (this.#accountById ??= this.readThrough({
+      namespace: 'account',
+      load: (misses, query) => accountsWhere(query, 'id', misses),
       // Any change to the row announces its id, whatever changed.
-      (id) => [cacheTags.account(id)],
-      { form: accountForm, share: true },
-    ));
+      tags: (id) => [cacheTags.account(id)],
+      form: accountForm,
+      share: true,
+    }));
   }
 
   get accountByPublicKey(): DataLoader<string, AccountRow | null> {
     return (this.#accountByPublicKey ??= this.readThrough(
-      'accountByKey',
-      (misses, query) => accountsWhere(query, 'publicKey', misses),
-      // The key's row changing, or a row taking the key.
-      (key, account) => (account ? [cacheTags.account(account.id), cacheTags.publicKey(key)] : [cacheTags.publicKey(key)]),
-      { form: accountForm, share: true },
+      {
+        namespace: 'accountByKey',
+        load: (misses, query) => accountsWhere(query, 'publicKey', misses),
+        // The key's row changing, or a row taking the key.
+        tags: (key, account) => (account ? [cacheTags.account(account.id), cacheTags.publicKey(key)] : [cacheTags.publicKey(key)]),
+        form: accountForm,
+        share: true,
+      },
       // What is found by key is the account by id for the rest of the request.
       (account) => {
         if (account) this.accountById.prime(account.id, account);
@@ -135,12 +133,12 @@ export class Loaders {
 
   /** An account's public key: identity, kept while the account's counters change (a parent's do on every sign-in). */
   get publicKeyByAccountId(): DataLoader<string, string | null> {
-    return (this.#publicKeyByAccountId ??= this.readThrough(
-      'publicKeyOf',
-      async (misses) =>
+    return (this.#publicKeyByAccountId ??= this.readThrough({
+      namespace: 'publicKeyOf',
+      load: async (misses) =>
         new Map((await this.prisma.account.findMany({ where: { id: { in: misses } }, select: { id: true, publicKey: true } })).map((a) => [a.id, a.publicKey])),
-      (id) => [cacheTags.identity(id)],
-    ));
+      tags: (id) => [cacheTags.identity(id)],
+    }));
   }
 
   /**
@@ -148,14 +146,14 @@ export class Loaders {
    * still has credits: what authentication and most answers need, kept while sign-ins spend credits.
    */
   get organizationSettingsByParentId(): DataLoader<string, OrganizationSettings | null> {
-    return (this.#organizationSettingsByParentId ??= this.readThrough(
-      'organizationSettings',
-      async (misses) => {
+    return (this.#organizationSettingsByParentId ??= this.readThrough({
+      namespace: 'organizationSettings',
+      load: async (misses) => {
         const rows = await this.prisma.organization.findMany({ where: { parentId: { in: misses } }, omit: VOLATILE_ORGANIZATION_COLUMNS });
         return new Map(rows.map(({ creditBalance, ...settings }) => [settings.parentId, { ...settings, funded: creditBalance > 0 }]));
       },
-      (id) => [cacheTags.organizationSettings(id)],
-    ));
+      tags: (id) => [cacheTags.organizationSettings(id)],
+    }));
   }
 
   /**
@@ -163,9 +161,9 @@ export class Loaders {
    * with the read's snapshot, shared by the callers that miss them at once.
    */
   get balancesByParentId(): DataLoader<string, OrganizationBalances | null> {
-    return (this.#balancesByParentId ??= this.readThrough(
-      'balances',
-      async (misses, query) => {
+    return (this.#balancesByParentId ??= this.readThrough({
+      namespace: 'balances',
+      load: async (misses, query) => {
         const rows = await query<OrganizationBalances & { parentId: string }>(
           `"parentId", "creditBalance", "accountBalance"::float8 AS "accountBalance", "availableBalance"::float8 AS "availableBalance"`,
           `FROM "Organization" WHERE "parentId" = ANY($1::text[])`,
@@ -173,9 +171,9 @@ export class Loaders {
         );
         return new Map(rows.map((row) => [row.parentId, { creditBalance: row.creditBalance, accountBalance: row.accountBalance, availableBalance: row.availableBalance }]));
       },
-      (id) => [cacheTags.organization(id)],
-      { share: true },
-    ));
+      tags: (id) => [cacheTags.organization(id)],
+      share: true,
+    }));
   }
 
   /**
@@ -183,9 +181,9 @@ export class Loaders {
    * null for an unknown key, a child's key, or a secret too short to be safe (decisions §2).
    */
   get signingKeyByPublicKey(): DataLoader<string, SigningKey | null> {
-    return (this.#signingKeyByPublicKey ??= this.readThrough<SigningKey | null>(
-      'signingKey',
-      async (misses) => {
+    return (this.#signingKeyByPublicKey ??= this.readThrough<SigningKey | null>({
+      namespace: 'signingKey',
+      load: async (misses) => {
         const rows = await this.prisma.account.findMany({
           where: { publicKey: { in: misses } },
           select: { id: true, publicKey: true, type: true, organization: { select: { jwtSecret: true } } },
@@ -202,14 +200,15 @@ export class Loaders {
         return new Map(entries);
       },
       // Stable tags only: sign-ins (counters, balance) do not drop the key.
-      (key, signingKey) => (signingKey ? [cacheTags.publicKey(key), ...signingKey.tokenTags] : [cacheTags.publicKey(key)]),
-    ));
+      tags: (key, signingKey) => (signingKey ? [cacheTags.publicKey(key), ...signingKey.tokenTags] : [cacheTags.publicKey(key)]),
+    }));
   }
 
   get packagePurchasesByOrganization(): DataLoader<string, PackagePurchase[]> {
     return (this.#packagePurchasesByOrganization ??= this.readThrough(
-      'purchases',
-      async (misses) => {
+      {
+        namespace: 'purchases',
+        load: async (misses) => {
         const rows = await this.prisma.packagePurchase.findMany({
           where: { organizationId: { in: misses } },
           orderBy: [{ purchasedAt: 'desc' }, { transactionId: 'desc' }],
@@ -230,8 +229,8 @@ export class Loaders {
           ]),
         );
       },
-      (id) => [cacheTags.purchases(id)],
-      {},
+        tags: (id) => [cacheTags.purchases(id)],
+      },
       // Every organization read has a list (an empty one without purchases).
       (list) => list ?? [],
     ));
@@ -244,8 +243,9 @@ export class Loaders {
    */
   get childCountByParentId(): DataLoader<string, number> {
     return (this.#childCountByParentId ??= this.readThrough(
-      'childCount',
-      async (misses, query) => {
+      {
+        namespace: 'childCount',
+        load: async (misses, query) => {
         const rows = await query<{ parentId: string; children: number }>(
           `"parentId", count(*)::int AS children`,
           `FROM "Account" WHERE "parentId" = ANY($1::text[]) GROUP BY "parentId"`,
@@ -253,8 +253,11 @@ export class Loaders {
         );
         return new Map(rows.map((row) => [row.parentId, row.children]));
       },
-      (id) => [cacheTags.childMembers(id)],
-      { share: true, amend: (children, { op }) => (op === undefined ? undefined : Math.max(0, (children ?? 0) + (op === 'insert' ? 1 : -1))) },
+        tags: (id) => [cacheTags.childMembers(id)],
+        share: true,
+        // A child added or removed: counted in place, not again.
+        amend: (children, { op }) => (op === undefined ? undefined : Math.max(0, (children ?? 0) + (op === 'insert' ? 1 : -1))),
+      },
       // A parent without children has no row: none.
       (children) => children ?? 0,
     ));
@@ -262,9 +265,9 @@ export class Loaders {
 
   /** Keyed by `${organizationId}|${first day of the month, ISO}`. */
   get monthlyUsage(): DataLoader<string, MonthlyUsageTotals | null> {
-    return (this.#monthlyUsage ??= this.readThrough(
-      'usage',
-      async (misses, query) => {
+    return (this.#monthlyUsage ??= this.readThrough({
+      namespace: 'usage',
+      load: async (misses, query) => {
         const organizations = misses.map((key) => key.split('|')[0]!);
         const months = misses.map((key) => key.split('|')[1]!.slice(0, 10));
         const rows = await query<MonthlyUsageTotals & { organizationId: string; month: string }>(
@@ -288,9 +291,9 @@ export class Loaders {
         ]);
         return new Map(totals);
       },
-      (key) => [cacheTags.usage(key.split('|')[0]!)],
-      { share: true },
-    ));
+      tags: (key) => [cacheTags.usage(key.split('|')[0]!)],
+      share: true,
+    }));
   }
 }
 

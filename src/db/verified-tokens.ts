@@ -35,13 +35,12 @@ export function verifiedOnce<T>(
   verify: () => Promise<{ verified: T; tags: readonly string[] }>,
 ): Promise<T> {
   let tags: readonly string[] = [];
-  return cache.through(
-    tokenKey(token, memo),
-    () => tags,
-    async () => {
+  return cache.through(tokenKey(token, memo), {
+    tags: () => tags,
+    read: async () => {
       const checked = await verify();
       tags = checked.tags;
       return checked.verified;
     },
-  );
+  });
 }
