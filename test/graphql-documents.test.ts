@@ -1,5 +1,6 @@
+import { GraphQLError } from 'graphql';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { DOCUMENT_CACHE_BYTES } from '../src/graphql/documents.js';
+import { DOCUMENT_CACHE_BYTES, DocumentCache } from '../src/graphql/documents.js';
 import { createOrganization, tokenFor } from './helpers/builders.js';
 import { metricValue, useServer } from './helpers/app.js';
 import { useTestDatabase } from './helpers/database.js';
@@ -62,5 +63,25 @@ describe('the GraphQL document cache', () => {
     const metrics = await (await fetch(`${server().url}/metrics`)).text();
     expect(metricValue(metrics, 'api_graphql_documents_bytes')).toBe(documents.bytes);
     expect(metricValue(metrics, 'api_graphql_documents')).toBe(documents.size);
+  });
+});
+
+describe('validation results in the document cache', () => {
+  // Envelop's validation cache keys a result by `<schema hash>|<rule names>|<document text>`.
+  it("are held in their document's entry, apart for each schema and set of rules", () => {
+    const cache = new DocumentCache();
+    const text = '{ me { userID } }';
+    const refused = [new GraphQLError('refused')];
+    cache.validations.set(`s1|rulesA|${text}`, refused);
+    cache.validations.set(`s1|rulesB|${text}`, []);
+    expect(cache.validations.get(`s1|rulesA|${text}`)).toBe(refused);
+    expect(cache.validations.get(`s1|rulesB|${text}`)).toEqual([]);
+    expect(cache.validations.get(`s2|rulesA|${text}`)).toBeUndefined();
+    expect(cache.validations.get(`s1|rulesA|{ me { id } }`)).toBeUndefined();
+    expect(cache.size).toBe(1);
+    // A key of another shape is kept under itself.
+    cache.validations.set('no separators', refused);
+    expect(cache.validations.get('no separators')).toBe(refused);
+    expect(cache.size).toBe(2);
   });
 });

@@ -88,12 +88,12 @@ export type ChildFilters = ReturnType<typeof filterSql>;
  * A keyset condition on the (parentId, createdAt DESC, id DESC) index: rows whose (registration,
  * id) compare to `position` as `op` says, its values added to `params`.
  */
-export function keysetCondition(params: unknown[], position: Position, op: '<' | '>' | '<=' | '>='): string {
+function keysetCondition(params: unknown[], position: Position, op: '<' | '>' | '<=' | '>='): string {
   return ` AND ("createdAt", id) ${op} ($${params.push(position.createdAt)}, $${params.push(position.id)})`;
 }
 
 /** The statement of one page: `keyset` the conditions after the filters, `limit` the parameter of the row count. */
-export function pageStatement(filters: ChildFilters, keyset: string, order: 'ASC' | 'DESC', limit: string): { columns: string; sorted: string; rest: string } {
+function pageStatement(filters: ChildFilters, keyset: string, order: 'ASC' | 'DESC', limit: string): { columns: string; sorted: string; rest: string } {
   const columns = `id, username, email,
             (extract(epoch FROM "lastLogin") * 1000)::float8 AS "lastLoginMs",
             (extract(epoch FROM "createdAt") * 1000)::float8 AS "createdAtMs"`;
@@ -141,6 +141,18 @@ export async function readPage(sources: ChildListSources, filters: ChildFilters,
     read: async (query) => formatted(await query<ChildRow>(statement.columns, statement.rest, params)),
     share: true,
   });
+}
+
+/**
+ * Up to `limit` children older than `after` (from the newest without it), newest first, read
+ * where bounded staleness is allowed: a batch of an export, which walks the whole list and is
+ * never cached.
+ */
+export function readBatch(staleReads: ReadQuery, filters: ChildFilters, after: Position | undefined, limit: number): Promise<ChildRow[]> {
+  const params = [...filters.params];
+  const keyset = after ? keysetCondition(params, after, '<') : '';
+  const statement = pageStatement(filters, keyset, 'DESC', `$${params.push(limit)}`);
+  return staleReads.query<ChildRow>(`SELECT ${statement.columns} ${statement.rest}`, params);
 }
 
 /**

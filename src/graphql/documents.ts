@@ -36,7 +36,7 @@ export type DocumentNotes = { id: number; plans: Map<string, PlannedQuery>; name
 type Entry = {
   document?: DocumentNode;
   parseError?: Error;
-  /** By the validation cache's own key: the schema's hash, the rules and the text. */
+  /** By the schema's hash and the rules (see `textStart`). */
   validations?: Map<string, readonly GraphQLError[]>;
   notes?: DocumentNotes;
 };
@@ -56,14 +56,16 @@ function sizeOf(entry: Entry, text: string): number {
 }
 
 /**
- * The text a validation key ends with. Envelop's validation cache joins the schema's hash, the
- * rule names and the document's text with `|`; a key of another shape is kept under itself (its
- * entry then holds nothing else), so a change of that format costs sharing, never an answer.
+ * Where the text starts in a validation key. Envelop's validation cache joins the schema's hash,
+ * the rule names and the document's text with `|`: the entry is the text's, and its validations
+ * are keyed by what comes before (short, so a hit hashes the text once). A key of another shape is
+ * all text (its entry then holds nothing else), so a change of that format costs sharing, never
+ * an answer.
  */
-function textOfValidationKey(key: string): string {
+function textStart(key: string): number {
   const first = key.indexOf('|');
   const second = first === -1 ? -1 : key.indexOf('|', first + 1);
-  return second === -1 ? key : key.slice(second + 1);
+  return second + 1;
 }
 
 export class DocumentCache {
@@ -98,8 +100,14 @@ export class DocumentCache {
 
   /** Envelop's validation cache. */
   readonly validations: KeyedCache<readonly GraphQLError[]> = {
-    get: (key) => this.entries.get(textOfValidationKey(key))?.validations?.get(key),
-    set: (key, errors) => this.update(textOfValidationKey(key), (entry) => (entry.validations ??= new Map()).set(key, errors)),
+    get: (key) => {
+      const at = textStart(key);
+      return this.entries.get(key.slice(at))?.validations?.get(key.slice(0, at));
+    },
+    set: (key, errors) => {
+      const at = textStart(key);
+      this.update(key.slice(at), (entry) => (entry.validations ??= new Map()).set(key.slice(0, at), errors));
+    },
   };
 
   /** What the lean door noted of `text`, if it noted anything. */

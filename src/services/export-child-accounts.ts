@@ -2,7 +2,7 @@ import type { ParentViewer } from '../auth/authorize.js';
 import { parseDateRange } from '../domain/dates.js';
 import type { ServiceContext } from './context.js';
 import type { Position } from '../domain/pagination.js';
-import { filterSql, keysetCondition, pageStatement, type ChildRow } from '../db/child-list.js';
+import { filterSql, readBatch, type ChildRow } from '../db/child-list.js';
 import { validSearch } from './list-child-accounts.js';
 
 /** Rows read at a time: one short keyset query each, so no statement or snapshot lives long. */
@@ -24,10 +24,7 @@ export function exportChildAccounts(viewer: ParentViewer, input: ExportFilters, 
     async *[Symbol.asyncIterator]() {
       let after: Position | undefined;
       for (;;) {
-        const params = [...filters.params];
-        const keyset = after ? keysetCondition(params, after, '<') : '';
-        const statement = pageStatement(filters, keyset, 'DESC', `$${params.push(EXPORT_BATCH_ROWS)}`);
-        const rows = await context.staleReads.query<ChildRow>(`SELECT ${statement.columns} ${statement.rest}`, params);
+        const rows = await readBatch(context.staleReads, filters, after, EXPORT_BATCH_ROWS);
         if (rows.length > 0) yield rows;
         if (rows.length < EXPORT_BATCH_ROWS) return;
         const last = rows[rows.length - 1]!;
