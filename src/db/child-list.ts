@@ -21,9 +21,6 @@ import type { SnapshotQuery } from './snapshots.js';
  */
 export type ChildCounts = { total: number | null; active: number; computedAt: number; validUntil: number };
 
-/** The key of a parent's unfiltered child counts (no search, no dates). */
-const childCountsKey = (parentId: string) => `stats:${parentId}|||`;
-
 /** A page row as read: times as epoch milliseconds, a number being far cheaper for the driver. */
 export type ChildRow = { id: string; username: string; email: string; lastLoginMs: number | null; createdAtMs: number };
 
@@ -77,7 +74,7 @@ export function filterSql(parentId: string, search: string | undefined, range: {
     params,
     filtered,
     scope,
-    cacheKey: filtered ? `stats:${scope}` : childCountsKey(parentId),
+    cacheKey: `stats:${scope}`,
   };
 }
 

@@ -83,6 +83,9 @@ export const CACHE_DEFAULTS: EntityCacheOptions = { maxEntries: 150_000, maxByte
 /** A read that may be stored: taken before the query, so a change announced meanwhile wins (unless the read saw it). */
 type CacheTicket = { readonly epoch: number };
 
+/** A key as the cache holds it: `<namespace>:<key>`, or the key itself in the namespace ''. */
+const keyIn = (namespace: string, key: string) => (namespace === '' ? key : `${namespace}:${key}`);
+
 /** What `hit` answers for a key the cache does not hold (or may not serve). */
 export const MISS: unique symbol = Symbol('miss');
 
@@ -263,7 +266,7 @@ export class EntityCache {
   /** `hit`, uncounted. */
   private lookUp<V, Stored>(lookup: CachedLookup<V, Stored>, key: string, reads: ReadSet | undefined): V | null | typeof MISS {
     if (!this.feed.live || !this.entries) return MISS;
-    const entry = this.entries.get(lookup.namespace === '' ? key : `${lookup.namespace}:${key}`);
+    const entry = this.entries.get(keyIn(lookup.namespace, key));
     if (entry === undefined) return MISS;
     const stored = entry.value as Stored | null;
     const value = stored === null ? null : lookup.form ? lookup.form.unpack(stored) : (stored as unknown as V);
@@ -286,7 +289,6 @@ export class EntityCache {
     // this call (it is at least that current, see `join`).
     const called: TagRead = { epoch: this.epoch };
     const record = (key: string, value: V | null, read: TagRead) => reads?.add(tags(key, value), read);
-    const keyOf = (key: string) => (namespace === '' ? key : `${namespace}:${key}`);
     const results: (V | null | undefined)[] = keys.map((key) => {
       const value = this.lookUp(declared, key, reads);
       this.counted(value !== MISS, reads);
@@ -300,19 +302,19 @@ export class EntityCache {
       return { rows, seen: seen() };
     };
     const store = (key: string, value: V | null, ticket: CacheTicket, seen: Snapshot | undefined) =>
-      this.set(ticket, keyOf(key), value !== null && form ? form.pack(value) : value, tags(key, value), seen, amend as Amend<unknown> | undefined);
+      this.set(ticket, keyIn(namespace, key), value !== null && form ? form.pack(value) : value, tags(key, value), seen, amend as Amend<unknown> | undefined);
     const ticket = this.ticket();
     const joined = new Map<string, Promise<{ value: V | null } | undefined>>();
     if (share) {
       for (const key of misses) {
-        const running = this.join<V | null>(keyOf(key), tags(key, null), (value) => tags(key, value));
+        const running = this.join<V | null>(keyIn(namespace, key), tags(key, null), (value) => tags(key, value));
         if (running) joined.set(key, running);
       }
     }
     const own = joined.size === 0 ? misses : misses.filter((key) => !joined.has(key));
     const reading = own.length > 0 ? read(own) : undefined;
     if (reading && share) {
-      for (const key of own) this.track(keyOf(key), ticket, reading.then(({ rows, seen }) => ({ value: rows.get(key) ?? null, seen })));
+      for (const key of own) this.track(keyIn(namespace, key), ticket, reading.then(({ rows, seen }) => ({ value: rows.get(key) ?? null, seen })));
     }
     const values = new Map<string, V | null>();
     if (reading) {
@@ -420,31 +422,31 @@ export class EntityCache {
       return;
     }
     const now = this.now();
-    let amended: Set<string> | undefined;
+    const amended = new Set<string>();
     for (const tag of droppedBy(change, now)) {
       this.epoch += 1;
       this.invalidatedAt.set(tag, { epoch: this.epoch, version: change.version });
       this.stats.invalidations += 1;
       for (const listener of this.listeners) listener.invalidated(tag);
       // A tag spelled as a key names that entry (an account's row), the others the entries indexed under it.
-      if (this.dropOrAmend(tag, change, now, amended)) (amended ??= new Set()).add(tag);
-      for (const key of this.byTag.keys(tag)) if (this.dropOrAmend(key, change, now, amended)) (amended ??= new Set()).add(key);
+      this.dropOrAmend(tag, change, now, amended);
+      for (const key of this.byTag.keys(tag)) this.dropOrAmend(key, change, now, amended);
     }
   }
 
-  /** Whether the entry of `key` was amended rather than dropped (or kept: it saw the change). */
-  private dropOrAmend(key: string, change: RowChange, now: number, amended: Set<string> | undefined): boolean {
+  /** Drops the entry of `key`, unless it saw the change or its declaration amends it (once a change: `amended`). */
+  private dropOrAmend(key: string, change: RowChange, now: number, amended: Set<string>): void {
     const entry = this.entries?.peek(key);
-    if (entry === undefined || amended?.has(key)) return false;
+    if (entry === undefined || amended.has(key)) return;
     const { version } = change;
-    if (version !== undefined && entry.seen !== undefined && sees(entry.seen, version)) return false;
+    if (version !== undefined && entry.seen !== undefined && sees(entry.seen, version)) return;
     const value = entry.amend ? entry.amend(entry.value, change, now) : undefined;
     if (value === undefined) {
       this.entries!.delete(key);
-      return false;
+      return;
     }
     this.store(key, { ...entry, value });
-    return true;
+    amended.add(key);
   }
 
   clear(): void {
