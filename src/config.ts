@@ -3,8 +3,7 @@ import { parseEnv } from 'node:util';
 import proxyAddr from 'proxy-addr';
 import { z } from 'zod';
 import { CACHE_DEFAULTS } from './db/entity-cache.js';
-import { relayAddress } from './db/capture/relay.js';
-import type { TracingSettings } from './ops/tracing.js';
+import { SAMPLERS, type TracingSettings } from './ops/tracing-settings.js';
 import { memoryBudget, processMemoryFacts, type MemoryBudget, type MemoryFacts } from './ops/memory-budget.js';
 
 const bool = (fallback: boolean) =>
@@ -45,10 +44,6 @@ const integer = (min: number, max: number) =>
   );
 const withDefault = (schema: ReturnType<typeof integer>, fallback: number) => schema.transform((v) => v ?? fallback);
 
-/** The samplers OTEL_TRACES_SAMPLER may name: the SDK's own, each built in `ops/tracing.ts`. */
-const SAMPLERS = ['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'] as const;
-export type SamplerName = (typeof SAMPLERS)[number];
-
 /** OTLP over HTTP; gRPC would need another exporter and its native dependencies. */
 const otlpProtocol = z
   .enum(['http/protobuf', 'http/json'], { message: 'must be http/protobuf or http/json (gRPC is not supported: point it at the collector\'s HTTP port, 4318)' })
@@ -75,19 +70,21 @@ const environment = z.object({
   REPLICA_MAX_LAG_MS: withDefault(integer(0, 3_600_000), 1000),
   /** Where the caches learn of committed changes on PostgreSQL: the replication stream when available. */
   CHANGE_SOURCE: z.enum(['auto', 'logical', 'triggers']).default('auto'),
-  /** Set on every instance: one reads the stream and relays it to the others at the URL it advertises. */
-  CHANGE_RELAY_URL: z
+  /**
+   * The server the change stream is decoded on: a PostgreSQL 16+ standby of DATABASE_URL (the
+   * primary then runs no walsender for the API); unset, the primary.
+   */
+  CHANGE_DECODE_URL: z
     .string()
-    .refine((text) => {
-      try {
-        relayAddress(text);
-        return true;
-      } catch {
-        return false;
-      }
-    }, 'must be http://host:port (how the other instances reach this one), at most 36 characters')
+    .refine((url) => /^postgres(ql)?:\/\//.test(url.trim()), 'must be a postgres:// or postgresql:// URL (a standby of DATABASE_URL)')
     .optional(),
-  CHANGE_RELAY_HOST: z.string().min(1).optional(),
+  /**
+   * The change relay was removed: each instance reads the stream through a temporary slot of its
+   * own, and trusts no other instance. Set, the start is refused, so that an operator who counted
+   * on one walsender for every instance learns it.
+   */
+  CHANGE_RELAY_URL: z.string().optional().refine((value) => value === undefined, 'the change relay was removed: each instance reads the stream through its own temporary slot; unset it'),
+  CHANGE_RELAY_HOST: z.string().optional().refine((value) => value === undefined, 'the change relay was removed; unset it'),
   DATA_DIR: z.string().min(1).default('./data'),
   MIGRATE_ON_START: bool(true),
   MIGRATION_LOCK_TIMEOUT_MS: withDefault(integer(1000, MAX_TIMER_MS), 600_000),
@@ -199,8 +196,8 @@ export type Config = {
   replicaMaxLagMs: number;
   /** PostgreSQL: the source of the caches' changes (`src/db/capture/`). */
   changeSource: 'auto' | 'logical' | 'triggers';
-  /** PostgreSQL: the stream relayed by one instance to the others; unset: one stream per instance. */
-  changeRelay: { url: string; host?: string } | undefined;
+  /** PostgreSQL: the standby the stream is decoded on; undefined: the primary. */
+  changeDecodeUrl: string | undefined;
   jwt: { issuer: string | undefined; audience: string | undefined };
   /** Key for page tokens; unset: derived per organization from its signing secret. */
   paginationSecret: string | undefined;
@@ -274,6 +271,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFa
   if (parsed.success && parsed.data.DATABASE_REPLICA_URL && !parsed.data.DATABASE_URL) {
     throw new ConfigError(['DATABASE_REPLICA_URL: replicas need DATABASE_URL, their primary (the embedded database has none)']);
   }
+  if (parsed.success && parsed.data.CHANGE_DECODE_URL && !parsed.data.DATABASE_URL) {
+    throw new ConfigError(['CHANGE_DECODE_URL: a standby to decode on needs DATABASE_URL, its primary (the embedded database has no stream)']);
+  }
   if (parsed.success && parsed.data.RATE_LIMIT_STORE === 'redis' && !parsed.data.REDIS_URL) {
     throw new ConfigError(['RATE_LIMIT_STORE: redis needs REDIS_URL (redis://host:6379)']);
   }
@@ -325,7 +325,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFa
     replicaUrls: e.DATABASE_REPLICA_URL ? e.DATABASE_REPLICA_URL.split(',').map((url) => url.trim()).filter(Boolean) : [],
     replicaMaxLagMs: e.REPLICA_MAX_LAG_MS,
     changeSource: e.CHANGE_SOURCE,
-    changeRelay: e.CHANGE_RELAY_URL ? { url: e.CHANGE_RELAY_URL, host: e.CHANGE_RELAY_HOST } : undefined,
+    changeDecodeUrl: e.CHANGE_DECODE_URL?.trim(),
     jwt: { issuer: e.JWT_ISSUER, audience: e.JWT_AUDIENCE },
     paginationSecret: e.PAGINATION_SECRET,
     graphiql: e.GRAPHIQL === undefined ? e.NODE_ENV !== 'production' : ['true', '1', 'yes', 'on'].includes(e.GRAPHIQL),
@@ -407,6 +407,7 @@ export function describeConfig(config: Config): Record<string, unknown> {
     ...config,
     databaseUrl: maskUrl(config.databaseUrl),
     replicaUrls: config.replicaUrls.map((url) => maskUrl(url)),
+    changeDecodeUrl: maskUrl(config.changeDecodeUrl),
     paginationSecret: mask(config.paginationSecret),
     rateLimit: { ...config.rateLimit, redisUrl: maskUrl(config.rateLimit.redisUrl) },
   };

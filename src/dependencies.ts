@@ -71,7 +71,7 @@ export function buildDependencies(options: DependencyOptions): Dependencies {
   const metrics = createMetrics();
   const feed = database.changeFeed({
     source: config.changeSource,
-    relay: config.changeRelay,
+    decodeUrl: config.changeDecodeUrl,
     onNotice: (message, fallback) => (fallback ? logger.warn(message) : logger.info(message)),
     onStateChange: (live, error) => {
       metrics.feedState(live);

@@ -352,6 +352,46 @@ describe('announced transactions and read snapshots agree', () => {
     cache.close();
   });
 
+  it("different requests' misses in one turn share one statement; a change the statement did not see stores none of them", async () => {
+    const own = await createOrganization(database());
+    const children = [await createChild(database(), own.parent), await createChild(database(), own.parent), await createChild(database(), own.parent)];
+    const feed = new ManualFeed();
+    const sql = database().sql;
+    const statements: unknown[][] = [];
+    let announce: (() => void) | undefined;
+    const driver = { ...sql, kind: sql.kind, query: async (text: string, params?: unknown[]) => {
+      statements.push(params ?? []);
+      const result = await sql.query(text, params);
+      announce?.();
+      return result;
+    } } as typeof sql;
+    const cache = new EntityCache(feed, { maxEntries: 100, maxBytes: 1 << 20, ttlMs: 60_000 }, driver);
+    // Three requests, each with its own loaders, missing three accounts at once.
+    const loaded = await Promise.all(children.map((child) => createLoaders(database().prisma, cache).accountById.load(child.id)));
+    expect(loaded.map((account) => account?.id)).toEqual(children.map((child) => child.id));
+    expect(statements).toHaveLength(1);
+    expect(statements[0]![0]).toEqual(expect.arrayContaining(children.map((child) => child.id)));
+    for (const child of children) expect(cache.get(`account:${child.id}`)).toBeDefined();
+    // A request in a later turn makes its own statement.
+    const [other] = [await createChild(database(), own.parent)];
+    await createLoaders(database().prisma, cache).accountById.load(other!.id);
+    expect(statements).toHaveLength(2);
+    // A change to one of them, announced while their shared statement runs and not seen by it
+    // (its transaction id is past the read's snapshot): each request gets the row it read, and
+    // the changed row is not stored (the others are).
+    for (const child of children) feed.announce({ t: 'account', id: child.id, s: false });
+    announce = () => {
+      feed.announce({ t: 'account', id: children[0]!.id, x: 2 ** 40, s: false });
+      announce = undefined;
+    };
+    const again = await Promise.all(children.map((child) => createLoaders(database().prisma, cache).accountById.load(child.id)));
+    expect(again.map((account) => account?.id)).toEqual(children.map((child) => child.id));
+    expect(statements).toHaveLength(3);
+    expect(cache.get(`account:${children[0]!.id}`)).toBeUndefined();
+    expect(cache.get(`account:${children[1]!.id}`)).toBeDefined();
+    cache.close();
+  });
+
   it("a child's first sign-in raises its parent's active count at once, without counting again", async () => {
     const own = await createOrganization(database());
     const children = [];

@@ -10,6 +10,8 @@ import { createChild, createOrganization, SIGN_IN_SQL, tokenFor, type BuiltOrgan
 import { testMode, useOutsideWriter, useTestDatabase } from './helpers/database.js';
 import { postgresBinDir, startCluster } from './helpers/postgres-cluster.js';
 import { baseEnv, listening, run } from './helpers/processes.js';
+import { shownWithin } from './helpers/shown.js';
+import { apiSlots } from './helpers/slots.js';
 import { startStallingProxy } from './helpers/stalling-proxy.js';
 
 /*
@@ -21,27 +23,6 @@ import { startStallingProxy } from './helpers/stalling-proxy.js';
  */
 
 const ms = (since: number) => performance.now() - since;
-
-/** Until `shows` holds for an answer of `ask`, polled as fast as the server answers: the time it took. */
-async function shownWithin(ask: () => Promise<{ status: number; body: any }>, shows: (r: { status: number; body: any }) => boolean, limitMs: number): Promise<number> {
-  const started = performance.now();
-  for (;;) {
-    const answer = await ask();
-    if (shows(answer)) return ms(started);
-    if (ms(started) > limitMs * 20) expect.fail(`never shown: ${JSON.stringify(answer.body)}`);
-  }
-}
-
-/** Slots this database's servers hold (temporary ones are named `api_cache_…`). */
-async function slots(url: string): Promise<{ slot_name: string; temporary: boolean }[]> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return (await client.query(`SELECT slot_name, temporary FROM pg_replication_slots WHERE slot_name LIKE 'api_cache_%' AND database = current_database()`)).rows;
-  } finally {
-    await client.end();
-  }
-}
 
 describe(`change capture (${testMode})`, () => {
   const database = useTestDatabase();
@@ -171,28 +152,28 @@ describe(`change capture (${testMode})`, () => {
 
   it.runIf(testMode === 'postgres')('one temporary slot per instance while it runs, none once it stops', async () => {
     await server().app.deps.cache.caughtUp();
-    const held = await slots(database().url!);
+    const held = await apiSlots(database().url!);
     expect(held.length).toBeGreaterThanOrEqual(1);
     expect(held.every((slot) => slot.temporary)).toBe(true);
     const second = await startServer(database());
     try {
       await second.app.deps.cache.caughtUp();
-      expect((await slots(database().url!)).length).toBe(held.length + 1);
+      expect((await apiSlots(database().url!)).length).toBe(held.length + 1);
     } finally {
       await second.close();
     }
-    await expect.poll(async () => (await slots(database().url!)).length, { timeout: 5000, interval: 50 }).toBe(held.length);
+    await expect.poll(async () => (await apiSlots(database().url!)).length, { timeout: 5000, interval: 50 }).toBe(held.length);
   });
 
   it.runIf(testMode === 'postgres')('a server killed with SIGKILL leaves no slot behind', async () => {
-    const before = (await slots(database().url!)).length;
+    const before = (await apiSlots(database().url!)).length;
     const killed = run('src/main.ts', baseEnv({ DATABASE_URL: database().url!, MIGRATE_ON_START: 'false' }));
     try {
       await listening(killed);
-      await expect.poll(async () => (await slots(database().url!)).length, { timeout: 15_000, interval: 100 }).toBe(before + 1);
+      await expect.poll(async () => (await apiSlots(database().url!)).length, { timeout: 15_000, interval: 100 }).toBe(before + 1);
       killed.child.kill('SIGKILL');
       await killed.exited;
-      await expect.poll(async () => (await slots(database().url!)).length, { timeout: 5000, interval: 50 }).toBe(before);
+      await expect.poll(async () => (await apiSlots(database().url!)).length, { timeout: 5000, interval: 50 }).toBe(before);
     } finally {
       killed.child.kill('SIGKILL');
     }
@@ -201,17 +182,17 @@ describe(`change capture (${testMode})`, () => {
   it.runIf(testMode === 'postgres')(`a reader cut off by the network: its slot is gone within wal_sender_timeout (${SENDER_TIMEOUT_MS / 1000} s)`, async () => {
     const url = new URL(database().url!);
     const proxy = await startStallingProxy({ host: url.hostname, port: Number(url.port) });
-    const before = (await slots(database().url!)).length;
+    const before = (await apiSlots(database().url!)).length;
     const feed = new LogicalChangeFeed({ connection: { host: url.hostname, port: proxy.port, user: decodeURIComponent(url.username), database: url.pathname.slice(1) }, heartbeatTimeoutMs: 60_000, staleAfterMs: 60_000 });
     try {
       await feed.started();
       expect(feed.live).toBe(true);
-      expect((await slots(database().url!)).length).toBe(before + 1);
+      expect((await apiSlots(database().url!)).length).toBe(before + 1);
       // Nothing passes either way from now on, and the reader's end closing is not passed on.
       proxy.cut();
       await feed.close();
       const cutAt = performance.now();
-      await expect.poll(async () => (await slots(database().url!)).length, { timeout: SENDER_TIMEOUT_MS + 10_000, interval: 250 }).toBe(before);
+      await expect.poll(async () => (await apiSlots(database().url!)).length, { timeout: SENDER_TIMEOUT_MS + 10_000, interval: 250 }).toBe(before);
       expect(ms(cutAt)).toBeLessThanOrEqual(SENDER_TIMEOUT_MS + 5000);
     } finally {
       await feed.close();
@@ -258,11 +239,11 @@ describe.runIf(testMode === 'postgres' && postgresBinDir() !== undefined)('chang
       const built = await createOrganization(database);
       const token = await tokenFor(built.parent, built);
       await server.app.deps.cache.caughtUp();
-      const [slot] = await slots(url);
+      const [slot] = await apiSlots(url);
       expect(slot).toBeDefined();
       await restart();
       await expect.poll(async () => (await rest(server!, '/health')).body.cache, { timeout: 20_000, interval: 100 }).toBe('live');
-      const after = await slots(url);
+      const after = await apiSlots(url);
       expect(after).toHaveLength(1);
       expect(after[0]!.slot_name).not.toBe(slot!.slot_name);
       const ask = () => rest(server!, '/auth/organization-details', { token });

@@ -30,11 +30,22 @@ describe('configuration', () => {
   });
 
   it('npm run config shows the effective settings with the database password and pagination secret masked', () => {
-    const config = loadConfig({ DATABASE_URL: 'postgres://app:s3cret-pass@db.internal:5432/api', PAGINATION_SECRET: 'p'.repeat(40), PORT: '8080' });
+    const config = loadConfig({
+      DATABASE_URL: 'postgres://app:s3cret-pass@db.internal:5432/api',
+      DATABASE_REPLICA_URL: 'postgres://app:s3cret-pass@replica.internal:5432/api',
+      CHANGE_DECODE_URL: 'postgres://app:s3cret-pass@replica.internal:5432/api',
+      PAGINATION_SECRET: 'p'.repeat(40),
+      PORT: '8080',
+    });
     const shown = JSON.stringify(describeConfig(config));
     expect(shown).not.toContain('s3cret-pass');
     expect(shown).not.toContain('p'.repeat(40));
-    expect(describeConfig(config)).toMatchObject({ port: 8080, databaseUrl: 'postgres://app:********@db.internal:5432/api', paginationSecret: '********' });
+    expect(describeConfig(config)).toMatchObject({
+      port: 8080,
+      databaseUrl: 'postgres://app:********@db.internal:5432/api',
+      changeDecodeUrl: 'postgres://app:********@replica.internal:5432/api',
+      paginationSecret: '********',
+    });
     expect(describeConfig(loadConfig({})).paginationSecret).toBeUndefined();
   });
   /** The problems a setting's value is refused with, or [] when it is taken. */
@@ -104,13 +115,18 @@ describe('configuration', () => {
     expect(loadConfig({ RATE_LIMIT_WINDOW_SECONDS: ' 120 ' }).rateLimit.windowSeconds).toBe(120);
   });
 
-  it('CHANGE_RELAY_URL: an http address with a port, short enough to advertise, or a refusal naming it', () => {
-    expect(refusal({ CHANGE_RELAY_URL: 'http://10.0.0.5:9465' })).toEqual([]);
-    expect(loadConfig({ CHANGE_RELAY_URL: 'http://10.0.0.5:9465' }).changeRelay).toEqual({ url: 'http://10.0.0.5:9465', host: undefined });
-    const why = 'CHANGE_RELAY_URL: must be http://host:port (how the other instances reach this one), at most 36 characters';
-    for (const bad of ['https://10.0.0.5:9465', 'http://10.0.0.5', 'http://10.0.0.5:9465/relay', `http://${'a'.repeat(40)}.example:9465`]) {
-      expect(refusal({ CHANGE_RELAY_URL: bad }), bad).toEqual([why]);
-    }
+  it('CHANGE_DECODE_URL: a postgres URL beside DATABASE_URL, its primary; anything else is refused naming it', () => {
+    const primary = 'postgres://api@primary:5432/app';
+    expect(loadConfig({ DATABASE_URL: primary, CHANGE_DECODE_URL: ' postgres://api@standby:5432/app ' }).changeDecodeUrl).toBe('postgres://api@standby:5432/app');
+    expect(loadConfig({ DATABASE_URL: primary }).changeDecodeUrl).toBeUndefined();
+    expect(refusal({ DATABASE_URL: primary, CHANGE_DECODE_URL: 'http://standby:5432' })).toEqual(['CHANGE_DECODE_URL: must be a postgres:// or postgresql:// URL (a standby of DATABASE_URL)']);
+    expect(refusal({ CHANGE_DECODE_URL: 'postgres://api@standby:5432/app' })).toEqual(['CHANGE_DECODE_URL: a standby to decode on needs DATABASE_URL, its primary (the embedded database has no stream)']);
+  });
+
+  it('the removed change relay: CHANGE_RELAY_URL or CHANGE_RELAY_HOST set is refused, naming it, so that no instance waits for a relay', () => {
+    expect(refusal({ CHANGE_RELAY_URL: 'http://10.0.0.5:9465' })).toEqual(['CHANGE_RELAY_URL: the change relay was removed: each instance reads the stream through its own temporary slot; unset it']);
+    expect(refusal({ CHANGE_RELAY_HOST: '0.0.0.0' })).toEqual(['CHANGE_RELAY_HOST: the change relay was removed; unset it']);
+    expect(refusal({})).toEqual([]);
   });
 
   it('TRUST_PROXY: a hop count is bounded too', () => {

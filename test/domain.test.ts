@@ -10,6 +10,7 @@ import {
 } from '../src/domain/credit-analysis.js';
 import { daysInMonth, isoTime, monthStart, parseDateBound, parseDateRange } from '../src/domain/dates.js';
 import { decodePageToken, encodePageToken } from '../src/domain/pagination.js';
+import { canonicalBase64url, isCanonicalBase64url } from '../src/domain/base64url.js';
 import { InvalidDateFormatError, InvalidPaginationTokenError } from '../src/errors.js';
 
 describe('catalogue', () => {
@@ -192,5 +193,19 @@ describe('page tokens (decisions §4)', () => {
       if (changed === token) continue;
       expect(() => decodePageToken(changed, 'USR_parent', 'k'.repeat(32))).toThrow(InvalidPaginationTokenError);
     }
+  });
+});
+
+describe('base64url spellings', () => {
+  it('a segment is canonical exactly when an encoder would write it so (decoded and encoded again)', () => {
+    const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=+/.!'.split('');
+    const segment = fc.oneof(
+      fc.uint8Array({ maxLength: 40 }).map((bytes) => Buffer.from(bytes).toString('base64url')),
+      fc.array(fc.constantFrom(...alphabet), { maxLength: 12 }).map((chars) => chars.join('')),
+    );
+    fc.assert(
+      fc.property(segment, (text) => isCanonicalBase64url(text) === (text !== '' && /^[A-Za-z0-9_-]+$/.test(text) && canonicalBase64url(text) === text)),
+      { numRuns: 5000, seed: 51 },
+    );
   });
 });

@@ -21,7 +21,7 @@ describe.skipIf(!ownCluster)(`read replica (${testMode})`, () => {
   let replica: Replica;
   let replicaUrl: string;
   beforeAll(async () => {
-    replica = await startReplica(binDir!, inject('postgresUrl'));
+    replica = await startReplica(binDir!, inject('postgresUrl'), process.env.TEST_DATABASE_DATA_DIR);
     const url = new URL(replica.url);
     url.pathname = new URL(database().url!).pathname;
     replicaUrl = url.toString();

@@ -2,6 +2,7 @@ import { LRUCache } from 'lru-cache';
 import type { EntityCache } from './entity-cache.js';
 import type { TagRead } from './read-set.js';
 import { TagIndex } from './tag-index.js';
+import { fnv1a } from './string-hash.js';
 
 /**
  * A whole answer, kept as the bytes sent: what a request computed from the entity cache's entries,
@@ -53,9 +54,8 @@ export class AskedKeys {
 
   /** Whether `key` was asked for since its slot last changed; remembers it either way. */
   ask(key: string): boolean {
-    // FNV-1a over the UTF-16 code units, never 0 (an empty slot).
-    let hash = 0x811c9dc5;
-    for (let i = 0; i < key.length; i++) hash = Math.imul(hash ^ key.charCodeAt(i), 0x01000193);
+    // Never 0 (an empty slot).
+    const hash = fnv1a(key);
     const fingerprint = hash | 1;
     const slot = (hash >>> 1) & (this.slots.length - 1);
     if (this.slots[slot] === fingerprint) return true;

@@ -10,35 +10,14 @@ import type { ChangeFeed } from './capture/feed.js';
 import { PostgresChangeFeed, type ChangeSourceChoice } from './capture/select.js';
 import { SessionChangeFeed } from './capture/triggers.js';
 import { EMBEDDED_PORT, startEmbeddedServer, type EmbeddedServer } from './embedded.js';
+import type { SqlConnection, SqlDriver } from './sql-driver.js';
 
 /** How long past the statement timeout the client waits for a server that does not answer. */
 const CLIENT_TIMEOUT_MARGIN_MS = 1000;
 /** The embedded session's client-side bound (the longest `setTimeout` allows): migrations set their own. */
 const SESSION_QUERY_TIMEOUT_MS = 2 ** 31 - 1;
 
-/**
- * Plain SQL beside Prisma: migrations, locks, bulk loads, and the child list's hand-tuned keyset
- * and counting queries (the one hot path that always reaches the database).
- */
-export interface SqlDriver {
-  readonly kind: 'pglite' | 'postgres';
-  /** Runs a script of one or more statements, without parameters. */
-  exec(script: string): Promise<void>;
-  query<T extends Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]>;
-  /** Runs `work` on one dedicated connection (session locks, explicit transactions). */
-  withConnection<T>(work: (connection: SqlConnection) => Promise<T>): Promise<T>;
-  /**
-   * Runs `work` on a connection of its own, outside the pool and without the requests' time
-   * limits (statement and client-side query timeouts): migrations, which may wait for another
-   * instance's lock and rewrite large tables. The caller sets the bounds it needs.
-   */
-  withSession<T>(work: (connection: SqlConnection) => Promise<T>): Promise<T>;
-}
-
-export interface SqlConnection {
-  exec(script: string): Promise<void>;
-  query<T extends Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]>;
-}
+export type { SqlConnection, SqlDriver } from './sql-driver.js';
 
 export interface Database {
   readonly kind: 'pglite' | 'postgres';
@@ -65,8 +44,8 @@ export type ChangeFeedOptions = {
   onNotice?: (message: string, fallback: boolean) => void;
   /** PostgreSQL: the source of the changes (`auto` by default). */
   source?: ChangeSourceChoice;
-  /** PostgreSQL: one instance reads the stream and relays it to the others (CHANGE_RELAY_URL). */
-  relay?: { url: string; host?: string };
+  /** PostgreSQL: a 16+ standby of the primary to decode the stream on (CHANGE_DECODE_URL); unset: the primary. */
+  decodeUrl?: string;
 };
 
 export type DatabaseOptions = (
@@ -283,7 +262,14 @@ function openPool(options: PoolOptions): Database {
     changeFeed: (feedOptions = {}) =>
       embedded
         ? new SessionChangeFeed(sql, options.announcements ?? new EventEmitter(), options.flushAnnouncements)
-        : new PostgresChangeFeed({ connection: options.connection, connectTimeoutMs, sql, choice: feedOptions.source, ...feedOptions }),
+        : new PostgresChangeFeed({
+            connection: options.connection,
+            connectTimeoutMs,
+            sql,
+            choice: feedOptions.source,
+            ...feedOptions,
+            decodeFrom: feedOptions.decodeUrl ? { connectionString: feedOptions.decodeUrl } : undefined,
+          }),
     sql,
     close: async () => {
       await prisma.$disconnect();

@@ -1,9 +1,11 @@
+import DataLoader from 'dataloader';
 import { LRUCache } from 'lru-cache';
 import type { ChangeFeed } from './capture/feed.js';
 import type { Change, RowChange } from './capture/changes.js';
-import type { SqlDriver } from './database.js';
+import type { SqlDriver } from './sql-driver.js';
 import { estimateBytes } from './estimate-bytes.js';
 import { TagIndex } from './tag-index.js';
+import { FrequencySketch } from './frequency-sketch.js';
 import { sees, snapshotQuery, type Snapshot, type SnapshotQuery } from './snapshots.js';
 import { ReadSet, type TagRead } from './read-set.js';
 import { droppedBy } from './cache-tags.js';
@@ -48,7 +50,11 @@ export type CachedLookup<V, Stored = V> = {
 
 /** One cached thing, declared once: how it is found, read, shared and kept current. */
 export type CachedRead<V, Stored = V> = CachedLookup<V, Stored> & {
-  /** Reads the missing keys' values (statements through `query` carry their snapshot); a key left out has none. */
+  /**
+   * Reads the missing keys' values (statements through `query` carry their snapshot); a key left
+   * out has none. The same for every caller of the namespace: the misses of all requests made in
+   * one turn of the event loop are read together, by one call of one of their loads.
+   */
   load: (misses: string[], query: SnapshotQuery) => Promise<Map<string, V>>;
   /**
    * Callers of other requests missing the same key while a read of it runs share that read (the
@@ -64,6 +70,12 @@ export type CachedValue<V> = Omit<CachedRead<V>, 'namespace' | 'tags' | 'load' |
   tags: readonly string[] | ((value: V) => readonly string[]);
   read: (query: SnapshotQuery) => Promise<V>;
 };
+
+/** About the least an entry is estimated at (a verified token's): what sizes the frequency sketch. */
+const SMALL_ENTRY_BYTES = 512;
+
+/** Room enough for an entry of the usual size (an account's is about 700 bytes): below it, the cache is full. */
+const ADMISSION_ROOM_BYTES = 2048;
 
 /** The cache's own bytes per entry: its slot in the LRU's map and lists, and the entry object. */
 const ENTRY_OVERHEAD_BYTES = 112;
@@ -95,6 +107,12 @@ export type CacheReader = Pick<EntityCache, 'through' | 'throughMany' | 'hit'>;
 /** Told of every invalidation: what keeps answers built on the cache's entries (`answer-cache.ts`). */
 export type InvalidationListener = { invalidated(tag: string): void; cleared(): void };
 
+/** The most keys one statement reads for the misses of many requests (more make several). */
+const BATCH_MAX_KEYS = 256;
+
+/** A key's value as a batched read gave it, with the read's snapshot. */
+type BatchedValue = { value: unknown; seen: Snapshot | undefined };
+
 /** Invalidated tags remembered, with when: enough for every read in flight, bounded. */
 const INVALIDATIONS_REMEMBERED = 10_000;
 
@@ -109,6 +127,8 @@ const INVALIDATIONS_REMEMBERED = 10_000;
 export class EntityCache {
   /** Undefined when the cache is turned off (no entries or no bytes allowed). */
   private readonly entries: LRUCache<string, Entry> | undefined;
+  /** How often keys were asked for lately: whether a new entry may evict the least recently used (`admits`). */
+  private readonly sketch: FrequencySketch;
   /** Which keys carry a tag; kept in step with `entries` by its dispose hook. */
   private readonly byTag = new TagIndex();
   /** Counts invalidations; a ticket is the count when its read started. */
@@ -126,9 +146,11 @@ export class EntityCache {
   private clearedAt = 0;
   /** Reads in flight (`track`), for callers arriving meanwhile (`join`). */
   private readonly reads = new Map<string, RunningRead>();
+  /** Per namespace, the misses of every request in this turn of the event loop, read together (`batched`). */
+  private readonly batches = new Map<string, DataLoader<string, BatchedValue>>();
   private readonly unsubscribe: () => void;
   private readonly listeners = new Set<InvalidationListener>();
-  readonly stats = { hits: 0, misses: 0, invalidations: 0, evictions: 0, sharedReads: 0, announcements: 0 };
+  readonly stats = { hits: 0, misses: 0, invalidations: 0, evictions: 0, refused: 0, sharedReads: 0, announcements: 0 };
 
   constructor(
     private readonly feed: ChangeFeed,
@@ -138,10 +160,13 @@ export class EntityCache {
     /** The clock changes are judged by (which sign-ins change the active counts, see `droppedBy`). */
     private readonly now: () => number = Date.now,
   ) {
-    if (options.maxEntries > 0 && options.maxBytes > 0) {
+    // Sized for the entries the bounds allow (an entry is rarely under 512 estimated bytes).
+    this.sketch = new FrequencySketch(Math.min(options.maxEntries, options.maxBytes / SMALL_ENTRY_BYTES));
+    if (options.maxEntries > 0 && options.maxBytes > this.sketch.bytes) {
       this.entries = new LRUCache<string, Entry>({
         max: options.maxEntries,
-        maxSize: options.maxBytes,
+        // The sketch's counters take their part of the bound.
+        maxSize: options.maxBytes - this.sketch.bytes,
         // Tag strings are not counted: most are shared by many entries (an organization's) or are
         // the entry's own key; an entry's place in the tag index is.
         sizeCalculation: (entry, key) => ENTRY_OVERHEAD_BYTES + estimateBytes(key) + estimateBytes(entry.value) + TAG_INDEX_BYTES * entry.tags.length,
@@ -244,6 +269,25 @@ export class EntityCache {
     this.store(key, entry);
   }
 
+  /**
+   * Whether a value read for `key` (one more ask of it) may be stored: always while the cache has
+   * room, and when it is full only if the key was asked for more often lately than the entry it
+   * would evict (TinyLFU's admission). Under a population larger than the cache, entries then stay
+   * in place instead of being filled and evicted on every request, and a caller seen once never
+   * evicts a caller seen often.
+   */
+  private admits(key: string): boolean {
+    const entries = this.entries;
+    if (!entries || !this.feed.live) return false;
+    this.sketch.increment(key);
+    if (entries.size < entries.max && entries.calculatedSize + ADMISSION_ROOM_BYTES <= entries.maxSize) return true;
+    if (entries.has(key)) return true;
+    const victim = entries.rkeys().next();
+    if (victim.done === true || this.sketch.admits(key, victim.value)) return true;
+    this.stats.refused += 1;
+    return false;
+  }
+
   private store(key: string, entry: Entry): void {
     if (!this.entries) return;
     // An entry larger than the whole bound is not stored (and any older one under the key is dropped).
@@ -266,8 +310,10 @@ export class EntityCache {
   /** `hit`, uncounted. */
   private lookUp<V, Stored>(lookup: CachedLookup<V, Stored>, key: string, reads: ReadSet | undefined): V | null | typeof MISS {
     if (!this.feed.live || !this.entries) return MISS;
-    const entry = this.entries.get(keyIn(lookup.namespace, key));
+    const held = keyIn(lookup.namespace, key);
+    const entry = this.entries.get(held);
     if (entry === undefined) return MISS;
+    this.sketch.increment(held);
     const stored = entry.value as Stored | null;
     const value = stored === null ? null : lookup.form ? lookup.form.unpack(stored) : (stored as unknown as V);
     if (value !== null && lookup.usable && !lookup.usable(value)) return MISS;
@@ -296,13 +342,13 @@ export class EntityCache {
     });
     const misses = keys.filter((_, i) => results[i] === undefined);
     if (misses.length === 0) return results as (V | null)[];
-    const read = async (keysRead: string[]) => {
-      const { query, seen } = snapshotQuery(this.sql);
-      const rows = await load(keysRead, query);
-      return { rows, seen: seen() };
+    const read = namespace === '' ? (keysRead: string[]) => this.readNow(load, keysRead) : (keysRead: string[]) => this.batched(namespace, load, keysRead);
+    const store = (key: string, value: V | null, ticket: CacheTicket, seen: Snapshot | undefined) => {
+      const held = keyIn(namespace, key);
+      // Nothing more is done for a value the cache will not keep (no packing, no size, no tags).
+      if (!this.admits(held)) return;
+      this.set(ticket, held, value !== null && form ? form.pack(value) : value, tags(key, value), seen, amend as Amend<unknown> | undefined);
     };
-    const store = (key: string, value: V | null, ticket: CacheTicket, seen: Snapshot | undefined) =>
-      this.set(ticket, keyIn(namespace, key), value !== null && form ? form.pack(value) : value, tags(key, value), seen, amend as Amend<unknown> | undefined);
     const ticket = this.ticket();
     const joined = new Map<string, Promise<{ value: V | null } | undefined>>();
     if (share) {
@@ -342,6 +388,45 @@ export class EntityCache {
       values.set(key, value);
     }
     return keys.map((key, i) => (results[i] !== undefined ? results[i] : values.get(key)!));
+  }
+
+  /** One read of `keys`, with the snapshot its statement saw. */
+  private async readNow<V>(load: CachedRead<V, unknown>['load'], keys: string[]): Promise<{ rows: Map<string, V>; seen: Snapshot | undefined }> {
+    const { query, seen } = snapshotQuery(this.sql);
+    const rows = await load(keys, query);
+    return { rows, seen: seen() };
+  }
+
+  /**
+   * `readNow` for the misses of every request in this turn of the event loop: requests that miss
+   * in the same turn (many users' first requests, under load) share one statement
+   * (`WHERE id = ANY($1)`) instead of making one each: one round trip, one plan, one snapshot. The
+   * read starts after every caller's ticket was taken, so the snapshot rule holds for each of them
+   * (a change announced before a caller's ticket committed before the read began, and is seen).
+   */
+  private async batched<V>(namespace: string, load: CachedRead<V, unknown>['load'], keys: string[]): Promise<{ rows: Map<string, V>; seen: Snapshot | undefined }> {
+    let batch = this.batches.get(namespace);
+    if (batch === undefined) {
+      batch = new DataLoader<string, BatchedValue>(
+        async (asked) => {
+          const unique = asked.length > 1 ? [...new Set(asked)] : (asked as string[]);
+          const { rows, seen } = await this.readNow(load, unique);
+          return asked.map((key) => ({ value: rows.get(key), seen }));
+        },
+        // Once the turn's callbacks (every request whose bytes arrived in it) have asked.
+        { cache: false, maxBatchSize: BATCH_MAX_KEYS, batchScheduleFn: (run) => setImmediate(run) },
+      );
+      this.batches.set(namespace, batch);
+    }
+    const values = await Promise.all(keys.map((key) => batch.load(key)));
+    const rows = new Map<string, V>();
+    let seen = values[0]?.seen;
+    values.forEach(({ value, seen: its }, i) => {
+      if (value !== undefined) rows.set(keys[i]!, value as V);
+      // Keys read by two statements (past the batch's bound) saw no one snapshot.
+      if (its !== seen) seen = undefined;
+    });
+    return { rows, seen };
   }
 
   /** `throughMany` for one value under its whole key. */

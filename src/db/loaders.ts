@@ -1,5 +1,5 @@
 import DataLoader from 'dataloader';
-import { MIN_SECRET_BYTES, secretKey, verificationKey, type SigningKey } from '../domain/signing-keys.js';
+import { hmacKey, MIN_SECRET_BYTES, secretKey, verificationKey, type SigningKey } from '../domain/signing-keys.js';
 import { cacheTags } from './cache-tags.js';
 import { MISS, type CacheReader, type CachedRead } from './entity-cache.js';
 import type { SnapshotQuery } from './snapshots.js';
@@ -194,7 +194,7 @@ export class Loaders {
             const usable = secret !== undefined && secret.byteLength >= MIN_SECRET_BYTES;
             if (!usable) return [row.publicKey, null];
             const tokenTags = [cacheTags.identity(row.id), cacheTags.organizationSettings(row.id)];
-            return [row.publicKey, { parentId: row.id, key: await verificationKey(secret), tokenTags }];
+            return [row.publicKey, { parentId: row.id, key: await verificationKey(secret), hmac: hmacKey(secret), tokenTags }];
           }),
         );
         return new Map(entries);

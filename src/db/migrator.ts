@@ -2,7 +2,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { readdirSync, readFileSync, existsSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { SqlConnection, SqlDriver } from './database.js';
+import type { SqlConnection, SqlDriver } from './sql-driver.js';
 
 /*
  * Applies prisma/migrations the way `prisma migrate deploy` does, with the same folder layout,

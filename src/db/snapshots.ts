@@ -1,5 +1,5 @@
 import { LRUCache } from 'lru-cache';
-import type { SqlDriver } from './database.js';
+import type { SqlDriver } from './sql-driver.js';
 
 /*
  * Database snapshots, as cache reads carry them: what a read saw, parsed once and shared, and

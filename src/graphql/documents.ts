@@ -1,6 +1,6 @@
-import type { DocumentNode, GraphQLError } from 'graphql';
+import type { DocumentNode, GraphQLError, VariableDefinitionNode } from 'graphql';
+import type { CompiledQuery } from 'graphql-jit';
 import { LRUCache } from 'lru-cache';
-import type { PlannedQuery } from './pipeline.js';
 
 /*
  * One cache of what is known of each GraphQL document text the server was sent: its parse (or
@@ -25,6 +25,19 @@ const PARSED_BYTES_PER_CHARACTER = 64;
 /** An entry's own objects, a parse error, a validation result: small beside a parsed document. */
 const ENTRY_BYTES = 256;
 const PART_BYTES = 1024;
+
+/**
+ * A query operation that went through the whole pipeline before and runs compiled: parsed,
+ * refused by none of the parse and validation rules (all of which depend on the document
+ * alone), its label computed. See `GraphQLPipeline.runPlanned`.
+ */
+export type PlannedQuery = {
+  readonly label: string;
+  /** The operation's name in the document, if it has one (for its span). */
+  readonly name: string | undefined;
+  readonly variables: readonly VariableDefinitionNode[];
+  readonly query: CompiledQuery;
+};
 
 /**
  * What the lean door notes of a document it ran: a short id for the keys of its kept answers, the

@@ -7,16 +7,14 @@ import {
   validate,
   type DocumentNode,
   type ExecutionResult,
-  type VariableDefinitionNode,
 } from 'graphql';
 import { getVariableValues } from 'graphql/execution/values.js';
-import type { CompiledQuery } from 'graphql-jit';
 import { envelop, useEngine, useExtendContext, useMaskedErrors, useSchema, type GetEnvelopedFn, type Plugin } from '@envelop/core';
 import { useParserCache } from '@envelop/parser-cache';
 import { useValidationCache } from '@envelop/validation-cache';
 import { normalizedExecutor } from '@graphql-tools/executor';
 import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
-import { DocumentCache } from './documents.js';
+import { DocumentCache, type PlannedQuery } from './documents.js';
 import { RequestCache } from '@pothos/plugin-scope-auth';
 import { createRequestContext, type AppDependencies, type RequestContext } from '../context.js';
 import { ApiError, innermostError, toApiError } from '../errors.js';
@@ -191,19 +189,6 @@ export function createErrorMask(): (error: unknown) => GraphQLError {
     return mark(answer);
   };
 }
-
-/**
- * A query operation that went through the whole pipeline before and runs compiled: parsed,
- * refused by none of the parse and validation rules (all of which depend on the document
- * alone), its label computed. See `GraphQLPipeline.runPlanned`.
- */
-export type PlannedQuery = {
-  readonly label: string;
-  /** The operation's name in the document, if it has one (for its span). */
-  readonly name: string | undefined;
-  readonly variables: readonly VariableDefinitionNode[];
-  readonly query: CompiledQuery;
-};
 
 export type GraphQLPipeline = {
   getEnveloped: GetEnvelopedFn<GraphQLContext>;

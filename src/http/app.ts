@@ -175,7 +175,7 @@ export function createApp(built: Dependencies): App {
     probe('/health', async (exchange) => {
       const state = await readiness.state();
       if (!state.ready) return sendRestError(exchange, new ServiceUnavailableError(`The service is not ready: ${state.reason}.`));
-      return exchange.sendJson(200, { status: 'ok', database: database.kind, cache: feed.live ? 'live' : 'bypassed', changes: feed.source, ...(feed.relay ? { relay: feed.relay } : {}) });
+      return exchange.sendJson(200, { status: 'ok', database: database.kind, cache: feed.live ? 'live' : 'bypassed', changes: feed.source });
     }),
     // Rate limited like the API: a scraper asks every few seconds. METRICS_PORT moves it off the API's port.
     ...(config.metricsPort === undefined

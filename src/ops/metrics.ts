@@ -159,6 +159,7 @@ export function createMetrics(): Metrics {
     mirrored('api_cache_hits_total', 'Entity cache lookups answered from the cache.', () => cache().stats.hits);
     mirrored('api_cache_misses_total', 'Entity cache lookups that went to the database.', () => cache().stats.misses);
     mirrored('api_cache_evictions_total', 'Entries evicted to stay within the cache bounds.', () => cache().stats.evictions);
+    mirrored('api_cache_refused_total', 'Values read but not kept: the full cache held a key asked for more often (admission).', () => cache().stats.refused);
     mirrored('api_cache_announcements_total', 'Database change announcements received by the cache.', () => cache().stats.announcements);
     mirrored('api_cache_invalidations_total', 'Tags invalidated by the database change announcements.', () => cache().stats.invalidations);
     mirrored('api_cache_shared_reads_total', 'Cache misses that joined a read of the same row already in flight.', () => cache().stats.sharedReads);

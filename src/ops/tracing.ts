@@ -1,7 +1,7 @@
 import { createRequire } from 'node:module';
 import type { IncomingMessage } from 'node:http';
 import type { ReadableSpan, SpanExporter } from '@opentelemetry/sdk-trace-base';
-import type { SamplerName } from '../config.js';
+import type { TracingSettings } from './tracing-settings.js';
 import { within as bounded } from '../db/capture/feed.js';
 import {
   context,
@@ -29,16 +29,6 @@ import {
  * but the user agent, no query string (the child list's search term travels in it), no GraphQL
  * document (its literals can hold a search term or an email), no variables, no statement values.
  */
-
-/** What the OTEL_* variables ask for, as `config.ts` read and checked them. */
-export type TracingSettings = {
-  /** An OTLP endpoint is set, and neither OTEL_SDK_DISABLED nor OTEL_TRACES_EXPORTER=none turns it off. */
-  enabled: boolean;
-  protocol: 'http/protobuf' | 'http/json';
-  /** OTEL_TRACES_SAMPLER (unset: parentbased_always_on) and its OTEL_TRACES_SAMPLER_ARG (unset: 1). */
-  sampler: SamplerName;
-  ratio: number;
-};
 
 export type { Span };
 

@@ -13,7 +13,7 @@ import { migrate } from '../../src/db/migrator.js';
 import { seed } from '../../src/dev/demo-data.js';
 import { createApp } from '../../src/http/app.js';
 import { buildDependencies } from '../../src/dependencies.js';
-import { startTracing } from '../../src/ops/tracing.js';
+import { spanCounts, startTracing } from '../../src/ops/tracing.js';
 import { createHttpServer } from '../../src/http/server.js';
 import { createLogger } from '../../src/logger.js';
 import { heapGrowth, heapTotals } from './heap-diff.js';
@@ -62,7 +62,12 @@ server.maxConnections = streams + 100;
 await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', 4096, resolve));
 const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 
-const memory = () => {
+const memory = async () => {
+  // Traced: spans that ended wait in the export queue until its next batch; that queue is bounded
+  // and counted once, with the SDK, not per stream. Measured once the queue has handed every one on.
+  for (const until = Date.now() + 30_000; spanCounts.ended > spanCounts.exported + spanCounts.failed && Date.now() < until; ) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
   for (let i = 0; i < 3; i++) collect();
   const { heapUsed, rss } = process.memoryUsage();
   return { heapUsed, rss };
@@ -79,7 +84,7 @@ const warm = await Promise.all(parents.slice(0, Math.ceil(500 / perOrganization)
 await Promise.all(warm.map((client) => new Promise((resolve) => client.stdout!.once('data', resolve))));
 for (const client of warm) client.kill();
 while (app.deps.live!.open > 0) await new Promise((resolve) => setTimeout(resolve, 50));
-const before = memory();
+const before = await memory();
 const snapshotFile = (name: string) => path.join(tmpdir(), `live-${process.pid}-${name}.heapsnapshot`);
 const snapshotBefore = snapshots ? v8.writeHeapSnapshot(snapshotFile('before')) : undefined;
 const children = await Promise.all(parents.map((_parent, i) => openStreams(i, perOrganization)));
@@ -101,7 +106,7 @@ await Promise.all(
   ),
 );
 const open = app.deps.live!.open;
-const held = memory();
+const held = await memory();
 console.log(`open streams: ${open.toLocaleString('en')} (${parents.length} organizations, ${perOrganization} streams each asked)`);
 console.log(`heap: ${((held.heapUsed - before.heapUsed) / open).toFixed(0)} bytes a stream; resident: ${((held.rss - before.rss) / open).toFixed(0)} bytes a stream (${((held.rss - before.rss) / 1024 / 1024).toFixed(0)} MB in all)`);
 if (process.argv.includes('--heap-only')) {

@@ -22,6 +22,8 @@ const root = fileURLToPath(new URL('../..', import.meta.url));
 const { values: args } = parseArgs({
   options: {
     children: { type: 'string', default: '100000' },
+    /** Organizations of --children children each; the first one's parent is the one-token rows' caller. */
+    organizations: { type: 'string', default: '1' },
     duration: { type: 'string', default: '10' },
     warmup: { type: 'string', default: '3' },
     connections: { type: 'string', default: '50' },
@@ -60,6 +62,7 @@ if (args.restart && Number(args.streams) > 0) throw new Error('--restart and --s
 if (args.tracing && args.compare) throw new Error('--tracing and --compare do not go together: --tracing compares this checkout with itself, traced');
 if (args.restart && args.profile) throw new Error('--restart and --profile do not go together: the profile is of one server process');
 const children = Number(args.children);
+const organizations = Number(args.organizations);
 const duration = Number(args.duration);
 const connections = Number(args.connections);
 const users = Number(args.users);
@@ -168,13 +171,18 @@ try {
   url.pathname = `/${dbName}`;
   const databaseUrl = url.toString();
 
-  console.log(`seeding ${children} children…`);
+  console.log(`seeding ${organizations} organization(s) of ${children} children…`);
   const database = await openDatabase({ url: databaseUrl });
   await migrate(database.sql);
   const started = performance.now();
-  const [big] = await seed(database, { organizations: 1, childrenPerOrganization: children, seed: 1, now: new Date() });
+  const seeded = await seed(database, { organizations, childrenPerOrganization: children, seed: 1, now: new Date() });
+  const [big] = seeded;
   console.log(`seeded in ${((performance.now() - started) / 1000).toFixed(1)} s`);
   const org = await database.prisma.organization.findUniqueOrThrow({ where: { parentId: big!.parent.userID } });
+  // Each organization's signing secret and public key, for its children's tokens.
+  const signers = new Map(
+    (await database.prisma.organization.findMany({ select: { parentId: true, jwtSecret: true, parent: { select: { publicKey: true } } } })).map((o) => [o.parentId, { secret: o.jwtSecret, kid: o.parent.publicKey }]),
+  );
   const child = await database.prisma.account.findFirstOrThrow({ where: { parentId: org.parentId, status: 'active' } });
   await database.close();
   // A bulk load leaves GIN pending lists and no visibility map: settle them first, as autovacuum
@@ -183,38 +191,45 @@ try {
   const mint = (subject: string) => mintAccessToken({ secret: org.jwtSecret, kid: big!.parent.publicKey, subject, ttlSeconds: 24 * 3600 });
   const parentToken = await mint(big!.parent.userID);
   const childToken = await mint(child.id);
-  // Many users: distinct active children of the large organization, each with its own token.
+  // Many users: distinct active children drawn at random from every organization, each with its own token.
   const benchDir = path.join(root, '.bench');
   mkdirSync(benchDir, { recursive: true });
   const tokensFile = path.join(benchDir, 'tokens.txt');
   const childIdsFile = path.join(benchDir, 'child-ids.txt');
   if (users > 0) {
-    const ids = (
-      await (async () => {
-        const reader = new pg.Client({ connectionString: databaseUrl });
-        await reader.connect();
-        try {
-          const { rows } = await reader.query<{ id: string }>(
-            `SELECT id FROM "Account" WHERE "parentId" = $1 AND status = 'active' ORDER BY id LIMIT $2`,
-            [org.parentId, users],
-          );
-          return rows.map((row) => row.id);
-        } finally {
-          await reader.end();
-        }
-      })()
-    );
-    if (ids.length < users) console.log(`only ${ids.length} active children: --users ${ids.length}`);
-    // The sign-ins spend credits; the organization must not run dry during the run (its children
-    // would be refused, which is not the case measured).
-    const topUp = new pg.Client({ connectionString: databaseUrl });
-    await topUp.connect();
-    await topUp.query(`UPDATE "Organization" SET "creditBalance" = GREATEST("creditBalance", 10000000) WHERE "parentId" = $1`, [org.parentId]);
-    await topUp.end();
-    writeFileSync(childIdsFile, `${ids.join('\n')}\n`);
+    const reader = new pg.Client({ connectionString: databaseUrl });
+    await reader.connect();
+    const callers = await (async () => {
+      try {
+        // md5(id): an order unrelated to the organizations or to when the accounts were made.
+        const { rows } = await reader.query<{ id: string; parentId: string }>(
+          `SELECT id, "parentId" FROM "Account" WHERE type = 'child' AND status = 'active' ORDER BY md5(id) LIMIT $1`,
+          [users],
+        );
+        // The sign-ins spend credits; no organization may run dry during the run (its children
+        // would be refused, which is not the case measured).
+        await reader.query(`UPDATE "Organization" SET "creditBalance" = GREATEST("creditBalance", 10000000)`);
+        return rows;
+      } finally {
+        await reader.end();
+      }
+    })();
+    if (callers.length < users) console.log(`only ${callers.length} active children: --users ${callers.length}`);
+    writeFileSync(childIdsFile, `${callers.map((caller) => caller.id).join('\n')}\n`);
+    const minting = performance.now();
     const tokens: string[] = [];
-    for (const id of ids) tokens.push(await mint(id));
+    for (let from = 0; from < callers.length; from += 1000) {
+      tokens.push(
+        ...(await Promise.all(
+          callers.slice(from, from + 1000).map(({ id, parentId }) => {
+            const signer = signers.get(parentId)!;
+            return mintAccessToken({ secret: signer.secret, kid: signer.kid, subject: id, ttlSeconds: 24 * 3600 });
+          }),
+        )),
+      );
+    }
     writeFileSync(tokensFile, `${tokens.join('\n')}\n`);
+    console.log(`${tokens.length.toLocaleString('en')} tokens minted in ${((performance.now() - minting) / 1000).toFixed(1)} s`);
   }
 
   spawnSync('npm', ['run', '-s', 'build'], { cwd: root, stdio: 'inherit' });
@@ -333,7 +348,8 @@ try {
     delete headers.authorization;
     return { ...scenario, headers, tokensFile, signins: signinsPerSecond > 0 };
   };
-  const crowd = `${users.toLocaleString('en')} users${signinsPerSecond > 0 ? `, ${signinsPerSecond} sign-ins/s` : ''}`;
+  const accounts = organizations * children;
+  const crowd = `${users.toLocaleString('en')} users${organizations > 1 ? ` of ${accounts.toLocaleString('en')}` : ''}${signinsPerSecond > 0 ? `, ${signinsPerSecond} sign-ins/s` : ''}`;
   const childProfileFields = 'userID username email publicKey accountType parentAccount accountStatus emailVerified createdAt updatedAt lastLogin organizationName domainRestrictionEnabled emailVerificationRequired authProvider lastLoginProvider providerAId childSignupCount signInCount emailConfirmationCount providerAAuthCount providerBAuthCount providerCAuthCount providerDAuthCount lastPasswordChanged loginAttempts lastLoginAttempt lockedUntil lastResetPasswordRequestAt';
   const profileFields = 'userID username email publicKey accountType parentAccount accountStatus emailVerified createdAt updatedAt lastLogin organizationName domainRestrictionEnabled emailVerificationRequired authProvider lastLoginProvider providerAId childSignupCount signInCount emailConfirmationCount providerAAuthCount providerBAuthCount providerCAuthCount providerDAuthCount lastPasswordChanged loginAttempts lastLoginAttempt lockedUntil lastResetPasswordRequestAt ... on ParentAccount { organizationUrl authUrls { signin signup } creditBalance totalFreeUsers billableChildAccounts totalChildAccounts packagesHistory { packageType purchaseDate creditsAdded freeUsersAdded price transactionId } accountBalance availableBalance providerASsoConfig { enabled clientId } lastLowCreditNotificationAt lastCriticalCreditNotificationAt lastDepletedCreditNotificationAt }';
   const dashboard = `{ me { ${profileFields} } organization { organizationName credentials { publicKey jwtSecret } } creditAnalysis { creditBalance totalCreditsUsed projectedMonthlyUsage alerts { low critical depleted } } childAccounts(limit: 50) { edges { node { username email lastSeen registered } } pageInfo { hasNextPage endCursor } stats { total active } } }`;
@@ -446,7 +462,9 @@ try {
       const text = await metricsOf(server);
       const share = (name: string) => Number(new RegExp(`^${name}\\{share="entityCache"\\} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
       const full = Math.round((100 * share('api_memory_share_used_bytes')) / share('api_memory_share_bytes'));
-      console.log(`  (primed: each of the ${users.toLocaleString('en')} users once, ${primed.requests} requests, ${primed.non2xx} not 2xx; the entity cache ${full} % of its share)`);
+      // The cold pass: each caller's first request, on a server that has not seen it.
+      const cold = floorRps > 0 ? `, x${(primed.rps / floorRps).toFixed(2)} the floor` : '';
+      console.log(`  (primed: each of the ${users.toLocaleString('en')} users once, ${primed.requests} requests, ${primed.non2xx} not 2xx, ${Math.round(primed.rps)} req/s${cold}; the entity cache ${full} % of its share)`);
     }
     autocannon(scenario, Number(args.warmup));
     const ofApp = pid === app.pid || pid === other?.pid;

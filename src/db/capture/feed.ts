@@ -21,8 +21,6 @@ export interface ChangeFeed {
   readonly live: boolean;
   /** Which source delivers the changes, for `/health` and the logs. */
   readonly source: 'logical' | 'triggers' | 'none';
-  /** With a relay (`relay.ts`): whether this instance reads the stream or follows the one that does. */
-  readonly relay?: 'reader' | 'follower' | 'none';
   /** Resolves once the first attempt to listen has ended, live or not. */
   started(): Promise<void>;
   /**
@@ -81,9 +79,14 @@ export function feedTiming(options: Partial<FeedTiming>): FeedTiming {
   return { heartbeatMs: options.heartbeatMs ?? 500, staleAfterMs: options.staleAfterMs ?? 2000, heartbeatTimeoutMs: options.heartbeatTimeoutMs ?? 5000 };
 }
 
-/** How long to wait before the next attempt after `failures` failed ones: 200 ms doubling to 5 s. */
-export function retryDelay(failures: number): number {
-  return Math.min(100 * 2 ** Math.min(failures, 6), 5000);
+/**
+ * How long to wait before the next attempt after `failures` failed ones: up to 200 ms, doubling to
+ * 5 s, the later half of it drawn at random ("equal jitter"), so that the instances that lost the
+ * database at one moment (a restart) do not all come back in the same instant, every time.
+ */
+export function retryDelay(failures: number, random: () => number = Math.random): number {
+  const ceiling = Math.min(100 * 2 ** Math.min(failures, 6), 5000);
+  return ceiling / 2 + random() * (ceiling / 2);
 }
 
 /** `attempt` once, after `retryDelay(failures)`, on a timer that does not keep the process alive. */

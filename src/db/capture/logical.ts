@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { LogicalReplicationService } from 'pg-logical-replication';
+import { LogicalReplicationService, PgoutputPlugin, type Pgoutput } from 'pg-logical-replication';
 import { BaseFeed, feedTiming, retryLater, within, type ChangeFeed } from './feed.js';
-import { PgoutputDecoder } from './pgoutput.js';
+import { parseLsn, PgoutputDecoder, type Malformed } from './pgoutput.js';
 
 /*
  * The logical replication feed: the committed changes of the publication `api_cache` (the tables
@@ -31,8 +31,15 @@ const HEARTBEAT_PREFIX = 'api_cache_heartbeat';
 export const SENDER_TIMEOUT_MS = 10_000;
 
 export type LogicalFeedOptions = {
-  /** Where the server is: the same settings as the pool's. */
+  /** Where the server is: the same settings as the pool's. The heartbeats are written there. */
   connection: pg.ClientConfig;
+  /**
+   * A PostgreSQL 16+ standby of that server to read the stream from (its slot is made there, and
+   * its walsender decodes); unset, the server itself. The heartbeats are still written on the
+   * primary, so a heartbeat back through the standby's stream bounds the staleness from the
+   * primary's COMMIT, the standby's replay lag included.
+   */
+  decodeFrom?: pg.ClientConfig;
   /** How often a heartbeat is written (and the position acknowledged). */
   heartbeatMs?: number;
   /** Not live when no heartbeat written within this long has come back through the stream. */
@@ -47,32 +54,45 @@ export type LogicalFeedOptions = {
 
 type Heartbeat = { token: string; sentAt: number; back?: () => void };
 
-/** pgoutput over a temporary slot created on the replication connection itself (the library's plugin shape). */
-class TemporarySlotPlugin {
-  readonly options = { publication: PUBLICATION };
-
+/**
+ * The library's pgoutput plugin over a temporary slot, created on the replication connection
+ * itself, with values in binary. Its parser's refusals (a malformed message, a row of a relation
+ * never described) are handed on as `Malformed` rather than thrown inside the stream's event.
+ */
+export class TemporarySlotPlugin extends PgoutputPlugin {
+  /**
+   * `whileCreating`: started when the slot's creation starts, stopped when it ends (a standby's
+   * slot waits for the primary to log the transactions running, which the feed asks it to).
+   */
   constructor(
     private readonly onSlotTimeout: () => void,
     private readonly slotTimeoutMs: number,
-  ) {}
-
-  get name(): string {
-    return 'pgoutput';
+    private readonly whileCreating: () => () => void = () => () => {},
+  ) {
+    super({ protoVersion: 1, publicationNames: [PUBLICATION], messages: true });
   }
 
-  /** Undecoded: the feed decodes each message itself (see `pgoutput.ts`). */
-  parse(buffer: Buffer): Buffer {
-    return buffer;
+  /** The data event's value: a parsed message, or `Malformed` (typed as the base's return, which the handler widens). */
+  override parse(buffer: Buffer): Pgoutput.Message {
+    try {
+      return super.parse(buffer);
+    } catch (error) {
+      const malformed: Malformed = { tag: 'malformed', error };
+      return malformed as unknown as Pgoutput.Message;
+    }
   }
 
-  async start(client: pg.Client, slotName: string): Promise<unknown> {
+  override async start(client: pg.Client, slotName: string): Promise<unknown> {
     const bound = setTimeout(this.onSlotTimeout, this.slotTimeoutMs);
+    const stop = this.whileCreating();
     try {
       await client.query(`CREATE_REPLICATION_SLOT "${slotName}" TEMPORARY LOGICAL pgoutput NOEXPORT_SNAPSHOT`);
     } finally {
+      stop();
       clearTimeout(bound);
     }
-    return client.query(`START_REPLICATION SLOT "${slotName}" LOGICAL 0/0 (proto_version '1', publication_names '${this.options.publication}', messages 'true', binary 'true')`);
+    const { protoVersion, publicationNames, messages } = this.options;
+    return client.query(`START_REPLICATION SLOT "${slotName}" LOGICAL 0/0 (proto_version '${protoVersion}', publication_names '${publicationNames.join(',')}', messages '${messages}', binary 'true')`);
   }
 }
 
@@ -139,21 +159,22 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
     client.on('error', (error) => this.lost(generation, error));
     client.on('end', () => this.lost(generation, new Error('the heartbeat connection ended')));
     const decoder = new PgoutputDecoder(() => this.nextXid);
+    const decodeFrom = this.options.decodeFrom ?? this.options.connection;
     const service = new LogicalReplicationService(
       {
-        ...this.options.connection,
+        ...decodeFrom,
         keepAlive: true,
         connectionTimeoutMillis: connectTimeoutMs,
         application_name: 'api-cache-stream',
         // The server ends the session (and drops its slot) when this reader stops answering.
-        options: `${this.options.connection.options ?? ''} -c wal_sender_timeout=${SENDER_TIMEOUT_MS}`.trim(),
+        options: `${decodeFrom.options ?? ''} -c wal_sender_timeout=${SENDER_TIMEOUT_MS}`.trim(),
       },
       // Acknowledged once a heartbeat, not once a message: every reply costs the walsender work.
       { acknowledge: { auto: false, timeoutSeconds: 0 } },
     );
     this.session = { service, client, decoder, queue: Promise.resolve() };
     service.on('error', (error: Error) => this.lost(generation, error));
-    service.on('data', (_lsn: string, message: Buffer) => this.receive(generation, decoder, message));
+    service.on('data', (_lsn: string, message: Pgoutput.Message | Malformed) => this.receive(generation, decoder, message));
     service.on('heartbeat', (lsn: string, _time: number, shouldRespond: boolean) => {
       this.advance(parseLsn(lsn));
       if (shouldRespond) void service.acknowledge(formatLsn(this.position));
@@ -174,6 +195,7 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
       const plugin = new TemporarySlotPlugin(
         () => this.lost(generation, new Error(`no replication slot within ${this.options.slotTimeoutMs ?? 30_000} ms: a long transaction is running`)),
         this.options.slotTimeoutMs ?? 30_000,
+        this.options.decodeFrom ? () => this.nudgeStandby(generation) : undefined,
       );
       const slot = `api_cache_${this.instance}_${generation}`;
       // Resolves when the stream ends: not awaited past its start.
@@ -193,12 +215,30 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
     }
   }
 
+  /**
+   * A slot on a standby is made once the standby replays a record of the transactions running on
+   * the primary, which the primary writes every 15 s when idle: asked for every 250 ms on the
+   * heartbeat connection until the slot exists (`pg_log_standby_snapshot`, PostgreSQL 16; a role
+   * not allowed to call it waits for the primary's own).
+   */
+  private nudgeStandby(generation: number): () => void {
+    let allowed = true;
+    const nudge = () => {
+      const session = this.session;
+      if (!allowed || !session || generation !== this.generation) return;
+      serially(session, () => session.client.query('SELECT pg_log_standby_snapshot()')).catch(() => (allowed = false));
+    };
+    nudge();
+    const timer = setInterval(nudge, 250).unref();
+    return () => clearInterval(timer);
+  }
+
   private async readNextXid(client: pg.Client): Promise<void> {
     const { rows } = await client.query<{ next: string }>(`SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS next`);
     if (rows[0]) this.nextXid = BigInt(rows[0].next);
   }
 
-  private receive(generation: number, decoder: PgoutputDecoder, message: Buffer): void {
+  private receive(generation: number, decoder: PgoutputDecoder, message: Pgoutput.Message | Malformed): void {
     if (generation !== this.generation) return;
     const event = decoder.decode(message);
     if (event.kind === 'commit') {
@@ -301,11 +341,6 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
 
 function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms).unref());
-}
-
-function parseLsn(text: string): bigint {
-  const [high, low] = text.split('/');
-  return (BigInt(`0x${high ?? '0'}`) << 32n) | BigInt(`0x${low ?? '0'}`);
 }
 
 function formatLsn(lsn: bigint): string {

@@ -1,24 +1,28 @@
+import type { Pgoutput } from 'pg-logical-replication';
 import type { Change, ChangedEntity, RowChange } from './changes.js';
 
 /*
  * The changes of PostgreSQL's logical replication stream (the `pgoutput` plugin, protocol version
- * 1, https://www.postgresql.org/docs/current/protocol-logicalrep-message-formats.html) as the
- * caches' changes. The stream is asked for values in binary (`binary 'true'`): the walsender
- * then writes each column with its type's send function, not its text output (formatting a
- * timestamp as text is most of what decoding a sign-in costs the server). pg-logical-replication's
- * own parser converts every column of every row with the driver's text parsers; the caches
- * compare a row's old and new values and read a few columns, so this one keeps values as the
- * bytes they came in, compares those, and decodes only the columns it needs (text keys, a
- * timestamp, an integer). Rows past a bulk transaction's bound are only counted, not decoded.
+ * 1) as the caches' changes. The messages are parsed by pg-logical-replication's `PgoutputParser`
+ * (through the plugin in `logical.ts`); the stream is asked for values in binary
+ * (`binary 'true'`), which the parser keeps as the bytes they came in: the walsender then writes
+ * each column with its type's send function, not its text output (formatting a timestamp as text
+ * is most of what decoding a sign-in costs the server). This file only classifies rows: it
+ * compares a row's old and new bytes and decodes the few columns it needs (text keys, a
+ * timestamp, an integer). A message the parser refuses (malformed, or a row of a relation the
+ * stream never described) means that anything may have changed, as an unreadable announcement
+ * does for the triggers' feed.
  */
 
 /** A transaction changing more rows than this empties the caches instead of naming each row. */
 export const BULK_ROWS = 500;
 
-/** A column's value: its text bytes, null, or undefined for an unchanged TOASTed value. */
+/** A column's value: its binary bytes, null, or undefined for an unchanged TOASTed value sent without the old row. */
 type Value = Buffer | null | undefined;
-type Tuple = Value[];
-type Relation = { entity: ChangedEntity | undefined; table: string; columns: Map<string, number>; names: string[] };
+type Tuple = Record<string, Value>;
+
+/** A message the parser could not read (`logical.ts`'s plugin hands it on instead of throwing in the stream's event). */
+export type Malformed = { tag: 'malformed'; error: unknown };
 
 /** Tables and the entity their changes are announced as (the publication's tables). */
 const ENTITIES: Record<string, ChangedEntity> = {
@@ -52,146 +56,64 @@ export type StreamEvent =
 const OTHER: StreamEvent = { kind: 'other' };
 const EVERYTHING: Change = { kind: 'all' };
 
-class Reader {
-  private at = 0;
-  constructor(private readonly buffer: Buffer) {}
-  byte(): number {
-    return this.buffer.readUInt8(this.at++);
-  }
-  int16(): number {
-    const value = this.buffer.readInt16BE(this.at);
-    this.at += 2;
-    return value;
-  }
-  uint32(): number {
-    const value = this.buffer.readUInt32BE(this.at);
-    this.at += 4;
-    return value;
-  }
-  int32(): number {
-    const value = this.buffer.readInt32BE(this.at);
-    this.at += 4;
-    return value;
-  }
-  lsn(): bigint {
-    const value = this.buffer.readBigUInt64BE(this.at);
-    this.at += 8;
-    return value;
-  }
-  skip(bytes: number): void {
-    this.at += bytes;
-  }
-  string(): string {
-    const end = this.buffer.indexOf(0, this.at);
-    const value = this.buffer.toString('utf8', this.at, end);
-    this.at = end + 1;
-    return value;
-  }
-  bytes(length: number): Buffer {
-    const value = this.buffer.subarray(this.at, this.at + length);
-    this.at += length;
-    return value;
-  }
-  /** A tuple's values, or only its length walked past when `keep` is false. */
-  tuple(keep: boolean): Tuple | undefined {
-    const count = this.int16();
-    const values: Tuple | undefined = keep ? new Array(count) : undefined;
-    for (let i = 0; i < count; i++) {
-      const kind = this.byte();
-      let value: Value;
-      if (kind === 0x6e /* n */) value = null;
-      else if (kind === 0x75 /* u */) value = undefined;
-      else value = this.bytes(this.int32()); // t (text) or b (binary)
-      if (values) values[i] = value;
-    }
-    return values;
-  }
-}
-
 /**
  * Turns the stream's messages into the caches' changes, a transaction at a time: its changes are
  * handed over at its commit, with its transaction id (widened to the 64-bit id read snapshots
  * carry, by `nextXid`), or as one "everything changed" past `BULK_ROWS` rows or on a TRUNCATE.
  */
 export class PgoutputDecoder {
-  private readonly relations = new Map<number, Relation>();
   private xid = 0;
   private changes: RowChange[] = [];
   private rows = 0;
   private everything = false;
   /** Rows that could not be told apart (a table without its old values): counted for the log. */
   unreadable = 0;
+  /** Messages the parser refused: each one empties the caches. */
+  malformed = 0;
 
   /** `nextXid`: a recent `pg_snapshot_xmax(pg_current_snapshot())`, for the transaction ids' epoch. */
   constructor(private readonly nextXid: () => bigint | undefined) {}
 
-  decode(message: Buffer): StreamEvent {
-    const reader = new Reader(message);
-    const tag = reader.byte();
-    switch (tag) {
-      case 0x42 /* B */: {
-        reader.skip(16); // final LSN, commit time
-        this.xid = reader.uint32();
+  decode(message: Pgoutput.Message | Malformed): StreamEvent {
+    switch (message.tag) {
+      case 'begin':
+        // The parser reads the id as a signed 32-bit number.
+        this.xid = message.xid >>> 0;
         this.changes = [];
         this.rows = 0;
         this.everything = false;
         return OTHER;
-      }
-      case 0x43 /* C */: {
-        reader.skip(1 + 8); // flags, commit LSN
-        const endLsn = reader.lsn();
+      case 'commit': {
         const version = this.version();
         const changes: Change[] = this.everything ? [EVERYTHING] : this.changes.map((change) => ({ ...change, version }));
         this.changes = [];
-        return { kind: 'commit', changes, endLsn };
+        return { kind: 'commit', changes, endLsn: parseLsn(message.commitEndLsn) };
       }
-      case 0x52 /* R */: {
-        const oid = reader.uint32();
-        reader.string(); // namespace
-        const table = reader.string();
-        reader.byte(); // replica identity
-        const count = reader.int16();
-        const names: string[] = [];
-        for (let i = 0; i < count; i++) {
-          reader.byte(); // flags
-          names.push(reader.string());
-          reader.skip(8); // type oid, type modifier
-        }
-        this.relations.set(oid, { entity: ENTITIES[table], table, names, columns: new Map(names.map((name, i) => [name, i])) });
-        return OTHER;
-      }
-      case 0x49 /* I */:
-      case 0x55 /* U */:
-      case 0x44 /* D */: {
-        const relation = this.relations.get(reader.uint32());
+      case 'insert':
+      case 'update':
+      case 'delete': {
         this.rows += 1;
-        const keep = !this.everything && this.rows <= BULK_ROWS;
-        if (!keep) this.everything = true;
-        let old: Tuple | undefined;
-        let fullOld = false;
-        let next: Tuple | undefined;
-        let part = reader.byte();
-        if (part === 0x4b /* K */ || part === 0x4f /* O */) {
-          fullOld = part === 0x4f;
-          old = reader.tuple(keep);
-          if (tag === 0x55) part = reader.byte();
+        if (this.everything || this.rows > BULK_ROWS) {
+          this.everything = true;
+          return OTHER;
         }
-        if (part === 0x4e /* N */) next = reader.tuple(keep);
-        if (keep && relation) this.row(relation, tag, old, fullOld, next);
+        const old = message.tag === 'insert' ? null : (message.old as Tuple | null);
+        const next = message.tag === 'delete' ? null : (message.new as Tuple);
+        this.row(message.relation, message.tag, old, next);
         return OTHER;
       }
-      case 0x54 /* T */:
+      case 'truncate':
         this.everything = true;
         return OTHER;
-      case 0x4d /* M */: {
-        reader.byte(); // flags
-        const lsn = reader.lsn();
-        const prefix = reader.string();
-        const content = reader.bytes(reader.int32()).toString('utf8');
-        return { kind: 'message', prefix, content, lsn };
-      }
+      case 'malformed':
+        // Which rows it named cannot be known: everything may have changed, and the commit says so.
+        this.malformed += 1;
+        this.everything = true;
+        return OTHER;
+      case 'message':
+        return { kind: 'message', prefix: message.prefix, content: Buffer.from(message.content.buffer, message.content.byteOffset, message.content.byteLength).toString('utf8'), lsn: parseLsn(message.messageLsn) };
       default:
-        return OTHER; // type, origin
+        return OTHER; // relation (the parser keeps it), type, origin
     }
   }
 
@@ -206,17 +128,17 @@ export class PgoutputDecoder {
     return full >= 0n && full <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(full) : undefined;
   }
 
-  private row(relation: Relation, tag: number, old: Tuple | undefined, fullOld: boolean, next: Tuple | undefined): void {
-    const { entity } = relation;
+  /** `old`: the whole old row (replica identity FULL), or null when the stream did not send it. */
+  private row(relation: Pgoutput.MessageRelation, op: 'insert' | 'update' | 'delete', old: Tuple | null, next: Tuple | null): void {
+    const entity = ENTITIES[relation.name];
     if (entity === undefined) return;
-    const text = (tuple: Tuple | undefined, column: string): string | undefined => {
-      const index = relation.columns.get(column);
-      const value = index === undefined || !tuple ? undefined : tuple[index];
+    const text = (tuple: Tuple | null, column: string): string | undefined => {
+      const value = tuple?.[column];
       return value ? value.toString('utf8') : undefined;
     };
     // An update or delete without the old row (its table's replica identity is not FULL): which
     // rows it affected cannot be told, so everything may have changed.
-    if (tag !== 0x49 && !fullOld && entity !== 'usage') {
+    if (op !== 'insert' && old === null && entity !== 'usage') {
       this.unreadable += 1;
       this.everything = true;
       return;
@@ -233,28 +155,24 @@ export class PgoutputDecoder {
       return;
     }
     const keyColumn = entity === 'account' ? 'id' : 'parentId';
-    if (tag !== 0x55) {
-      const row = tag === 0x49 ? next : old;
-      change(text(row, keyColumn), entity === 'account' ? { publicKey: text(row, 'publicKey'), parentId: text(row, 'parentId'), op: tag === 0x49 ? 'insert' : 'delete' } : {});
+    if (op !== 'update') {
+      const row = op === 'insert' ? next : old;
+      change(text(row, keyColumn), entity === 'account' ? { publicKey: text(row, 'publicKey'), parentId: text(row, 'parentId'), op } : {});
       return;
     }
+    if (!next || !old) return;
     // An update: what changed decides what it is announced as.
     const differs = (skip: ReadonlySet<string>): boolean =>
-      relation.names.some((name, i) => {
+      relation.columns.some(({ name }) => {
         if (skip.has(name)) return false;
-        const after = next![i];
-        // An unchanged TOASTed value is sent only with the old row.
-        return after !== undefined && !equalValues(old![i], after);
+        const after = next[name];
+        // An unchanged TOASTed value is sent only with the old row (the parser gives the old one).
+        return after !== undefined && !equalValues(old[name], after);
       });
-    const value = (tuple: Tuple, name: string): Value => {
-      const index = relation.columns.get(name);
-      return index === undefined ? undefined : tuple[index];
-    };
-    if (!next || !old) return;
     if (entity === 'organization') {
       if (!differs(ORGANIZATION_UNANNOUNCED)) return;
       const funded = (tuple: Tuple) => {
-        const balance = value(tuple, 'creditBalance');
+        const balance = tuple.creditBalance;
         return balance?.length === 4 && balance.readInt32BE(0) > 0;
       };
       const stable = differs(ORGANIZATION_NOT_SETTINGS) || funded(old) !== funded(next);
@@ -275,7 +193,7 @@ export class PgoutputDecoder {
       parentId: parentId.after,
       op: moved ? 'insert' : undefined,
       stable,
-      lastLogin: { before: epochMs(value(old, 'lastLogin')), after: epochMs(value(next, 'lastLogin')) },
+      lastLogin: { before: epochMs(old.lastLogin), after: epochMs(next.lastLogin) },
     });
     // Its old keys, as the row they no longer name.
     if (moved || publicKey.before !== publicKey.after) {
@@ -298,4 +216,11 @@ function epochMs(value: Value): number | null {
   const micros = value.readBigInt64BE(0);
   if (micros === 0x7fffffffffffffffn || micros === -0x8000000000000000n) return null;
   return Math.floor(Number(micros) / 1000) + POSTGRES_EPOCH_MS;
+}
+
+/** A stream position (`X/Y`) as a number; 0 for none. */
+export function parseLsn(text: string | null): bigint {
+  if (!text) return 0n;
+  const [high, low] = text.split('/');
+  return (BigInt(`0x${high ?? '0'}`) << 32n) | BigInt(`0x${low ?? '0'}`);
 }

@@ -1,9 +1,8 @@
-import type pg from 'pg';
-import type { SqlDriver } from '../database.js';
+import pg from 'pg';
+import type { SqlDriver } from '../sql-driver.js';
 import type { Change } from './changes.js';
 import { retryDelay, within, type ChangeFeed, type ChangeListener } from './feed.js';
 import { LogicalChangeFeed, PUBLICATION } from './logical.js';
-import { RelayChangeFeed } from './relay.js';
 import { installTriggers, NotifyChangeFeed, removeTriggers } from './triggers.js';
 
 /*
@@ -20,8 +19,8 @@ export type PostgresFeedOptions = {
   connection: pg.ClientConfig;
   sql: SqlDriver;
   choice?: ChangeSourceChoice;
-  /** With several instances: one reads the stream and relays it to the others (CHANGE_RELAY_URL). */
-  relay?: { url: string; host?: string };
+  /** A PostgreSQL 16+ standby of the primary to decode the stream on (CHANGE_DECODE_URL); unset: the primary. */
+  decodeFrom?: pg.ClientConfig;
   connectTimeoutMs?: number;
   heartbeatMs?: number;
   staleAfterMs?: number;
@@ -53,6 +52,47 @@ function unavailable({ walLevel, replication, published }: Capability): string |
   return reasons.length === 0 ? undefined : reasons.join('; ');
 }
 
+/**
+ * Why `standby` cannot decode the primary's stream, or undefined when it can: PostgreSQL 16 or
+ * later, in recovery from this primary (the same system identifier), `wal_level = logical`,
+ * `hot_standby_feedback` on (without it the primary's vacuum may remove catalog rows the slot
+ * needs, and the standby invalidates the slot), room for a slot and a sender, the role with
+ * REPLICATION, and the publication replayed.
+ */
+async function standbyProblem(standby: pg.ClientConfig, sql: SqlDriver, connectTimeoutMs: number): Promise<string | undefined> {
+  const client = new pg.Client({ ...standby, connectionTimeoutMillis: connectTimeoutMs, application_name: 'api-cache-check' });
+  client.on('error', () => {});
+  try {
+    await client.connect();
+    const { rows } = await client.query<{ version: number; recovery: boolean; system: string | null; wal_level: string; feedback: string; slots: number; senders: number; replication: boolean | null; published: boolean }>(
+      `SELECT current_setting('server_version_num')::int AS version, pg_is_in_recovery() AS recovery,
+              (SELECT system_identifier::text FROM pg_control_system()) AS system,
+              current_setting('wal_level') AS wal_level, current_setting('hot_standby_feedback') AS feedback,
+              current_setting('max_replication_slots')::int AS slots, current_setting('max_wal_senders')::int AS senders,
+              (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user) AS replication,
+              EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1) AS published`,
+      [PUBLICATION],
+    );
+    const standbyFacts = rows[0]!;
+    if (standbyFacts.version < 160000) return `it runs PostgreSQL ${Math.floor(standbyFacts.version / 10000)}: decoding on a standby needs 16 or later`;
+    if (!standbyFacts.recovery) return 'it is not a standby (not in recovery)';
+    const [primary] = await sql.query<{ system: string | null }>(`SELECT system_identifier::text AS system FROM pg_control_system()`);
+    if (primary?.system !== standbyFacts.system) return 'it is not a standby of DATABASE_URL (another system identifier)';
+    const reasons = [
+      ...(standbyFacts.wal_level === 'logical' ? [] : [`wal_level is ${standbyFacts.wal_level}, not logical`]),
+      ...(standbyFacts.feedback === 'on' ? [] : ['hot_standby_feedback is off']),
+      ...(standbyFacts.slots > 0 && standbyFacts.senders > 0 ? [] : ['max_replication_slots or max_wal_senders is 0']),
+      ...(standbyFacts.replication ? [] : ['the role has no REPLICATION attribute there']),
+      ...(standbyFacts.published ? [] : [`the publication ${PUBLICATION} is missing there`]),
+    ];
+    return reasons.length === 0 ? undefined : reasons.join('; ');
+  } catch (error) {
+    return `it could not be asked (${error instanceof Error ? error.message : String(error)})`;
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
 /** The feed of a PostgreSQL server, once its source is chosen; until then not live. */
 export class PostgresChangeFeed implements ChangeFeed {
   private inner: ChangeFeed | undefined;
@@ -70,10 +110,6 @@ export class PostgresChangeFeed implements ChangeFeed {
 
   get source(): ChangeFeed['source'] {
     return this.inner?.source ?? 'none';
-  }
-
-  get relay(): ChangeFeed['relay'] {
-    return this.options.relay ? (this.inner?.relay ?? 'none') : undefined;
   }
 
   async started(): Promise<void> {
@@ -110,12 +146,17 @@ export class PostgresChangeFeed implements ChangeFeed {
         const common = { connection: options.connection, connectTimeoutMs: options.connectTimeoutMs, heartbeatMs: options.heartbeatMs, staleAfterMs: options.staleAfterMs, heartbeatTimeoutMs: options.heartbeatTimeoutMs, onStateChange: options.onStateChange };
         if (why === undefined) {
           if (await removeTriggers(options.sql)) options.onNotice?.('removed the announcement triggers a server without the replication stream had installed', false);
-          if (options.relay) {
-            this.inner = new RelayChangeFeed({ ...common, ...options.relay });
-            options.onNotice?.(`database changes read from the logical replication stream (publication ${PUBLICATION}) by one instance, relayed to the others; this one's relay: ${options.relay.url}`, false);
+          const problem = options.decodeFrom ? await standbyProblem(options.decodeFrom, options.sql, options.connectTimeoutMs ?? 2000) : undefined;
+          if (options.decodeFrom && problem === undefined) {
+            this.inner = new LogicalChangeFeed({ ...common, decodeFrom: options.decodeFrom });
+            options.onNotice?.(`database changes read from the logical replication stream (publication ${PUBLICATION}), decoded on the standby CHANGE_DECODE_URL names (a temporary slot per instance there)`, false);
           } else {
             this.inner = new LogicalChangeFeed(common);
-            options.onNotice?.(`database changes read from the logical replication stream (publication ${PUBLICATION}, a temporary slot per instance)`, false);
+            if (problem !== undefined) {
+              options.onNotice?.(`CHANGE_DECODE_URL cannot decode the stream: ${problem}; decoding on the primary instead (see src/db/capture/README.md)`, true);
+            } else {
+              options.onNotice?.(`database changes read from the logical replication stream (publication ${PUBLICATION}, a temporary slot per instance)`, false);
+            }
           }
         } else {
           this.inner = new NotifyChangeFeed({ ...common, install: () => installTriggers(options.sql) });

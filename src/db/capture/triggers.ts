@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { EventEmitter } from 'node:events';
 import pg from 'pg';
-import type { SqlDriver } from '../database.js';
+import type { SqlDriver } from '../sql-driver.js';
 import { BaseFeed, feedTiming, retryDelay, retryLater, within, type ChangeFeed } from './feed.js';
 
 /*
