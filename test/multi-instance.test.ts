@@ -29,7 +29,7 @@ describe.skipIf(!runnable)(`several instances behind a balancer (${testMode})`, 
   beforeAll(async () => {
     if (!redis) throw new Error('CI=true and no redis-server or valkey-server: .ci/run installs redis-server');
     primary = await createTestDatabase();
-    replica = await startReplica(binDir!, inject('postgresUrl'));
+    replica = await startReplica(binDir!, inject('postgresUrl'), process.env.TEST_DATABASE_DATA_DIR);
     const url = new URL(replica.url);
     url.pathname = new URL(primary.url!).pathname;
     replicaUrl = url.toString();

