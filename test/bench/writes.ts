@@ -4,12 +4,15 @@
  * month's usage), run by pgbench over 200 organizations of 100 children on a durable cluster
  * (fsync and full-page writes on), with and without the API's change capture.
  *
- *   npm run bench:writes -- [--seconds 10] [--rate 300] [--rounds 2] [--samples 200] [--postgres 18]
+ *   npm run bench:writes -- [--seconds 10] [--rate 300] [--rounds 2] [--samples 200] [--postgres 18] [--pin] [--only <row>]
  *
  * `--postgres 18`: the cluster runs the npm registry's PostgreSQL 18 (pgbench stays the machine's)
  * with a streaming standby made from it, attached through every row, and the rows gain
  * `standby x3`: three instances decoding on the standby (CHANGE_DECODE_URL). The standby's CPU a
- * sign-in is printed beside the primary's.
+ * sign-in is printed beside the primary's. `--pin` (with a standby): the primary's processes on the
+ * first core, the standby's, this process (the instances' feeds) and pgbench on the second, as
+ * separate hosts would be: the primary's CPU then excludes what sharing its cores with the
+ * standby's decoding costs it.
  *
  * Rows, each measured in every round, in an order that alternates between rounds:
  *   bare          no API at all: replica identity DEFAULT, no trigram indexes
@@ -45,6 +48,9 @@ const seconds = Number(argument('seconds') ?? 10);
 const rate = Number(argument('rate') ?? 300);
 const rounds = Number(argument('rounds') ?? 2);
 const samples = Number(argument('samples') ?? 200);
+const pin = process.argv.includes('--pin');
+/** `--only <a|b>`: the rows whose name contains one of the texts, and the bare row they are compared with. */
+const only = argument('only');
 const ORGANIZATIONS = 200;
 const TRIGRAM_INDEXES = `CREATE INDEX "Account_parentId_username_trgm_idx" ON "Account" USING GIN ("parentId", "username" gin_trgm_ops);
   CREATE INDEX "Account_parentId_email_trgm_idx" ON "Account" USING GIN ("parentId", "email" gin_trgm_ops);`;
@@ -105,6 +111,22 @@ try {
     }
     await client.end();
   }
+  if (pin && !standby) throw new Error('--pin needs a standby (--postgres 18)');
+  if (pin) {
+    /** Every process of a server (its postmaster and children) on one core; the backends it forks later inherit it. */
+    const pinServer = (dataDir: string, core: number) => {
+      const postmaster = readFileSync(path.join(dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]!;
+      const children = spawnSync('pgrep', ['-P', postmaster], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean);
+      for (const pid of [postmaster, ...children]) {
+        const set = spawnSync('taskset', ['-a', '-p', '-c', String(core), pid], { encoding: 'utf8' });
+        if (set.status !== 0) throw new Error(`taskset failed: ${set.stderr}`);
+      }
+    };
+    pinServer(cluster.dataDir, 0);
+    pinServer(standby!.dataDir, 1);
+    spawnSync('taskset', ['-a', '-p', '-c', '1', String(process.pid)]);
+    console.log('pinned: the primary on core 0; the standby, the instances and pgbench on core 1');
+  }
 
   /** CPU ticks of every postgres process of a server so far: live ones, and exited ones through the postmaster. */
   const postgresTicks = (dataDir = cluster.dataDir): number => {
@@ -129,7 +151,8 @@ try {
   const pgbenchCommand = (args: string[]): [string, string[]] => {
     const command = path.join(bin, 'pgbench');
     const full = ['-n', '-f', script, ...args, url];
-    return process.getuid?.() === 0 ? ['runuser', ['-u', 'postgres', '--', command, ...full]] : [command, full];
+    const [program, programArgs]: [string, string[]] = process.getuid?.() === 0 ? ['runuser', ['-u', 'postgres', '--', command, ...full]] : [command, full];
+    return pin ? ['taskset', ['-c', '1', program, ...programArgs]] : [program, programArgs];
   };
   const pgbench = (args: string[]): { transactions: number; tps: number } => {
     const result = spawnSync(...pgbenchCommand(args), { encoding: 'utf8' });
@@ -196,6 +219,8 @@ try {
       },
     },
   ];
+
+  if (only) modes.splice(0, modes.length, ...modes.filter((mode, i) => i === 0 || only.split('|').some((part) => mode.name.includes(part))));
 
   /** `instancesMs`: this process's CPU, where the instances' feeds run (pgbench is a process of its own). */
   type Figures = { cpuMs: number[]; standbyMs: number[]; instancesMs: number[]; walBytes: number[]; peak: number[] };
