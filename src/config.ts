@@ -93,6 +93,9 @@ const environment = z.object({
   DATABASE_POOL_SIZE: withDefault(integer(1, 500), 10),
   DATABASE_CONNECT_TIMEOUT_MS: withDefault(integer(100, MAX_TIMER_MS), 1500),
   DATABASE_STATEMENT_TIMEOUT_MS: withDefault(integer(100, MAX_TIMER_MS), 5000),
+  SEARCH_TIMEOUT_MS: withDefault(integer(1, MAX_TIMER_MS), 1000),
+  SEARCH_MAX_CONCURRENT: withDefault(integer(1, 500), 4),
+  SEARCH_MAX_PER_ORGANIZATION: withDefault(integer(1, 500), 2),
   JWT_ISSUER: optionalString,
   JWT_AUDIENCE: optionalString,
   PAGINATION_SECRET: optionalString.pipe(z.string().min(32, 'must be at least 32 characters').optional()),
@@ -190,6 +193,11 @@ export type Config = {
   migrationLockTimeoutMs: number;
   seedDemoOnStart: boolean;
   database: { poolSize: number; connectTimeoutMs: number; statementTimeoutMs: number };
+  /**
+   * The child list's searches (`db/search-reads.ts`): each statement's time bound, and how many
+   * run at once in this instance and for one organization; past either, a search is refused 503.
+   */
+  search: { timeoutMs: number; maxConcurrent: number; maxPerOrganization: number };
   /** DATABASE_REPLICA_URL, split; empty when unset. */
   replicaUrls: string[];
   /** Replicas whose data is older than this are skipped for the primary. */
@@ -322,6 +330,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFa
       connectTimeoutMs: e.DATABASE_CONNECT_TIMEOUT_MS,
       statementTimeoutMs: e.DATABASE_STATEMENT_TIMEOUT_MS,
     },
+    search: { timeoutMs: e.SEARCH_TIMEOUT_MS, maxConcurrent: e.SEARCH_MAX_CONCURRENT, maxPerOrganization: e.SEARCH_MAX_PER_ORGANIZATION },
     replicaUrls: e.DATABASE_REPLICA_URL ? e.DATABASE_REPLICA_URL.split(',').map((url) => url.trim()).filter(Boolean) : [],
     replicaMaxLagMs: e.REPLICA_MAX_LAG_MS,
     changeSource: e.CHANGE_SOURCE,

@@ -12,6 +12,7 @@ import type { Database } from './db/database.js';
 import { ReadSet, type CacheLookups } from './db/read-set.js';
 import type { EntityCache } from './db/entity-cache.js';
 import type { ReadQuery } from './db/replicas.js';
+import type { Searches } from './db/search-reads.js';
 import type { LiveUpdates } from './live/live-updates.js';
 import { createLoaders } from './db/loaders.js';
 import type { ServiceContext } from './services/context.js';
@@ -25,6 +26,8 @@ export type AppDependencies = {
   cache: EntityCache;
   /** Reads that tolerate REPLICA_MAX_LAG_MS of staleness: a replica when one is usable, else the primary. */
   staleReads: ReadQuery;
+  /** The child list's searches: bounded in time and in number (`db/search-reads.ts`). */
+  searches: Searches;
   retrievals: RetrievalCounter;
   /** Open subscriptions (GraphQL over Server-Sent Events). */
   live?: LiveUpdates;
@@ -126,6 +129,18 @@ export function createRequestContext(deps: AppDependencies, source: RequestSourc
   };
   const services: ServiceContext = {
     staleReads,
+    searchesOf: (organizationId) => {
+      const { stale, primary } = deps.searches.of(organizationId);
+      return {
+        stale: {
+          query: <T extends Record<string, unknown>>(text: string, params?: unknown[]) => {
+            reads.untracked = true;
+            return stale.query<T>(text, params);
+          },
+        },
+        primary,
+      };
+    },
     cache,
     loaders,
     now: () => {

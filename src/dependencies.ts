@@ -4,6 +4,7 @@ import { AnswerCache } from './db/answer-cache.js';
 import type { Database } from './db/database.js';
 import { EntityCache } from './db/entity-cache.js';
 import { Replicas } from './db/replicas.js';
+import { Searches } from './db/search-reads.js';
 import { createEventStreams, type EventStreams } from './graphql/event-stream.js';
 import { createLeanDoor, type LeanDoor } from './graphql/lean.js';
 import { RegisteredOperations, type PersistedRule } from './graphql/persisted.js';
@@ -91,12 +92,18 @@ export function buildDependencies(options: DependencyOptions): Dependencies {
         })
       : undefined;
   replicas?.start().catch((error: unknown) => logger.warn('replica check failed', { error }));
+  // The child list's searches: connections and a time bound of their own, so many at once (`db/search-reads.ts`).
+  const searchBounds = { timeoutMs: config.search.timeoutMs, poolSize: config.search.maxConcurrent };
+  const searchesOnPrimary = database.boundedReads(searchBounds);
+  const searchesOnReplicas = replicas?.boundedReader(searchBounds, searchesOnPrimary);
+  const searches = new Searches(config.search, searchesOnReplicas ?? searchesOnPrimary, searchesOnPrimary, [searchesOnPrimary, ...(searchesOnReplicas ? [searchesOnReplicas] : [])]);
   // The clock the child counts are computed with decides which sign-ins leave them as they were.
   const cache = new EntityCache(feed, config.cache, database.sql, clock);
   const deps: AppDependencies = {
     config,
     database,
     staleReads: replicas?.reader ?? database.sql,
+    searches,
     cache,
     retrievals: new RetrievalCounter(database.prisma, (error) => {
       metrics.retrievalWriteFailed();
@@ -148,6 +155,7 @@ export function buildDependencies(options: DependencyOptions): Dependencies {
     () => exports.abortAll(),
     () => limiter.close(),
     () => replicas?.close(),
+    () => searches.close(),
     () => deps.retrievals.close(),
     () => answers.close(),
     () => cache.close(),

@@ -94,7 +94,11 @@ export class InvalidMonthsError extends ApiError {
 }
 
 export class ServiceUnavailableError extends ApiError {
-  constructor(message = 'The service is temporarily unavailable; try again shortly.') {
+  constructor(
+    message = 'The service is temporarily unavailable; try again shortly.',
+    /** When the caller may try again: sent as `Retry-After` (REST) and `retryAfterSeconds` (GraphQL). */
+    readonly retryAfterSeconds?: number,
+  ) {
     super('SERVICE_UNAVAILABLE', 503, message);
   }
 }

@@ -40,8 +40,8 @@ describe.skipIf(!ownCluster)(`read replica (${testMode})`, () => {
   };
   const readyz = async (server: TestServer) => (await rest(server, '/readyz')).body as { status: string; replicas: { usable: boolean; lagMs?: number }[] };
 
-  async function serverWith(maxLagMs: number) {
-    const server = await startServer(database(), { env: { DATABASE_URL: database().url!, DATABASE_REPLICA_URL: replicaUrl, REPLICA_MAX_LAG_MS: String(maxLagMs) } });
+  async function serverWith(maxLagMs: number, env: Record<string, string> = {}) {
+    const server = await startServer(database(), { env: { DATABASE_URL: database().url!, DATABASE_REPLICA_URL: replicaUrl, REPLICA_MAX_LAG_MS: String(maxLagMs), ...env } });
     await expect.poll(async () => (await readyz(server)).replicas?.[0]?.usable, { timeout: 15_000 }).toBe(true);
     return server;
   }
@@ -118,6 +118,29 @@ describe.skipIf(!ownCluster)(`read replica (${testMode})`, () => {
       } finally {
         replica.start();
       }
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('a search past SEARCH_TIMEOUT_MS on the replica is answered 503, not read again on the primary, and the replica stays in use', async () => {
+    const org = await createOrganization(database());
+    await database().sql.query(
+      `INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey")
+       SELECT 'USR_rs' || i, 'child', $1, 'walker' || i, 'w' || i || '@replica.example', 'APK_rs' || i FROM generate_series(1, 20000) i`,
+      [org.parent.id],
+    );
+    const token = await tokenFor(org.parent, org);
+    await expect.poll(async () => (await onReplica('SELECT count(*)::int AS n FROM "Account" WHERE "parentId" = $1', [org.parent.id]))[0].n, { timeout: 10_000 }).toBe(20000);
+    const server = await serverWith(600_000, { SEARCH_TIMEOUT_MS: '5' });
+    try {
+      const primaryReads = async () => Number(/^api_db_stale_tolerant_reads_total\{target="primary"\} (\d+)$/m.exec((await server.app.metricsText()).text)?.[1] ?? 0);
+      const before = await primaryReads();
+      const refused = await rest(server, '/auth/child-accounts?search=qz', { token });
+      expectError(refused, 503, 'SERVICE_UNAVAILABLE');
+      expect(refused.headers.get('retry-after')).toBe('1');
+      expect(await primaryReads()).toBe(before);
+      expect((await readyz(server)).replicas[0]!.usable).toBe(true);
     } finally {
       await server.close();
     }

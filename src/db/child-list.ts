@@ -5,6 +5,7 @@ import type { RowChange } from './capture/changes.js';
 import { cacheTags } from './cache-tags.js';
 import { MISS, type CacheReader } from './entity-cache.js';
 import type { ReadQuery } from './replicas.js';
+import type { SearchReads } from './search-reads.js';
 import type { SnapshotQuery } from './snapshots.js';
 
 /*
@@ -108,7 +109,12 @@ export type ChildListSources = {
   cache: CacheReader;
   staleReads: ReadQuery;
   childCount: (parentId: string) => Promise<number>;
+  /** A search's statements, bounded in time and in number (`search-reads.ts`); without it, as the others. */
+  search?: SearchReads;
 };
+
+/** Where a list's uncached statements read: a search's bounded reads, or the stale reads. */
+const staleFor = (sources: ChildListSources, filters: ChildFilters): ReadQuery => (filters.match !== undefined && sources.search ? sources.search.stale : sources.staleReads);
 
 /** Where a page starts and which way it reads: after `after` (older) or before `before` (newer, `backwards`). */
 export type PagePosition = { after?: Position | undefined; before?: Position | undefined; backwards: boolean; limit: number };
@@ -158,7 +164,7 @@ export function readBatch(staleReads: ReadQuery, filters: ChildFilters, after: P
  */
 export async function existsBeyond(sources: ChildListSources, filters: ChildFilters, position: Position, op: '>=' | '<='): Promise<boolean> {
   const probe = [...filters.params];
-  const [row] = await sources.staleReads.query<{ found: boolean }>(
+  const [row] = await staleFor(sources, filters).query<{ found: boolean }>(
     `SELECT EXISTS (SELECT 1 FROM "Account" WHERE ${filters.where}${keysetCondition(probe, position, op)}) AS found`,
     probe,
   );
@@ -190,6 +196,7 @@ async function searchPage(
   const { params, limit, order } = page;
   const { columns, sorted } = statement;
   const { parentId } = filters;
+  const reads = staleFor(sources, filters);
   // The lookup reads the matches; the walk reads about (limit + 1) * children / matches rows.
   const read = async (matches: number, children: number) => {
     const lookUp = filters.indexable && matches < ((limit + 1) * children) / matches;
@@ -197,7 +204,7 @@ async function searchPage(
     const text = lookUp
       ? `SELECT ${columns} FROM (SELECT * FROM "Account" WHERE ${filters.where}${keyset} OFFSET 0) AS "Account" ${sorted}`
       : `SELECT ${columns} ${statement.rest}`;
-    return formatted(await sources.staleReads.query<ChildRow>(text, params));
+    return formatted(await reads.query<ChildRow>(text, params));
   };
   const children = async () => (await sources.childCount(parentId)) ?? 0;
   // How many children match, when the search's counts are cached (a search asked again, its
@@ -206,7 +213,7 @@ async function searchPage(
   if (counted !== MISS && counted !== null && counted.total !== null) {
     return counted.total === 0 ? [] : read(counted.total, await children());
   }
-  const walked = await sources.staleReads.query<ChildRow>(
+  const walked = await reads.query<ChildRow>(
     `SELECT ${columns} FROM (SELECT * FROM "Account" WHERE ${filters.unsearched}${keyset} ${registrationOrder(order, SEARCH_WALK_ROWS)}) AS "Account"
      WHERE ${filters.match} ${sorted}`,
     params,
@@ -228,6 +235,7 @@ export async function readCounts(sources: ChildListSources, filters: ChildFilter
   const counted = await sources.cache.through(filters.cacheKey, {
     tags: [cacheTags.children(parentId)],
     read: (query) => queryCounts(filters, now, query),
+    via: filters.match !== undefined ? sources.search?.primary : undefined,
     share: true,
     usable: (hit) => now >= hit.computedAt && now < hit.validUntil,
     amend: filters.filtered ? undefined : countFirstLogin,

@@ -33,10 +33,20 @@ export interface Database {
   dump?(file: string): Promise<void>;
   /** Opens the database's committed changes, for the caches (see `capture/`). */
   changeFeed(options?: ChangeFeedOptions): ChangeFeed;
+  /**
+   * Reads held to a time bound of their own (the child list's searches): on PostgreSQL a pool of
+   * `poolSize` connections whose `statement_timeout` is `timeoutMs`, so the server stops a
+   * statement at the bound and the connection is free again; on the embedded database, which
+   * enforces no `statement_timeout`, the one connection with the client giving up at the bound.
+   */
+  boundedReads(options: { timeoutMs: number; poolSize: number }): BoundedReads;
   /** Embedded mode: where its socket is, for another client of the same database (`psql`, tests). */
   readonly socket?: { host: string; port: number };
   close(): Promise<void>;
 }
+
+/** Statements under a time bound of their own, on connections of their own (see `Database.boundedReads`). */
+export type BoundedReads = Pick<SqlDriver, 'query'> & { close(): Promise<void> };
 
 export type ChangeFeedOptions = {
   onStateChange?: (live: boolean, error?: unknown) => void;
@@ -271,6 +281,19 @@ function openPool(options: PoolOptions): Database {
             decodeFrom: feedOptions.decodeUrl ? { connectionString: feedOptions.decodeUrl } : undefined,
           }),
     sql,
+    boundedReads: ({ timeoutMs, poolSize }) => {
+      if (embedded) return { query: onClient(pool, timeoutMs).query, close: async () => {} };
+      const bounded = new pg.Pool({
+        ...options.connection,
+        max: poolSize,
+        connectionTimeoutMillis: connectTimeoutMs,
+        statement_timeout: timeoutMs,
+        query_timeout: timeoutMs + CLIENT_TIMEOUT_MARGIN_MS,
+        idleTimeoutMillis: 30_000,
+      });
+      bounded.on('error', () => {});
+      return { query: async (text, params) => (await bounded.query(text, params)).rows, close: () => bounded.end().catch(() => {}) };
+    },
     close: async () => {
       await prisma.$disconnect();
       await pool.end();

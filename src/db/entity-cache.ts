@@ -63,12 +63,16 @@ export type CachedRead<V, Stored = V> = CachedLookup<V, Stored> & {
   share?: boolean;
   /** Kept through the changes it can follow (see `Amend`), rather than dropped and read again. */
   amend?: Amend<Stored>;
+  /** Only for one value under its whole key (`through`): where its statements go. */
+  via?: Pick<SqlDriver, 'query'>;
 };
 
 /** One value under its whole key: `through`'s declaration (its tags may depend on the value read). */
 export type CachedValue<V> = Omit<CachedRead<V>, 'namespace' | 'tags' | 'load' | 'form'> & {
   tags: readonly string[] | ((value: V) => readonly string[]);
   read: (query: SnapshotQuery) => Promise<V>;
+  /** Where `read`'s statements go, when not the cache's own connection (a search's bounded reads). */
+  via?: Pick<SqlDriver, 'query'>;
 };
 
 /** About the least an entry is estimated at (a verified token's): what sizes the frequency sketch. */
@@ -329,7 +333,7 @@ export class EntityCache {
    * runs share that read. `reads`: the request's record of what it read, hits and misses alike.
    */
   async throughMany<V, Stored = V>(declared: CachedRead<V, Stored>, keys: readonly string[], reads?: ReadSet): Promise<(V | null)[]> {
-    const { namespace, load, tags, form, share, amend } = declared;
+    const { namespace, load, tags, form, share, amend, via } = declared;
     // With `reads`, each value is recorded with what it is current as of: a hit as of now (it was
     // not dropped) and its snapshot, a read as of its ticket and its snapshot, a shared read as of
     // this call (it is at least that current, see `join`).
@@ -342,7 +346,7 @@ export class EntityCache {
     });
     const misses = keys.filter((_, i) => results[i] === undefined);
     if (misses.length === 0) return results as (V | null)[];
-    const read = namespace === '' ? (keysRead: string[]) => this.readNow(load, keysRead) : (keysRead: string[]) => this.batched(namespace, load, keysRead);
+    const read = namespace === '' ? (keysRead: string[]) => this.readNow(load, keysRead, via) : (keysRead: string[]) => this.batched(namespace, load, keysRead);
     const store = (key: string, value: V | null, ticket: CacheTicket, seen: Snapshot | undefined) => {
       const held = keyIn(namespace, key);
       // Nothing more is done for a value the cache will not keep (no packing, no size, no tags).
@@ -391,8 +395,8 @@ export class EntityCache {
   }
 
   /** One read of `keys`, with the snapshot its statement saw. */
-  private async readNow<V>(load: CachedRead<V, unknown>['load'], keys: string[]): Promise<{ rows: Map<string, V>; seen: Snapshot | undefined }> {
-    const { query, seen } = snapshotQuery(this.sql);
+  private async readNow<V>(load: CachedRead<V, unknown>['load'], keys: string[], via?: Pick<SqlDriver, 'query'>): Promise<{ rows: Map<string, V>; seen: Snapshot | undefined }> {
+    const { query, seen } = snapshotQuery(via ?? this.sql);
     const rows = await load(keys, query);
     return { rows, seen: seen() };
   }
@@ -440,7 +444,7 @@ export class EntityCache {
     const held = this.hit<V>(lookup, key, reads);
     if (held !== MISS) return Promise.resolve(held as V);
     const load = async (_misses: string[], query: SnapshotQuery) => new Map([[key, await read(query)]]);
-    return this.throughMany<V>({ ...lookup, load, share: declared.share, amend: declared.amend }, [key], reads).then(([value]) => value as V);
+    return this.throughMany<V>({ ...lookup, load, share: declared.share, amend: declared.amend, via: declared.via }, [key], reads).then(([value]) => value as V);
   }
 
   /**

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { redactUrl } from './database.js';
+import { redactUrl, type BoundedReads } from './database.js';
 
 /*
  * PostgreSQL streaming replicas for the reads that tolerate bounded staleness
@@ -19,7 +19,7 @@ import { redactUrl } from './database.js';
 
 export type ReplicaState = { name: string; usable: boolean; lagMs: number | undefined; problem?: string };
 
-type Member = { name: string; pool: pg.Pool; usable: boolean; lagMs: number | undefined; problem?: string };
+type Member = { name: string; url: string; pool: pg.Pool; usable: boolean; lagMs: number | undefined; problem?: string };
 
 export type ReadQuery = { query<T extends Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]> };
 
@@ -54,7 +54,7 @@ export class Replicas {
         application_name: 'credits-read-api-replica-reads',
       });
       pool.on('error', () => {});
-      return { name: redactUrl(url), pool, usable: false, lagMs: undefined, problem: 'not checked yet' };
+      return { name: redactUrl(url), url, pool, usable: false, lagMs: undefined, problem: 'not checked yet' };
     });
   }
 
@@ -72,27 +72,66 @@ export class Replicas {
   }
 
   /** A reader for reads that tolerate REPLICA_MAX_LAG_MS of staleness: a usable replica, else the primary. */
-  readonly reader: ReadQuery = {
-    query: async <T extends Record<string, unknown>>(text: string, params: unknown[] = []): Promise<T[]> => {
-      const usable = this.members.filter((member) => member.usable);
-      if (usable.length > 0) {
-        const member = usable[this.turn++ % usable.length]!;
-        try {
-          const rows = (await member.pool.query<T>(text, params)).rows;
-          this.reads.replica += 1;
-          return rows;
-        } catch (error) {
-          // A query the replica refused for its own reasons (a conflict with replay, a lost
-          // connection) is read again on the primary; the replica waits for its next check.
-          if ((error as { code?: string }).code?.startsWith('22')) throw error;
-          member.usable = false;
-          member.problem = (error as Error).message;
+  readonly reader: ReadQuery = this.readerOver(
+    (member) => member.pool,
+    async (text, params) => (await this.primary.query(text, params)).rows,
+  );
+
+  /**
+   * `reader` for statements under a time bound of their own (the child list's searches): on each
+   * replica a pool of `poolSize` connections with that `statement_timeout`, else `primary`.
+   */
+  boundedReader(options: { timeoutMs: number; poolSize: number }, primary: BoundedReads): BoundedReads {
+    const pools = new Map(
+      this.members.map((member) => {
+        const pool = new pg.Pool({
+          connectionString: member.url,
+          max: options.poolSize,
+          connectionTimeoutMillis: this.options.connectTimeoutMs,
+          statement_timeout: options.timeoutMs,
+          query_timeout: options.timeoutMs + 1000,
+          idleTimeoutMillis: 30_000,
+          application_name: 'credits-read-api-replica-searches',
+        });
+        pool.on('error', () => {});
+        return [member, pool] as const;
+      }),
+    );
+    return {
+      query: this.readerOver((member) => pools.get(member)!, primary.query).query,
+      close: async () => {
+        await Promise.all([...pools.values()].map((pool) => pool.end().catch(() => {})));
+      },
+    };
+  }
+
+  /** Reads on a usable replica (its pool as `poolOf` says), else with `onPrimary`. */
+  private readerOver(poolOf: (member: Member) => pg.Pool, onPrimary: <T extends Record<string, unknown>>(text: string, params: unknown[]) => Promise<T[]>): ReadQuery {
+    return {
+      query: async <T extends Record<string, unknown>>(text: string, params: unknown[] = []): Promise<T[]> => {
+        const usable = this.members.filter((member) => member.usable);
+        if (usable.length > 0) {
+          const member = usable[this.turn++ % usable.length]!;
+          try {
+            const rows = (await poolOf(member).query<T>(text, params)).rows;
+            this.reads.replica += 1;
+            return rows;
+          } catch (error) {
+            // A statement past its time bound (57014) would be as long on the primary, and input
+            // the server refused (22xxx) as invalid: both are the caller's. A query the replica
+            // refused for its own reasons (a conflict with replay, a lost connection) is read again
+            // on the primary; the replica waits for its next check.
+            const code = (error as { code?: string }).code;
+            if (code?.startsWith('22') || code === '57014') throw error;
+            member.usable = false;
+            member.problem = (error as Error).message;
+          }
         }
-      }
-      this.reads.primary += 1;
-      return (await this.primary.query<T>(text, params)).rows;
-    },
-  };
+        this.reads.primary += 1;
+        return onPrimary<T>(text, params);
+      },
+    };
+  }
 
   private async check(): Promise<void> {
     const now = Date.now();

@@ -97,6 +97,7 @@ export function createApp(built: Dependencies): App {
     documents: () => pipeline.documents,
     registrations: () => persisted.registered.stats,
     requestsInFlight: () => inFlight,
+    searches: () => deps.searches,
     liveSubscriptions: () => deps.live?.open ?? 0,
     livePushes: () => deps.live?.pushes ?? 0,
     liveComputations: () => deps.live?.computations ?? 0,

@@ -23,6 +23,8 @@ export type MetricSources = {
   rateLimitStoreUp?: () => boolean;
   /** Requests begun (head received) and not yet answered. */
   requestsInFlight: () => number;
+  /** The child list's searches: running now, refused at a bound, stopped past their time. */
+  searches?: () => { inFlight: number; stats: { refused: number; timedOut: number } };
   /** Open live-update subscriptions, and the answers pushed to them so far. */
   liveSubscriptions: () => number;
   livePushes: () => number;
@@ -262,6 +264,12 @@ export function createMetrics(): Metrics {
     mirrored('api_live_pushes_total', 'Answers pushed to live-update subscriptions.', sources.livePushes);
     mirrored('api_live_computations_total', 'Answers computed for live-update subscriptions after a change that concerns them (pushed, or equal to the last and not sent).', sources.liveComputations);
     gauge('api_exports_running', 'Child-list exports being streamed by this instance.', sources.exportsRunning);
+    const searches = sources.searches;
+    if (searches) {
+      gauge('api_search_statements_in_flight', 'Child-list search statements running now (at most SEARCH_MAX_CONCURRENT).', () => searches().inFlight);
+      mirrored('api_search_refused_total', 'Search statements refused 503: SEARCH_MAX_CONCURRENT or SEARCH_MAX_PER_ORGANIZATION were running.', () => searches().stats.refused);
+      mirrored('api_search_timeouts_total', 'Search statements stopped at SEARCH_TIMEOUT_MS (answered 503).', () => searches().stats.timedOut);
+    }
     gauge('api_http_requests_in_flight', 'Requests whose head was received and whose answer is not finished (this scrape included).', sources.requestsInFlight);
     mirrored('api_log_lines_dropped_total', 'Log lines lost because the log destination (stderr) failed.', sources.droppedLogLines);
     if (tracingActive()) {

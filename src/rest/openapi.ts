@@ -164,7 +164,13 @@ const operations: Record<string, ZodOpenApiOperationObject> = {
       '401': parentOnlyUnauthorized,
       '403': forbidden,
       '404': userNotFound,
-      ...common(),
+      ...common({
+        '503': errorResponse(
+          'The database is unreachable or too slow; or, with `search`, the search ran past `SEARCH_TIMEOUT_MS` or more of this organization\'s (or this server\'s) searches are running than the server allows at once. With `Retry-After` for the search\'s refusals.',
+          ['SERVICE_UNAVAILABLE'],
+          { 'Retry-After': retryAfter },
+        ),
+      }),
     },
   },
   '/parent/credit-analysis': {

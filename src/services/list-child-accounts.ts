@@ -140,6 +140,7 @@ export async function listChildAccounts(
     cache: context.cache,
     staleReads: context.staleReads,
     childCount: (id) => context.loaders.childCountByParentId.load(id),
+    search: search === undefined ? undefined : context.searchesOf(parentId),
   };
   const rows = await readPage(sources, filters, { after, before, backwards, limit });
   const more = rows.length > limit;

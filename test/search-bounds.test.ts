@@ -1,0 +1,102 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
+import { expectError, metricValue, rest, startServer, type TestServer } from './helpers/app.js';
+import { testMode, useTestDatabase } from './helpers/database.js';
+
+/*
+ * No organization's searches hold the database for the others: a search statement stops at
+ * SEARCH_TIMEOUT_MS, and no more than SEARCH_MAX_PER_ORGANIZATION of one organization's (and
+ * SEARCH_MAX_CONCURRENT of the instance's) run at once. Past either, the caller is answered 503
+ * SERVICE_UNAVAILABLE with Retry-After at once, in the error envelope; nothing waits.
+ */
+
+const CHILDREN = 30_000;
+const CHILD_LIST = '/auth/child-accounts';
+
+describe(`searches are bounded in time and in number (${testMode})`, () => {
+  const database = useTestDatabase();
+  let large: BuiltOrganization;
+  let small: BuiltOrganization;
+  let largeToken: string;
+  let smallToken: string;
+  const servers: TestServer[] = [];
+  const start = async (env: Record<string, string>) => {
+    const server = await startServer(database(), { env });
+    servers.push(server);
+    return server;
+  };
+
+  beforeAll(async () => {
+    large = await createOrganization(database());
+    small = await createOrganization(database());
+    largeToken = await tokenFor(large.parent, large);
+    smallToken = await tokenFor(small.parent, small);
+    // A term of two letters that no child has walks all of them: the trigram indexes need three.
+    await database().sql.query(
+      `INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey", "createdAt")
+       SELECT 'USR_sb' || i, 'child', $1, 'member' || i, 'm' || i || '@bounds.example', 'APK_sb' || i, now() - i * interval '1 minute'
+       FROM generate_series(1, ${CHILDREN}) i`,
+      [large.parent.id],
+    );
+    await database().sql.exec('ANALYZE "Account"');
+  }, 120_000);
+  afterAll(async () => {
+    for (const server of servers) await server.close();
+  });
+
+  it('a search past SEARCH_TIMEOUT_MS is answered 503 with Retry-After, over REST and GraphQL; lists without a search are not held to it', async () => {
+    const server = await start({ SEARCH_TIMEOUT_MS: '1' });
+    const refused = await rest(server, `${CHILD_LIST}?search=zq`, { token: largeToken });
+    expectError(refused, 503, 'SERVICE_UNAVAILABLE');
+    expect(refused.headers.get('retry-after')).toBe('1');
+    expect(refused.body.error.message).toMatch(/longer search term or a date range/);
+    expect(refused.text).not.toMatch(/ILIKE|SELECT|statement/i);
+
+    const graphql = await server.graphql<{ childAccounts: unknown }>('{ childAccounts(search: "qz") { stats { total } } }', { token: largeToken });
+    expect(graphql.errors?.[0]?.extensions).toEqual({ code: 'SERVICE_UNAVAILABLE', retryAfterSeconds: 1 });
+
+    // The unsearched list and the caller's profile are other statements, on other connections.
+    const unsearched = await rest(server, `${CHILD_LIST}?limit=5`, { token: largeToken });
+    expect(unsearched.status).toBe(200);
+    expect(unsearched.body.data.data.stats.total).toBe(CHILDREN);
+    expect((await rest(server, '/auth/user-profile', { token: largeToken })).status).toBe(200);
+    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    expect(metricValue(metrics, 'api_search_timeouts_total')).toBeGreaterThanOrEqual(2);
+  }, 60_000);
+
+  it.runIf(testMode === 'postgres')('PostgreSQL stops the statement at the bound: nothing of it still runs when the 503 is sent', async () => {
+    const server = await start({ SEARCH_TIMEOUT_MS: '20' });
+    for (const term of ['xq', 'qx', 'zx']) {
+      const refused = await rest(server, `${CHILD_LIST}?search=${term}`, { token: largeToken });
+      expectError(refused, 503, 'SERVICE_UNAVAILABLE');
+      const [running] = await database().sql.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid() AND query LIKE '%ILIKE%'`,
+      );
+      expect(running!.n).toBe(0);
+    }
+  }, 60_000);
+
+  it('no more than SEARCH_MAX_PER_ORGANIZATION of one organization run at once: the rest are refused at once, and another organization still searches', async () => {
+    const server = await start({ SEARCH_MAX_PER_ORGANIZATION: '1', SEARCH_MAX_CONCURRENT: '2', SEARCH_TIMEOUT_MS: '30000' });
+    // Distinct rare terms: no two share a read in flight.
+    const terms = ['qa', 'qb', 'qc', 'qd', 'qe', 'qf', 'qg', 'qh'];
+    const [answers, other] = await Promise.all([
+      Promise.all(terms.map((term) => rest(server, `${CHILD_LIST}?search=${term}`, { token: largeToken }))),
+      rest(server, `${CHILD_LIST}?search=zz`, { token: smallToken }),
+    ]);
+    const refused = answers.filter((answer) => answer.status === 503);
+    expect(refused.length).toBeGreaterThan(0);
+    expect(answers.filter((answer) => answer.status === 200).length).toBeGreaterThan(0);
+    for (const answer of refused) {
+      expectError(answer, 503, 'SERVICE_UNAVAILABLE');
+      expect(answer.headers.get('retry-after')).toBe('1');
+    }
+    expect(answers.every((answer) => answer.status === 200 || answer.status === 503)).toBe(true);
+    expect(other.status).toBe(200);
+    // Once they are over, the organization searches again.
+    expect((await rest(server, `${CHILD_LIST}?search=qa`, { token: largeToken })).status).toBe(200);
+    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    expect(metricValue(metrics, 'api_search_refused_total')).toBe(refused.length);
+    expect(metricValue(metrics, 'api_search_statements_in_flight')).toBe(0);
+  }, 60_000);
+});
