@@ -112,6 +112,19 @@ describe(`migrations (${testMode})`, () => {
     if (testMode === 'postgres') expect(limit!.statement_timeout).not.toBe('0');
   });
 
+  it('an index built CONCURRENTLY runs outside a transaction and is valid; a failed one leaves no index behind and blocks later runs', async () => {
+    const database = await emptyDatabase();
+    await migrate(database.sql);
+    const valid = (name: string) => database.sql.query<{ valid: boolean }>(`SELECT i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = $1`, [name]);
+    expect(await valid('Account_parentId_search_grams_idx')).toEqual([{ valid: true }]);
+    await database.sql.query(`INSERT INTO "Account" (id, type, username, email, "publicKey") VALUES ('USR_d1', 'parent', 'same', 'd1@example.com', 'APK_d1'), ('USR_d2', 'parent', 'same', 'd2@example.com', 'APK_d2')`);
+    // Two accounts share the username: the unique index fails after PostgreSQL has created it, invalid.
+    const unique = { name: '29990101000000_unique', script: '-- a comment\nCREATE UNIQUE INDEX CONCURRENTLY "Account_username_once" ON "Account"(username);\n', checksum: 'u'.repeat(64) };
+    await expect(migrate(database.sql, [...readMigrations(), unique])).rejects.toThrow(/29990101000000_unique failed/);
+    expect(await valid('Account_username_once')).toEqual([]);
+    await expect(migrate(database.sql, readMigrations())).rejects.toBeInstanceOf(MigrationError);
+  });
+
   it('reports a migration file changed after it was applied', async () => {
     const database = await emptyDatabase();
     await migrate(database.sql);

@@ -18,6 +18,8 @@ export const DEFAULT_LOCK_TIMEOUT_MS = 10 * 60_000;
 
 /** The advisory lock id Prisma Migrate takes, so that Prisma and this migrator exclude each other. */
 const MIGRATION_LOCK_ID = 72707369;
+/** How often an instance waiting for another's migrations asks for the lock again. */
+const LOCK_POLL_MS = 100;
 
 const BOOKKEEPING_TABLE = `
 CREATE TABLE IF NOT EXISTS "_prisma_migrations" (
@@ -84,18 +86,21 @@ export async function migrate(
   // A session of its own: neither the wait for the lock nor a long migration is bounded by the
   // requests' time limits; the wait has its own bound (MIGRATION_LOCK_TIMEOUT_MS).
   return sql.withSession(async (connection) => {
-    await connection.exec(`SET statement_timeout = 0; SET lock_timeout = ${Math.max(1, Math.floor(lockTimeoutMs))}`);
-    try {
-      await connection.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_ID]);
-    } catch (error) {
-      if ((error as { code?: unknown }).code === '55P03') {
+    await connection.exec('SET statement_timeout = 0; SET lock_timeout = 0');
+    // Asked again and again rather than waited for in one statement: a session waiting inside a
+    // statement holds a snapshot, which an index built CONCURRENTLY by the instance holding the
+    // lock waits for (PostgreSQL then ends one of the two as a deadlock).
+    const deadline = Date.now() + lockTimeoutMs;
+    for (;;) {
+      const [row] = await connection.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1) AS locked', [MIGRATION_LOCK_ID]);
+      if (row?.locked) break;
+      if (Date.now() >= deadline) {
         throw new MigrationError(
           `another instance held the migration lock for more than ${Math.round(lockTimeoutMs / 1000)} s (MIGRATION_LOCK_TIMEOUT_MS): is a migration still running?`,
         );
       }
-      throw error;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(LOCK_POLL_MS, Math.max(1, deadline - Date.now()))));
     }
-    await connection.exec('SET lock_timeout = 0');
     try {
       return await applyPending(connection, migrations);
     } finally {
@@ -142,8 +147,25 @@ async function applyPending(
   return report;
 }
 
+/**
+ * A migration that is one `CREATE INDEX CONCURRENTLY` (its name quoted) and nothing else: an index
+ * built without blocking writes, which PostgreSQL refuses inside a transaction.
+ */
+function concurrentIndex(script: string): string | undefined {
+  const statements = script
+    .split('\n')
+    .filter((line) => !line.trim().startsWith('--'))
+    .join('\n')
+    .trim()
+    .replace(/;$/, '');
+  if (statements.includes(';')) return undefined;
+  return /^CREATE\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+"([^"]+)"/i.exec(statements)?.[1];
+}
+
 async function applyOne(connection: SqlConnection, migration: LocalMigration): Promise<void> {
   const id = randomUUID();
+  const index = concurrentIndex(migration.script);
+  if (index !== undefined) return applyConcurrently(connection, migration, id, index);
   try {
     await connection.exec('BEGIN');
     // A migration may rewrite a large table: the pool's per-statement limit, meant for requests,
@@ -158,13 +180,38 @@ async function applyOne(connection: SqlConnection, migration: LocalMigration): P
     await connection.exec('COMMIT');
   } catch (error) {
     await connection.exec('ROLLBACK').catch(() => {});
-    const message = error instanceof Error ? error.message : String(error);
-    // Recorded as Prisma records a failed migration, so that both refuse to go on past it.
-    await connection.query(
-      `INSERT INTO "_prisma_migrations" (id, checksum, migration_name, started_at, logs, applied_steps_count)
-       VALUES ($1, $2, $3, now(), $4, 0)`,
-      [id, migration.checksum, migration.name, message],
-    );
-    throw new MigrationError(`migration ${migration.name} failed: ${message}`);
+    throw await recordFailure(connection, migration, id, error);
   }
+}
+
+/**
+ * `CREATE INDEX CONCURRENTLY` outside a transaction: writes go on while it builds. An invalid
+ * index a failed build leaves behind is dropped, before the build and after a failure, so that a
+ * later run builds it whole.
+ */
+async function applyConcurrently(connection: SqlConnection, migration: LocalMigration, id: string, index: string): Promise<void> {
+  const drop = `DROP INDEX CONCURRENTLY IF EXISTS "${index}"`;
+  try {
+    await connection.exec(drop);
+    await connection.exec(migration.script);
+    await connection.query(
+      `INSERT INTO "_prisma_migrations" (id, checksum, migration_name, started_at, finished_at, applied_steps_count)
+       VALUES ($1, $2, $3, now(), now(), 1)`,
+      [id, migration.checksum, migration.name],
+    );
+  } catch (error) {
+    await connection.exec(drop).catch(() => {});
+    throw await recordFailure(connection, migration, id, error);
+  }
+}
+
+/** Records a failed migration as Prisma records one, so that both refuse to go on past it. */
+async function recordFailure(connection: SqlConnection, migration: LocalMigration, id: string, error: unknown): Promise<MigrationError> {
+  const message = error instanceof Error ? error.message : String(error);
+  await connection.query(
+    `INSERT INTO "_prisma_migrations" (id, checksum, migration_name, started_at, logs, applied_steps_count)
+     VALUES ($1, $2, $3, now(), $4, 0)`,
+    [id, migration.checksum, migration.name, message],
+  );
+  return new MigrationError(`migration ${migration.name} failed: ${message}`);
 }
