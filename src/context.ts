@@ -120,26 +120,18 @@ export function createRequestContext(deps: AppDependencies, source: RequestSourc
   // decisions §3 counts answers, not fields: a GraphQL operation that asks for the organization
   // under fifteen aliases is one retrieval.
   const counted = new Set<string>();
-  const staleReads: ServiceContext['staleReads'] = {
+  // Read around the cache: no announcement would say that what was read changed.
+  const untracked = (source: ReadQuery): ReadQuery => ({
     query: <T extends Record<string, unknown>>(text: string, params?: unknown[]) => {
-      // Read around the cache: no announcement would say that what was read changed.
       reads.untracked = true;
-      return deps.staleReads.query<T>(text, params);
+      return source.query<T>(text, params);
     },
-  };
+  });
   const services: ServiceContext = {
-    staleReads,
+    staleReads: untracked(deps.staleReads),
     searchesOf: (organizationId) => {
       const { stale, primary } = deps.searches.of(organizationId);
-      return {
-        stale: {
-          query: <T extends Record<string, unknown>>(text: string, params?: unknown[]) => {
-            reads.untracked = true;
-            return stale.query<T>(text, params);
-          },
-        },
-        primary,
-      };
+      return { stale: untracked(stale), primary };
     },
     cache,
     loaders,

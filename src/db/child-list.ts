@@ -85,15 +85,15 @@ export function filterSql(parentId: string, search: string | undefined, range: {
     /**
      * `where` as a lookup of the search's matches in an index, its parameters added to
      * `statementParams`: the trigram indexes from three characters, the grams index below. Only
-     * for a search seen to be rare: on a parent whose
-     * children mostly match, PostgreSQL would evaluate the grams of every row (a minute at a
-     * million children), where reading the rows in order finds the page at once.
+     * for a search seen to be rare: on a parent whose children mostly match, PostgreSQL would
+     * evaluate the grams of every row (a minute at a million children), where reading the rows
+     * in order finds the page at once.
      */
     lookupWhere,
     /**
      * The share of the parent's children (within the dates) that the search matches, as the
      * page's read estimated it (undefined: not estimated). Below `LOOKUP_SHARE`, the counts and
-     * the Relay probes of the same request look the matches up too (see `looksUp`).
+     * the Relay probes of the same request look the matches up too (see `countedWhere`).
      */
     share: undefined as number | undefined,
     params,
@@ -264,12 +264,11 @@ async function searchPage(
        WHERE ${filters.match}) AS "Account" ${sorted}`,
     params,
   );
-  const rows = walked.map(({ walkMatches: _matches, walked: _walked, ...row }) => row);
-  const total = await children();
   if (walked.length > limit) {
     filters.share = walked[0]!.walkMatches / walked[0]!.walked;
-    return formatted(rows);
+    return formatted(walked.map(({ walkMatches: _matches, walked: _walked, ...row }) => row));
   }
+  const total = await children();
   return read((Math.max(walked.length, 0.5) / SEARCH_WALK_ROWS) * total, total);
 }
 

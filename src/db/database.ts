@@ -197,25 +197,37 @@ type PoolOptions = {
   flushAnnouncements?: () => Promise<void>;
 };
 
+/**
+ * A pool whose statements PostgreSQL stops at `statementTimeoutMs` (`statement_timeout`). The
+ * server enforces it only while it runs: a server that stops answering (frozen, or a network path
+ * that drops packets) is bounded by the client, a margin later; a query that times out this way
+ * fails with its connection, which the pool then discards. PGlite does not enforce
+ * statement_timeout at all: there the client's bound is the only one.
+ */
+export function boundedPool(
+  connection: pg.PoolConfig,
+  options: { max: number; connectTimeoutMs: number; statementTimeoutMs: number; idleTimeoutMs?: number; applicationName?: string },
+): pg.Pool {
+  const pool = new pg.Pool({
+    ...connection,
+    max: options.max,
+    connectionTimeoutMillis: options.connectTimeoutMs,
+    statement_timeout: options.statementTimeoutMs,
+    query_timeout: options.statementTimeoutMs + CLIENT_TIMEOUT_MARGIN_MS,
+    idleTimeoutMillis: options.idleTimeoutMs ?? 30_000,
+    ...(options.applicationName ? { application_name: options.applicationName } : {}),
+  });
+  // An idle client that loses its server emits here; without a listener the process would exit.
+  pool.on('error', () => {});
+  return pool;
+}
+
 function openPool(options: PoolOptions): Database {
   const statementTimeoutMs = options.statementTimeoutMs ?? 5000;
   const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
   const embedded = options.kind === 'pglite';
-  const pool = new pg.Pool({
-    ...options.connection,
-    max: options.poolSize ?? 10,
-    connectionTimeoutMillis: connectTimeoutMs,
-    statement_timeout: statementTimeoutMs,
-    // The server enforces statement_timeout only while it runs: a server that stops answering
-    // (frozen, or a network path that drops packets) is bounded here, by the client. A query
-    // that times out this way fails with its connection, which the pool then discards. PGlite
-    // does not enforce statement_timeout at all: there this is the only bound.
-    query_timeout: statementTimeoutMs + CLIENT_TIMEOUT_MARGIN_MS,
-    // The embedded database's one connection stays open: its closing is how a lost answer shows.
-    idleTimeoutMillis: embedded ? 0 : 30_000,
-  });
-  // An idle client that loses its server emits here; without a listener the process would exit.
-  pool.on('error', () => {});
+  // The embedded database's one connection stays open: its closing is how a lost answer shows.
+  const pool = boundedPool(options.connection, { max: options.poolSize ?? 10, connectTimeoutMs, statementTimeoutMs, idleTimeoutMs: embedded ? 0 : undefined });
   const { prisma, queries } = createClient(new PrismaPg(pool), options.countQueries);
   const onClient = (client: pg.PoolClient | pg.Pool | pg.Client, queryTimeoutMs?: number): SqlConnection => {
     // `query_timeout` per query overrides the pool's (pg reads it; its typings omit it).
@@ -283,15 +295,7 @@ function openPool(options: PoolOptions): Database {
     sql,
     boundedReads: ({ timeoutMs, poolSize }) => {
       if (embedded) return { query: onClient(pool, timeoutMs).query, close: async () => {} };
-      const bounded = new pg.Pool({
-        ...options.connection,
-        max: poolSize,
-        connectionTimeoutMillis: connectTimeoutMs,
-        statement_timeout: timeoutMs,
-        query_timeout: timeoutMs + CLIENT_TIMEOUT_MARGIN_MS,
-        idleTimeoutMillis: 30_000,
-      });
-      bounded.on('error', () => {});
+      const bounded = boundedPool(options.connection, { max: poolSize, connectTimeoutMs, statementTimeoutMs: timeoutMs });
       return { query: async (text, params) => (await bounded.query(text, params)).rows, close: () => bounded.end().catch(() => {}) };
     },
     close: async () => {

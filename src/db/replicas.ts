@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { redactUrl, type BoundedReads } from './database.js';
+import { boundedPool, redactUrl, type BoundedReads } from './database.js';
 
 /*
  * PostgreSQL streaming replicas for the reads that tolerate bounded staleness
@@ -44,16 +44,10 @@ export class Replicas {
     private readonly options: { maxLagMs: number; statementTimeoutMs: number; connectTimeoutMs: number; poolSize: number; checkEveryMs?: number },
   ) {
     this.members = urls.map((url) => {
-      const pool = new pg.Pool({
-        connectionString: url,
-        max: options.poolSize,
-        connectionTimeoutMillis: options.connectTimeoutMs,
-        statement_timeout: options.statementTimeoutMs,
-        query_timeout: options.statementTimeoutMs + 1000,
-        idleTimeoutMillis: 30_000,
-        application_name: 'credits-read-api-replica-reads',
-      });
-      pool.on('error', () => {});
+      const pool = boundedPool(
+        { connectionString: url },
+        { max: options.poolSize, connectTimeoutMs: options.connectTimeoutMs, statementTimeoutMs: options.statementTimeoutMs, applicationName: 'credits-read-api-replica-reads' },
+      );
       return { name: redactUrl(url), url, pool, usable: false, lagMs: undefined, problem: 'not checked yet' };
     });
   }
@@ -84,16 +78,10 @@ export class Replicas {
   boundedReader(options: { timeoutMs: number; poolSize: number }, primary: BoundedReads): BoundedReads {
     const pools = new Map(
       this.members.map((member) => {
-        const pool = new pg.Pool({
-          connectionString: member.url,
-          max: options.poolSize,
-          connectionTimeoutMillis: this.options.connectTimeoutMs,
-          statement_timeout: options.timeoutMs,
-          query_timeout: options.timeoutMs + 1000,
-          idleTimeoutMillis: 30_000,
-          application_name: 'credits-read-api-replica-searches',
-        });
-        pool.on('error', () => {});
+        const pool = boundedPool(
+          { connectionString: member.url },
+          { max: options.poolSize, connectTimeoutMs: this.options.connectTimeoutMs, statementTimeoutMs: options.timeoutMs, applicationName: 'credits-read-api-replica-searches' },
+        );
         return [member, pool] as const;
       }),
     );

@@ -1,4 +1,4 @@
-import { isDatabaseUnavailable, ServiceUnavailableError } from '../errors.js';
+import { ServiceUnavailableError } from '../errors.js';
 import type { BoundedReads } from './database.js';
 import type { ReadQuery } from './replicas.js';
 import type { SqlDriver } from './sql-driver.js';
@@ -77,7 +77,7 @@ export class Searches {
       return await statement();
     } catch (error) {
       // Past the bound: PostgreSQL cancelled it (57014), or the client gave up on the embedded database.
-      if (isDatabaseUnavailable(error) && timedOut(error)) {
+      if (timedOut(error)) {
         this.stats.timedOut += 1;
         throw new SearchTimeoutError();
       }
