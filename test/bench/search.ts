@@ -1,4 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { mintAccessToken } from '../../src/auth/tokens.js';
@@ -15,6 +17,13 @@ import { freePort, postgresBinDir, startCluster, type Cluster } from '../helpers
  * (`limit=20`, exact stats) of a fixed set of terms, each alone and within last month's
  * registrations: cold (the server's first request of the term) and warm (the next). Prints each
  * term's times over the rounds. Figures, printed, not asserted.
+ *
+ * Then, with `--searchers N` (8; 0: none), the tenants beside them: N more organizations of
+ * `--searcher-children` (100,000) children each, whose parents each search fresh two- and
+ * three-letter terms one after another (waiting out a 503's Retry-After, as a client would), while
+ * `--connections` (50) ask for random children's profiles (`test/bench/load.mjs`) for `--seconds`
+ * (10). In each round the profile rows run alone and with the searchers, in alternating order:
+ * their requests a second with the searchers over without, and the searches' answers and times.
  */
 const argument = (name: string) => {
   const at = process.argv.indexOf(`--${name}`);
@@ -22,6 +31,10 @@ const argument = (name: string) => {
 };
 const childCount = Number(argument('children') ?? 1_000_000);
 const rounds = Number(argument('rounds') ?? 3);
+const searchers = Number(argument('searchers') ?? 8);
+const searcherChildren = Number(argument('searcher-children') ?? 100_000);
+const connections = Number(argument('connections') ?? 50);
+const seconds = Number(argument('seconds') ?? 10);
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
 let cluster: Cluster | undefined;
@@ -45,6 +58,26 @@ try {
     await database.sql.exec('VACUUM ANALYZE');
     console.log(`seeded ${childCount} children in ${((performance.now() - started) / 1000).toFixed(0)} s`);
     largest = { parentId: organization!.parent.userID, n: childCount };
+  }
+  /** The built server as production starts it, on a free port; resolves to its base URL once ready. */
+  async function startServer(): Promise<string> {
+    const port = await freePort();
+    server = spawn(process.execPath, ['--max-semi-space-size=8', path.join(root, 'dist', 'main.js')], {
+      env: { ...process.env, DATABASE_URL: url, NODE_ENV: 'production', PORT: String(port), LOG_LEVEL: 'warn', MIGRATE_ON_START: 'false', RATE_LIMIT_PER_CREDENTIAL: '0', RATE_LIMIT_PER_ADDRESS: '0' },
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    const base = `http://127.0.0.1:${port}`;
+    for (let tries = 0; ; tries++) {
+      const ready = await fetch(`${base}/readyz`).then((r) => r.ok, () => false);
+      if (ready) return base;
+      if (tries > 300) throw new Error('the server did not become ready');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+  async function stopServer(): Promise<void> {
+    server?.kill('SIGTERM');
+    if (server) await new Promise((resolve) => server!.once('exit', resolve));
+    server = undefined;
   }
   const { parentId } = largest;
   const { jwtSecret, parent } = await database.prisma.organization.findUniqueOrThrow({ where: { parentId }, include: { parent: true } });
@@ -70,18 +103,7 @@ try {
   ]);
   const times = new Map<string, { cold: number[]; warm: number[]; total: number }>();
   for (let round = 0; round < rounds; round++) {
-    const port = await freePort();
-    server = spawn(process.execPath, ['--max-semi-space-size=8', path.join(root, 'dist', 'main.js')], {
-      env: { ...process.env, DATABASE_URL: url, NODE_ENV: 'production', PORT: String(port), LOG_LEVEL: 'warn', MIGRATE_ON_START: 'false', RATE_LIMIT_PER_CREDENTIAL: '0', RATE_LIMIT_PER_ADDRESS: '0' },
-      stdio: ['ignore', 'ignore', 'inherit'],
-    });
-    const base = `http://127.0.0.1:${port}`;
-    for (let tries = 0; ; tries++) {
-      const ready = await fetch(`${base}/readyz`).then((r) => r.ok, () => false);
-      if (ready) break;
-      if (tries > 300) throw new Error('the server did not become ready');
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
+    const base = await startServer();
     // The server's own first request (its connections, its code warming up) is not a term's.
     await fetch(`${base}/auth/child-accounts?limit=20`, { headers: { authorization: `Bearer ${token}` } }).then((r) => r.arrayBuffer());
     await fetch(`${base}/auth/child-accounts?limit=20&search=zzzzzz`, { headers: { authorization: `Bearer ${token}` } }).then((r) => r.arrayBuffer());
@@ -97,9 +119,7 @@ try {
       }
       times.set(kind, entry);
     }
-    server.kill('SIGTERM');
-    await new Promise((resolve) => server!.once('exit', resolve));
-    server = undefined;
+    await stopServer();
   }
   const sorted = (values: number[]) => [...values].sort((a, b) => a - b);
   const at = (values: number[], p: number) => sorted(values)[Math.min(values.length - 1, Math.floor(values.length * p))]!;
@@ -108,6 +128,90 @@ try {
   console.log('|---|---|---|---|---|---|');
   for (const [kind, { cold, warm, total }] of times) {
     console.log(`| ${kind} | ${total} | ${at(cold, 0.5).toFixed(0)} | ${at(cold, 0.99).toFixed(0)} | ${at(warm, 0.5).toFixed(1)} | ${at(warm, 0.99).toFixed(1)} |`);
+  }
+  if (searchers > 0) await crowd(parentId, at);
+
+  /** `--searchers`: the profile rows' throughput with N parents searching beside them, and without. */
+  async function crowd(largestParent: string, at: (values: number[], p: number) => number): Promise<void> {
+    const others = await database.sql.query<{ parentId: string }>(
+      `SELECT "parentId" FROM "Account" WHERE "parentId" IS NOT NULL AND "parentId" <> $1 GROUP BY 1 HAVING count(*) >= $2 ORDER BY 1 LIMIT $3`,
+      [largestParent, searcherChildren, searchers],
+    );
+    if (others.length < searchers) {
+      const started = performance.now();
+      const seeded = await seed(database, { organizations: searchers - others.length, childrenPerOrganization: searcherChildren, seed: 11 + others.length, now: new Date() });
+      await database.sql.exec('VACUUM ANALYZE');
+      console.log(`\nseeded ${seeded.length} organizations of ${searcherChildren} children in ${((performance.now() - started) / 1000).toFixed(0)} s`);
+      others.push(...seeded.map((organization) => ({ parentId: organization.parent.userID })));
+    }
+    const signers = new Map<string, { secret: string; kid: string }>();
+    for (const { parentId: id } of [{ parentId: largestParent }, ...others]) {
+      const { jwtSecret, parent } = await database.prisma.organization.findUniqueOrThrow({ where: { parentId: id }, include: { parent: true } });
+      await database.sql.query('UPDATE "Organization" SET "creditBalance" = 1000000000 WHERE "parentId" = $1', [id]);
+      signers.set(id, { secret: jwtSecret, kid: parent.publicKey });
+    }
+    const mint = (parent: string, subject: string) => mintAccessToken({ ...signers.get(parent)!, subject, ttlSeconds: 3600 * 6 });
+    const parentTokens = await Promise.all(others.map(({ parentId: id }) => mint(id, id)));
+    // The profile callers: 100,000 active children drawn at random from every organization.
+    const callers = await database.sql.query<{ id: string; parentId: string }>(
+      `SELECT id, "parentId" FROM "Account" WHERE "parentId" IS NOT NULL AND status = 'active' ORDER BY random() LIMIT 100000`,
+    );
+    const tokensFile = path.join(mkdtempSync(path.join(tmpdir(), 'bench-search-')), 'tokens.txt');
+    writeFileSync(tokensFile, (await Promise.all(callers.map((caller) => mint(caller.parentId, caller.id)))).join('\n'));
+
+    const letters = 'abcdefghijklmnopqrstuvwxyz0123456789';
+    const freshTerm = () => Array.from({ length: 2 + Math.floor(Math.random() * 2) }, () => letters[Math.floor(Math.random() * letters.length)]).join('');
+    const profiles = (base: string) =>
+      new Promise<number>((resolve, reject) => {
+        const load = spawn(process.execPath, [path.join(root, 'test', 'bench', 'load.mjs'), JSON.stringify({ url: `${base}/auth/user-profile`, connections, duration: seconds, tokensFile })], { stdio: ['ignore', 'pipe', 'inherit'] });
+        let out = '';
+        load.stdout.on('data', (chunk: Buffer) => (out += chunk));
+        load.once('exit', (code) => (code === 0 ? resolve((JSON.parse(out) as { requests: { average: number } }).requests.average) : reject(new Error(`load.mjs exited ${code}`))));
+      });
+    const rows: { alone: number; beside: number; statuses: Map<number, number>; times: number[] }[] = [];
+    for (let round = 0; round < rounds; round++) {
+      const base = await startServer();
+      // Every caller once first (the cold pass), so both runs see the same cache.
+      await profiles(base);
+      const statuses = new Map<number, number>();
+      const times: number[] = [];
+      const withSearches = async () => {
+        let running = true;
+        const loops = parentTokens.map(async (token) => {
+          while (running) {
+            const started = performance.now();
+            const response = await fetch(`${base}/auth/child-accounts?limit=20&search=${freshTerm()}`, { headers: { authorization: `Bearer ${token}` } });
+            await response.arrayBuffer();
+            times.push(performance.now() - started);
+            statuses.set(response.status, (statuses.get(response.status) ?? 0) + 1);
+            const retry = Number(response.headers.get('retry-after') ?? 0);
+            if (response.status === 503 && retry > 0) await new Promise((resolve) => setTimeout(resolve, retry * 1000));
+          }
+        });
+        const rate = await profiles(base);
+        running = false;
+        await Promise.all(loops);
+        return rate;
+      };
+      let alone: number;
+      let beside: number;
+      if (round % 2 === 0) {
+        alone = await profiles(base);
+        beside = await withSearches();
+      } else {
+        beside = await withSearches();
+        alone = await profiles(base);
+      }
+      rows.push({ alone, beside, statuses, times });
+      await stopServer();
+    }
+    console.log(`\n${searchers} parents (${searcherChildren} children each) searching fresh 2-3 letter terms while ${connections} connections ask random children's profiles, ${seconds} s`);
+    console.log('| round | profiles alone (req/s) | with the searches | ratio | searches (status: count) | search p50 / p99 ms |');
+    console.log('|---|---|---|---|---|---|');
+    rows.forEach(({ alone, beside, statuses, times }, i) => {
+      const answered = [...statuses].map(([status, count]) => `${status}: ${count}`).join(', ');
+      console.log(`| ${i + 1} | ${alone.toFixed(0)} | ${beside.toFixed(0)} | ${(beside / alone).toFixed(2)} | ${answered} | ${at(times, 0.5).toFixed(0)} / ${at(times, 0.99).toFixed(0)} |`);
+    });
   }
 } finally {
   server?.kill('SIGKILL');
