@@ -94,7 +94,8 @@ const environment = z.object({
   DATABASE_CONNECT_TIMEOUT_MS: withDefault(integer(100, MAX_TIMER_MS), 1500),
   DATABASE_STATEMENT_TIMEOUT_MS: withDefault(integer(100, MAX_TIMER_MS), 5000),
   SEARCH_TIMEOUT_MS: withDefault(integer(1, MAX_TIMER_MS), 1000),
-  SEARCH_MAX_CONCURRENT: withDefault(integer(1, 500), 4),
+  /** One at a time by default: on a database of two cores, more left the other requests half the machine (`src/db/README.md`). */
+  SEARCH_MAX_CONCURRENT: withDefault(integer(1, 500), 1),
   SEARCH_MAX_PER_ORGANIZATION: withDefault(integer(1, 500), 2),
   JWT_ISSUER: optionalString,
   JWT_AUDIENCE: optionalString,
