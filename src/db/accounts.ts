@@ -1,5 +1,6 @@
 import { alertLevel, creditAlerts, type AlertLevel } from '../domain/catalogue.js';
 import type { Account, Prisma, PrismaClient } from '../generated/prisma/client.js';
+import { shared } from './estimate-bytes.js';
 
 /** The Account columns with their SQL types (the bulk insert casts its arrays to them). */
 export const ACCOUNT_COLUMN_TYPES: Record<keyof Prisma.AccountCreateManyInput, string> = {
@@ -137,16 +138,6 @@ const TIMESTAMP_COLUMNS = (Object.keys(ACCOUNT_COLUMN_TYPES) as (keyof AccountRo
  * number, and every cached user holds seven of them: this halves the memory of a cached account.
  */
 export type PackedAccount = Omit<AccountRow, TimestampColumn> & { [K in TimestampColumn]: Date extends AccountRow[K] ? (null extends AccountRow[K] ? number | null : number) : never };
-
-/** Shared copies of the values many rows repeat; bounded, so a flood of parents cannot grow it. */
-const SHARED_STRINGS_MAX = 4096;
-const sharedStrings = new Map<string, string>();
-function shared(value: string): string {
-  const known = sharedStrings.get(value);
-  if (known !== undefined) return known;
-  if (sharedStrings.size < SHARED_STRINGS_MAX) sharedStrings.set(value, value);
-  return value;
-}
 
 export function packAccount(row: AccountRow): PackedAccount {
   const packed = { ...row } as unknown as Record<string, unknown>;

@@ -4,24 +4,44 @@ const OPAQUE_BYTES = 256;
 /** Strings V8 holds at one byte a character (Latin-1 only). */
 const ONE_BYTE = /^[\u0000-\u00ff]*$/;
 
+/** Shared copies of the values many cached rows repeat; bounded, so a flood of parents cannot grow it. */
+const SHARED_STRINGS_MAX = 4096;
+const sharedStrings = new Map<string, string>();
+
 /**
- * An estimate of the heap a cached value holds, from V8's layout on 64 bits: strings at their
- * header plus one byte a character (two outside Latin-1), numbers beyond a small integer at a
- * boxed double, dates at 96, objects and arrays at a header plus a slot per member. Rounded up
- * rather than down, so that the configured byte bound is an upper bound in practice (the cache's
- * memory test holds it to the heap measured for cached users).
+ * One copy of `value` for every holder (enum values, a parent's id in each of its children): the
+ * copy is held once, by this table, and `estimateBytes` does not count it again for each holder.
+ * A value past the table's bound is returned as it is, and counted.
+ */
+export function shared(value: string): string {
+  const known = sharedStrings.get(value);
+  if (known !== undefined) return known;
+  if (sharedStrings.size < SHARED_STRINGS_MAX) sharedStrings.set(value, value);
+  return value;
+}
+
+/**
+ * An estimate of the heap a cached value holds beyond the slot that refers to it, from V8's layout
+ * on 64 bits: strings at their header plus one byte a character (two outside Latin-1), nothing for
+ * a string of the shared table (`shared`), numbers beyond a small integer at a boxed double (a
+ * small integer, a boolean or null lives in its slot), dates at 96, objects and arrays at a header
+ * plus a slot per member. Rounded up rather than down, so that the configured byte bound is an
+ * upper bound in practice (`npm run bench:cache-memory` holds it to the heap measured for cached
+ * users).
  */
 export function estimateBytes(value: unknown, depth = 0): number {
   switch (typeof value) {
     case 'string':
+      // A string equal to a shared one is that one wherever `shared` made the value (rows packed
+      // for the cache); anywhere else, an equal copy is a short name or id counted once too few.
+      if (value.length <= 64 && sharedStrings.get(value) !== undefined) return 0;
       return 16 + 8 * Math.ceil((ONE_BYTE.test(value) ? value.length : 2 * value.length) / 8);
     case 'number':
-      return Number.isInteger(value) && Math.abs(value) < 2 ** 31 ? 8 : 16;
-    case 'boolean':
+      return Number.isInteger(value) && Math.abs(value) < 2 ** 30 ? 0 : 16;
     case 'bigint':
-      return 8;
+      return 16;
     case 'object': {
-      if (value === null) return 8;
+      if (value === null) return 0;
       if (value instanceof Date) return 96;
       if (ArrayBuffer.isView(value)) return 64 + value.byteLength;
       if (depth > 6) return OPAQUE_BYTES;
@@ -36,6 +56,7 @@ export function estimateBytes(value: unknown, depth = 0): number {
       return bytes;
     }
     default:
-      return 8;
+      // A boolean, undefined: held in the slot.
+      return 0;
   }
 }
