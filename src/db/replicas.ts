@@ -80,7 +80,7 @@ export class Replicas {
       this.members.map((member) => {
         const pool = boundedPool(
           { connectionString: member.url },
-          { max: options.poolSize, connectTimeoutMs: this.options.connectTimeoutMs, statementTimeoutMs: options.timeoutMs, applicationName: 'credits-read-api-replica-searches' },
+          { max: options.poolSize, connectTimeoutMs: this.options.connectTimeoutMs, statementTimeoutMs: options.timeoutMs, applicationName: 'credits-read-api-replica-searches', searches: true },
         );
         return [member, pool] as const;
       }),
