@@ -48,6 +48,16 @@ export interface Database {
 /** Statements under a time bound of their own, on connections of their own (see `Database.boundedReads`). */
 export type BoundedReads = Pick<SqlDriver, 'query'> & { close(): Promise<void> };
 
+/**
+ * The sessions of bounded reads (`Database.boundedReads`, `Replicas.boundedReader`): the child
+ * list's searches, whose statements all name one parent, which an index of Account always finds.
+ * A sequential scan reads every organization's rows, and the planner, whose estimate of a
+ * substring's matches is rough, took one for a three-letter term 5 % of a million children have:
+ * 0.72 s where the trigram indexes take 0.15. An `options` parameter in the database URL replaces
+ * these (pg takes the URL's over its configuration's).
+ */
+export const BOUNDED_READ_SETTINGS = '-c enable_seqscan=off';
+
 export type ChangeFeedOptions = {
   onStateChange?: (live: boolean, error?: unknown) => void;
   /** One line for the operator about the source chosen (`fallback`: not the replication stream). */
@@ -206,15 +216,19 @@ type PoolOptions = {
  */
 export function boundedPool(
   connection: pg.PoolConfig,
-  options: { max: number; connectTimeoutMs: number; statementTimeoutMs: number; idleTimeoutMs?: number; applicationName?: string; searches?: boolean },
+  options: {
+    max: number;
+    connectTimeoutMs: number;
+    statementTimeoutMs: number;
+    idleTimeoutMs?: number;
+    applicationName?: string;
+    /** Its sessions' settings (`-c name=value`), after the connection's own `options`. */
+    settings?: string;
+  },
 ): pg.Pool {
   const pool = new pg.Pool({
     ...connection,
-    // A search's statements all name one parent, which an index of Account always finds: a
-    // sequential scan reads every organization's rows. The planner, whose estimate of a
-    // substring's matches is rough, took one for a three-letter term 5 % of a million children
-    // have, 0.72 s where the trigram indexes take 0.15.
-    ...(options.searches ? { options: [connection.options, '-c enable_seqscan=off'].filter(Boolean).join(' ') } : {}),
+    ...(options.settings ? { options: [connection.options, options.settings].filter(Boolean).join(' ') } : {}),
     max: options.max,
     connectionTimeoutMillis: options.connectTimeoutMs,
     statement_timeout: options.statementTimeoutMs,
@@ -300,7 +314,7 @@ function openPool(options: PoolOptions): Database {
     sql,
     boundedReads: ({ timeoutMs, poolSize }) => {
       if (embedded) return { query: onClient(pool, timeoutMs).query, close: async () => {} };
-      const bounded = boundedPool(options.connection, { max: poolSize, connectTimeoutMs, statementTimeoutMs: timeoutMs, searches: true });
+      const bounded = boundedPool(options.connection, { max: poolSize, connectTimeoutMs, statementTimeoutMs: timeoutMs, settings: BOUNDED_READ_SETTINGS });
       return { query: async (text, params) => (await bounded.query(text, params)).rows, close: () => bounded.end().catch(() => {}) };
     },
     close: async () => {

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { boundedPool, redactUrl, type BoundedReads } from './database.js';
+import { BOUNDED_READ_SETTINGS, boundedPool, redactUrl, type BoundedReads } from './database.js';
 
 /*
  * PostgreSQL streaming replicas for the reads that tolerate bounded staleness
@@ -80,7 +80,7 @@ export class Replicas {
       this.members.map((member) => {
         const pool = boundedPool(
           { connectionString: member.url },
-          { max: options.poolSize, connectTimeoutMs: this.options.connectTimeoutMs, statementTimeoutMs: options.timeoutMs, applicationName: 'credits-read-api-replica-searches', searches: true },
+          { max: options.poolSize, connectTimeoutMs: this.options.connectTimeoutMs, statementTimeoutMs: options.timeoutMs, applicationName: 'credits-read-api-replica-searches', settings: BOUNDED_READ_SETTINGS },
         );
         return [member, pool] as const;
       }),
