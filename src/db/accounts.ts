@@ -170,3 +170,55 @@ export function unpackAccount(packed: PackedAccount): AccountRow {
     lastResetPasswordRequestAt: dateOrNull(packed.lastResetPasswordRequestAt),
   };
 }
+
+/**
+ * An account row as text for the record ring (`record-ring.ts`): its values in column order
+ * (`READ_ACCOUNT_COLUMNS`), a timestamp as epoch milliseconds. About 300 bytes for a child,
+ * against about 370 of heap as a packed object and its LRU entry's 300 more.
+ */
+export const compactAccount = {
+  encode(row: AccountRow): string {
+    const values: unknown[] = new Array(READ_ACCOUNT_COLUMNS.length);
+    for (let i = 0; i < READ_ACCOUNT_COLUMNS.length; i++) {
+      const value = row[READ_ACCOUNT_COLUMNS[i]!];
+      values[i] = value instanceof Date ? value.getTime() : value;
+    }
+    return JSON.stringify(values);
+  },
+  /**
+   * The row again, built as one object literal (one shape, and faster than a keyed store per
+   * column); a column added to the table and not named here fails the type check, and
+   * `test/record-ring.test.ts` checks the round trip of every column.
+   */
+  decode(text: string): AccountRow {
+    const v = JSON.parse(text) as never[];
+    return {
+      id: v[0]!,
+      type: v[1]!,
+      parentId: v[2]!,
+      username: v[3]!,
+      email: v[4]!,
+      publicKey: v[5]!,
+      status: v[6]!,
+      emailVerified: v[7]!,
+      createdAt: new Date(v[8]!),
+      updatedAt: new Date(v[9]!),
+      lastLogin: dateOrNull(v[10]!),
+      authProvider: v[11]!,
+      lastLoginProvider: v[12]!,
+      providerAId: v[13]!,
+      childSignupCount: v[14]!,
+      signInCount: v[15]!,
+      emailConfirmationCount: v[16]!,
+      providerAAuthCount: v[17]!,
+      providerBAuthCount: v[18]!,
+      providerCAuthCount: v[19]!,
+      providerDAuthCount: v[20]!,
+      lastPasswordChanged: dateOrNull(v[21]!),
+      loginAttempts: v[22]!,
+      lastLoginAttempt: dateOrNull(v[23]!),
+      lockedUntil: dateOrNull(v[24]!),
+      lastResetPasswordRequestAt: dateOrNull(v[25]!),
+    };
+  },
+};

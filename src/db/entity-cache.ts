@@ -6,6 +6,7 @@ import type { SqlDriver } from './sql-driver.js';
 import { estimateBytes } from './estimate-bytes.js';
 import { TagIndex } from './tag-index.js';
 import { FrequencySketch } from './frequency-sketch.js';
+import { RecordRing } from './record-ring.js';
 import { sees, snapshotQuery, type Snapshot, type SnapshotQuery } from './snapshots.js';
 import { ReadSet, type TagRead } from './read-set.js';
 import { droppedBy } from './cache-tags.js';
@@ -37,6 +38,13 @@ export type EntityCacheOptions = {
 /** How a value is held in the cache, when a more compact form than the value itself pays. */
 export type CacheForm<V, Stored> = { pack: (value: V) => Stored; unpack: (stored: Stored) => V };
 
+/**
+ * A value as text, for the record ring (`record-ring.ts`): what a large population is made of
+ * (accounts, verified tokens) is held there as bytes rather than as objects. `decode(encode(v))`
+ * must equal `v`; neither is asked of `null` (no such row), which the ring holds as ''.
+ */
+export type CompactForm<V> = { encode: (value: V) => string; decode: (text: string) => V };
+
 /** How to find a cached thing's values: what `hit` needs of its declaration. */
 export type CachedLookup<V, Stored = V> = {
   /** Prefixed to each key (`<namespace>:<key>`); '' for keys that are whole already. */
@@ -44,6 +52,8 @@ export type CachedLookup<V, Stored = V> = {
   /** The tags of a key's value (a `null` value: no such row). */
   tags: (key: string, value: V | null) => readonly string[];
   form?: CacheForm<V, Stored>;
+  /** Held in the record ring as text rather than as an entry (see `CompactForm`): not amended, dropped. */
+  compact?: CompactForm<V>;
   /** Whether a cached value may still be served (a count past its validity is read again). */
   usable?: (value: V) => boolean;
 };
@@ -85,6 +95,17 @@ const ADMISSION_ROOM_BYTES = 2048;
 const ENTRY_OVERHEAD_BYTES = 112;
 /** The tag index's bytes per tag an entry carries (a member of a set, or a map entry and its tag). */
 const TAG_INDEX_BYTES = 64;
+
+/**
+ * The part of the byte bound the record ring takes, for the values declared `compact` (a large
+ * population's accounts and verified tokens); the entries take the rest (organizations, keys,
+ * balances, counts, pages: few per organization).
+ */
+const RING_SHARE = 0.75;
+/** Below this, no ring: everything is an entry. */
+const RING_MIN_BYTES = 16 * 1024;
+/** Room enough for a record of the usual size (an account's is about 300 bytes): below it, the ring is full. */
+const RING_ROOM_BYTES = 512;
 
 /** The tags of an entry whose only tag is its own key. */
 const NO_TAGS: readonly string[] = [];
@@ -131,6 +152,8 @@ const INVALIDATIONS_REMEMBERED = 10_000;
 export class EntityCache {
   /** Undefined when the cache is turned off (no entries or no bytes allowed). */
   private readonly entries: LRUCache<string, Entry> | undefined;
+  /** The values declared `compact`, as bytes (undefined when the bound is too small for one). */
+  private readonly ring: RecordRing | undefined;
   /** How often keys were asked for lately: whether a new entry may evict the least recently used (`admits`). */
   private readonly sketch: FrequencySketch;
   /** Which keys carry a tag; kept in step with `entries` by its dispose hook. */
@@ -166,11 +189,14 @@ export class EntityCache {
   ) {
     // Sized for the entries the bounds allow (an entry is rarely under 512 estimated bytes).
     this.sketch = new FrequencySketch(Math.min(options.maxEntries, options.maxBytes / SMALL_ENTRY_BYTES));
-    if (options.maxEntries > 0 && options.maxBytes > this.sketch.bytes) {
+    // The sketch's counters take their part of the bound, the ring its share of the rest.
+    const shared = options.maxBytes - this.sketch.bytes;
+    const ringBytes = Math.floor(shared * RING_SHARE);
+    if (options.maxEntries > 0 && shared > 0 && ringBytes >= RING_MIN_BYTES) this.ring = new RecordRing(ringBytes, options.ttlMs);
+    if (options.maxEntries > 0 && shared > 0) {
       this.entries = new LRUCache<string, Entry>({
         max: options.maxEntries,
-        // The sketch's counters take their part of the bound.
-        maxSize: options.maxBytes - this.sketch.bytes,
+        maxSize: this.ring ? shared - ringBytes : shared,
         // Tag strings are not counted: most are shared by many entries (an organization's) or are
         // the entry's own key; an entry's place in the tag index is.
         sizeCalculation: (entry, key) => ENTRY_OVERHEAD_BYTES + estimateBytes(key) + estimateBytes(entry.value) + TAG_INDEX_BYTES * entry.tags.length,
@@ -215,24 +241,37 @@ export class EntityCache {
     };
   }
 
-  /** Entries held now. */
+  /** Entries and records held now. */
   get size(): number {
-    return this.entries?.size ?? 0;
+    return (this.entries?.size ?? 0) + (this.ring?.size ?? 0);
   }
 
-  /** Evicts the least recently used entries until at most `bytes` are held (memory pressure). */
+  /** Evicts the least recently used entries and the oldest records until at most `bytes` are held, in proportion (memory pressure). */
   shrinkTo(bytes: number): void {
-    while (this.entries && this.entries.size > 0 && this.entries.calculatedSize > bytes) this.entries.pop();
+    const held = this.bytes;
+    if (held <= bytes) return;
+    const kept = bytes / held;
+    const entryBytes = (this.entries?.calculatedSize ?? 0) * kept;
+    while (this.entries && this.entries.size > 0 && this.entries.calculatedSize > entryBytes) this.entries.pop();
+    this.ring?.shrinkTo(this.ring.bytes * kept);
   }
 
   /** Estimated bytes held now (never above the configured bound). */
   get bytes(): number {
-    return this.entries?.calculatedSize ?? 0;
+    return (this.entries?.calculatedSize ?? 0) + (this.ring?.bytes ?? 0);
   }
 
-  /** The cached value, wrapped so that a cached `null` (known not to exist) differs from a miss. */
+  /**
+   * The value held under the whole key, as stored (a record's text), wrapped so that a cached
+   * `null` (known not to exist) differs from a miss.
+   */
   get<V>(key: string): { value: V } | undefined {
     if (!this.feed.live || !this.entries) return undefined;
+    const text = this.ring?.get(key);
+    if (text !== undefined) {
+      this.stats.hits += 1;
+      return { value: text as V };
+    }
     const entry = this.entries.get(key);
     if (entry === undefined) {
       this.stats.misses += 1;
@@ -315,6 +354,7 @@ export class EntityCache {
   private lookUp<V, Stored>(lookup: CachedLookup<V, Stored>, key: string, reads: ReadSet | undefined): V | null | typeof MISS {
     if (!this.feed.live || !this.entries) return MISS;
     const held = keyIn(lookup.namespace, key);
+    if (lookup.compact && this.ring) return this.lookUpRecord(lookup, lookup.compact, key, held, reads);
     const entry = this.entries.get(held);
     if (entry === undefined) return MISS;
     this.sketch.increment(held);
@@ -325,6 +365,37 @@ export class EntityCache {
     return value;
   }
 
+  /** `lookUp` of a value held in the ring: current as of now (it was not dropped), without a snapshot. */
+  private lookUpRecord<V, Stored>(lookup: CachedLookup<V, Stored>, compact: CompactForm<V>, key: string, held: string, reads: ReadSet | undefined): V | null | typeof MISS {
+    const hash = RecordRing.hash(held);
+    const text = this.ring!.get(held, hash);
+    if (text === undefined) return MISS;
+    this.sketch.incrementHash(hash);
+    const value = text === '' ? null : compact.decode(text);
+    if (value !== null && lookup.usable && !lookup.usable(value)) return MISS;
+    reads?.add(lookup.tags(key, value), { epoch: this.epoch });
+    return value;
+  }
+
+  /**
+   * Stores a value declared `compact` in the ring, on the terms of `set` (no change it did not see
+   * announced since `ticket`) and of `admits` (once the ring is full, only a key asked for more
+   * often lately than its oldest record's). The tags besides its key go with it.
+   */
+  private storeRecord<V>(ticket: CacheTicket, held: string, value: V | null, compact: CompactForm<V>, tags: readonly string[], seen: Snapshot | undefined): void {
+    const ring = this.ring!;
+    if (!this.feed.live) return;
+    const hash = RecordRing.hash(held);
+    this.sketch.incrementHash(hash);
+    const victim = ring.victim(RING_ROOM_BYTES);
+    if (victim !== undefined && this.sketch.frequencyOfHash(hash) <= this.sketch.frequencyOfHash(victim)) {
+      this.stats.refused += 1;
+      return;
+    }
+    if (!this.unchangedSince(ticket, tags, seen)) return;
+    ring.set(held, value === null ? '' : compact.encode(value), tags.length === 1 && tags[0] === held ? NO_TAGS : tags.filter((tag) => tag !== held), hash);
+  }
+
   /**
    * The read-through every caller uses: `keys` answered from the cache where it holds them, the
    * misses loaded in one `load`, and what was loaded stored with the tags of the rows it came from
@@ -333,7 +404,7 @@ export class EntityCache {
    * runs share that read. `reads`: the request's record of what it read, hits and misses alike.
    */
   async throughMany<V, Stored = V>(declared: CachedRead<V, Stored>, keys: readonly string[], reads?: ReadSet): Promise<(V | null)[]> {
-    const { namespace, load, tags, form, share, amend, via } = declared;
+    const { namespace, load, tags, form, compact, share, amend, via } = declared;
     // With `reads`, each value is recorded with what it is current as of: a hit as of now (it was
     // not dropped) and its snapshot, a read as of its ticket and its snapshot, a shared read as of
     // this call (it is at least that current, see `join`).
@@ -349,6 +420,7 @@ export class EntityCache {
     const read = namespace === '' ? (keysRead: string[]) => this.readNow(load, keysRead, via) : (keysRead: string[]) => this.batched(namespace, load, keysRead);
     const store = (key: string, value: V | null, ticket: CacheTicket, seen: Snapshot | undefined) => {
       const held = keyIn(namespace, key);
+      if (compact && this.ring) return this.storeRecord(ticket, held, value, compact, tags(key, value), seen);
       // Nothing more is done for a value the cache will not keep (no packing, no size, no tags).
       if (!this.admits(held)) return;
       this.set(ticket, held, value !== null && form ? form.pack(value) : value, tags(key, value), seen, amend as Amend<unknown> | undefined);
@@ -435,11 +507,12 @@ export class EntityCache {
 
   /** `throughMany` for one value under its whole key. */
   through<V>(key: string, declared: CachedValue<V>, reads?: ReadSet): Promise<V> {
-    const { tags, read, usable } = declared;
+    const { tags, read, usable, compact } = declared;
     const lookup: CachedLookup<V> = {
       namespace: '',
       tags: typeof tags === 'function' ? (_key, value) => (value === null ? [] : tags(value)) : () => tags,
       usable,
+      compact,
     };
     const held = this.hit<V>(lookup, key, reads);
     if (held !== MISS) return Promise.resolve(held as V);
@@ -517,7 +590,10 @@ export class EntityCache {
       this.invalidatedAt.set(tag, { epoch: this.epoch, version: change.version });
       this.stats.invalidations += 1;
       for (const listener of this.listeners) listener.invalidated(tag);
-      // A tag spelled as a key names that entry (an account's row), the others the entries indexed under it.
+      // A tag spelled as a key names that entry (an account's row), the others the entries indexed
+      // under it; in the ring, the record of that key and every record carrying the tag.
+      this.ring?.delete(tag);
+      this.ring?.invalidate(tag);
       this.dropOrAmend(tag, change, now, amended);
       for (const key of this.byTag.keys(tag)) this.dropOrAmend(key, change, now, amended);
     }
@@ -542,6 +618,7 @@ export class EntityCache {
     this.epoch += 1;
     this.clearedAt = this.epoch;
     this.entries?.clear();
+    this.ring?.clear();
     this.byTag.clear();
     for (const listener of this.listeners) listener.cleared();
   }

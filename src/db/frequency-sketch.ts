@@ -33,7 +33,12 @@ export class FrequencySketch {
 
   /** One more ask for `key`. */
   increment(key: string): void {
-    this.locate(key);
+    this.incrementHash(fnv1a(key));
+  }
+
+  /** `increment` of a key by its FNV-1a hash (what a record ring finds it by). */
+  incrementHash(hash: number): void {
+    this.locate(hash);
     let added = false;
     for (let row = 0; row < 4; row++) {
       const at = this.at[row]!;
@@ -47,7 +52,12 @@ export class FrequencySketch {
 
   /** About how many times `key` was asked for lately (0 to 15). */
   frequency(key: string): number {
-    this.locate(key);
+    return this.frequencyOfHash(fnv1a(key));
+  }
+
+  /** `frequency` of a key by its FNV-1a hash. */
+  frequencyOfHash(hash: number): number {
+    this.locate(hash);
     let least = 15;
     for (let row = 0; row < 4; row++) least = Math.min(least, this.counters[this.at[row]!]!);
     return least;
@@ -63,9 +73,8 @@ export class FrequencySketch {
     this.increments = 0;
   }
 
-  /** Where `key`'s four counters are (`at`): two hashes of it (FNV-1a, and a second mix of it), one a row. */
-  private locate(key: string): void {
-    const h = fnv1a(key);
+  /** Where a key's four counters are (`at`), from its FNV-1a hash and a second mix of it, one a row. */
+  private locate(h: number): void {
     let g = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
     g = Math.imul(g ^ (g >>> 13), 0xc2b2ae35);
     const h1 = h >>> 0;

@@ -3,7 +3,7 @@ import { hmacKey, MIN_SECRET_BYTES, secretKey, verificationKey, type SigningKey 
 import { cacheTags } from './cache-tags.js';
 import { MISS, type CacheReader, type CachedRead } from './entity-cache.js';
 import type { SnapshotQuery } from './snapshots.js';
-import { packAccount, READ_ACCOUNT_COLUMNS, unpackAccount, type AccountRow } from './accounts.js';
+import { compactAccount, packAccount, READ_ACCOUNT_COLUMNS, unpackAccount, type AccountRow } from './accounts.js';
 import type { Organization, PrismaClient } from '../generated/prisma/client.js';
 import type { MonthlyUsageTotals, PackagePurchase } from '../domain/credit-analysis.js';
 
@@ -109,6 +109,8 @@ export class Loaders {
       // Any change to the row announces its id, whatever changed.
       tags: (id) => [cacheTags.account(id)],
       form: accountForm,
+      // Every user's own row: held as bytes, so that a large population fits.
+      compact: compactAccount,
       share: true,
     }));
   }

@@ -1,5 +1,5 @@
 import { hash } from 'node:crypto';
-import type { CacheReader } from './entity-cache.js';
+import type { CacheReader, CompactForm } from './entity-cache.js';
 
 /**
  * The last token a connection sent and its cache key: a client sends one token on a connection,
@@ -33,10 +33,12 @@ export function verifiedOnce<T>(
   token: string,
   memo: TokenMemo | undefined,
   verify: () => Promise<{ verified: T; tags: readonly string[] }>,
+  compact?: CompactForm<T>,
 ): Promise<T> {
   let tags: readonly string[] = [];
   return cache.through(tokenKey(token, memo), {
     tags: () => tags,
+    compact,
     read: async () => {
       const checked = await verify();
       tags = checked.tags;

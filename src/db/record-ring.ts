@@ -1,0 +1,277 @@
+import { fnv1a } from './string-hash.js';
+
+/*
+ * Cached values as bytes in one ring, rather than as objects on the V8 heap: what lets the entity
+ * cache hold the many users of a large population. A user held as objects (an account row and a
+ * verified token, each an LRU entry with its key string, entry object, list slots and map entry)
+ * took about 1 KB of heap; as two records here it takes about a third, and garbage collection
+ * does not walk it.
+ *
+ * Records are written one after the other; when the ring is full the oldest go (first in, first
+ * out), and a record is found by a 32-bit hash of its key, its key compared in full. A record may
+ * carry a set of tags besides its key (a verified token: its organization's key); those sets are
+ * interned, and a tag invalidated makes every record carrying it stale at once (a generation
+ * count), without finding them.
+ */
+
+/** A record's header: hash, length, tag set, its generation, written at, key bytes, then key and value. */
+const HEADER_BYTES = 24;
+const OFFSET = { hash: 0, length: 4, tagSet: 8, generation: 12, writtenAt: 16, keyBytes: 20 } as const;
+/** Key bytes of a padding record (the gap left at the end of the buffer when a record did not fit). */
+const PADDING = 0xffff;
+/** Records start at multiples of 8. */
+const align = (bytes: number) => (bytes + 7) & ~7;
+
+/** The buffer's part of the ring's bytes; the index takes the rest. */
+const BUFFER_SHARE = 0.82;
+
+/** What the index holds per record besides its bytes (a Map entry of two small integers, with its slack). */
+export const RING_INDEX_BYTES = 48;
+
+/** Tags shared by many records (an organization's), interned: invalidating one makes its records stale. */
+type TagSet = { id: number; key: string; tags: readonly string[]; holders: number; generation: number };
+
+export class RecordRing {
+  private readonly buffer: Buffer;
+  /** Key hash → offset of the newest record under it (a hash shared by two keys keeps the newer). */
+  private readonly index = new Map<number, number>();
+  /** Positions grow without end (the offset is the position modulo the capacity). */
+  private writeAt = 0;
+  private readAt = 0;
+  private readonly tagSets = new Map<string, TagSet>();
+  private readonly tagSetsById = new Map<number, TagSet>();
+  private readonly tagSetsByTag = new Map<string, TagSet[]>();
+  private nextTagSet = 1;
+  private readonly born = Date.now();
+
+  /**
+   * `bytes`: what the ring may hold in all: its buffer, its index and its tag sets. `ttlMs`: a
+   * record older than this is not served (a safety net, as the cache's own).
+   */
+  constructor(
+    bytes: number,
+    private readonly ttlMs: number,
+  ) {
+    // The index's part for records of about 230 bytes on average (a user: an account's of about
+    // 330, a verified token's of about 140).
+    const capacity = Math.max(0, Math.floor((bytes * BUFFER_SHARE) / 8) * 8);
+    this.buffer = Buffer.allocUnsafeSlow(capacity);
+    this.maxRecords = Math.floor((bytes - capacity) / RING_INDEX_BYTES);
+  }
+
+  /** Records held at most (what the index's share holds). */
+  readonly maxRecords: number;
+
+  /** Records that may be found now. */
+  get size(): number {
+    return this.index.size;
+  }
+
+  /** Bytes of the buffer in use (live and dead records between the oldest and the newest). */
+  get usedBytes(): number {
+    return this.writeAt - this.readAt;
+  }
+
+  get capacity(): number {
+    return this.buffer.length;
+  }
+
+  /** The hash a key is found by (also what the frequency sketch counts the key under). */
+  static hash(key: string): number {
+    return fnv1a(key);
+  }
+
+  /** The value stored under `key`, unless it is absent, expired, or a tag it carries was invalidated since. */
+  get(key: string, hash = RecordRing.hash(key)): string | undefined {
+    const at = this.index.get(hash);
+    if (at === undefined) return undefined;
+    const buffer = this.buffer;
+    const keyBytes = buffer.readUInt16LE(at + OFFSET.keyBytes);
+    const keyStart = at + HEADER_BYTES;
+    if (!this.keyIs(key, keyStart, keyBytes)) return undefined;
+    if (!this.current(at)) {
+      this.unlink(hash, at);
+      return undefined;
+    }
+    return buffer.toString('utf8', keyStart + keyBytes, at + buffer.readUInt32LE(at + OFFSET.length));
+  }
+
+  /**
+   * The key hash of the record that storing `bytes` more would push out first (the oldest one
+   * held), or undefined while they fit without pushing any out: what admission weighs.
+   */
+  victim(bytes: number): number | undefined {
+    const capacity = this.capacity;
+    // Records no longer found (dropped, replaced) and padding are passed over for good.
+    while (this.readAt < this.writeAt && (this.writeAt + bytes - this.readAt > capacity || this.index.size >= this.maxRecords)) {
+      const oldest = this.readAt % capacity;
+      if (capacity - oldest < HEADER_BYTES) {
+        this.readAt += capacity - oldest;
+        continue;
+      }
+      const hash = this.buffer.readInt32LE(oldest + OFFSET.hash);
+      if (this.buffer.readUInt16LE(oldest + OFFSET.keyBytes) !== PADDING && this.index.get(hash) === oldest) return hash;
+      this.readAt += align(this.buffer.readUInt32LE(oldest + OFFSET.length));
+    }
+    return undefined;
+  }
+
+  /** Bytes held: the buffer's records between the oldest and the newest, and the index. */
+  get bytes(): number {
+    return this.usedBytes + this.index.size * RING_INDEX_BYTES;
+  }
+
+  /** Drops the oldest records until at most `bytes` are held (memory pressure). */
+  shrinkTo(bytes: number): void {
+    while (this.readAt < this.writeAt && this.bytes > bytes) this.dropOldest();
+  }
+
+  /**
+   * Stores `value` under `key` (replacing any record of it), carrying `tags` (besides its key);
+   * the oldest records go to make room. False when it cannot be held at all (larger than the ring).
+   */
+  set(key: string, value: string, tags: readonly string[], hash = RecordRing.hash(key)): boolean {
+    const keyBytes = Buffer.byteLength(key);
+    const length = HEADER_BYTES + keyBytes + Buffer.byteLength(value);
+    const capacity = this.capacity;
+    if (keyBytes >= PADDING || align(length) > capacity || this.maxRecords === 0) return false;
+    this.delete(key, hash);
+    let at = this.writeAt % capacity;
+    if (at + align(length) > capacity) {
+      // The record does not fit before the end: the gap is skipped, a padding record when it has room for one.
+      const gap = capacity - at;
+      this.makeRoom(gap, false);
+      if (gap >= HEADER_BYTES) {
+        this.buffer.writeUInt32LE(gap, at + OFFSET.length);
+        this.buffer.writeUInt16LE(PADDING, at + OFFSET.keyBytes);
+      }
+      this.writeAt += gap;
+      at = 0;
+    }
+    this.makeRoom(align(length), true);
+    const set = tags.length === 0 ? undefined : this.tagSet(tags);
+    const buffer = this.buffer;
+    buffer.writeInt32LE(hash, at + OFFSET.hash);
+    buffer.writeUInt32LE(length, at + OFFSET.length);
+    buffer.writeUInt32LE(set?.id ?? 0, at + OFFSET.tagSet);
+    buffer.writeUInt32LE(set?.generation ?? 0, at + OFFSET.generation);
+    buffer.writeUInt32LE(this.seconds(), at + OFFSET.writtenAt);
+    buffer.writeUInt16LE(keyBytes, at + OFFSET.keyBytes);
+    buffer.write(key, at + HEADER_BYTES, keyBytes, 'utf8');
+    buffer.write(value, at + HEADER_BYTES + keyBytes, 'utf8');
+    this.writeAt += align(length);
+    // A record under the same hash (another key) is replaced: a cache may forget.
+    const before = this.index.get(hash);
+    if (before !== undefined) this.unlink(hash, before);
+    this.index.set(hash, at);
+    if (set) set.holders += 1;
+    return true;
+  }
+
+  /** Drops the record of `key`, if held. */
+  delete(key: string, hash = RecordRing.hash(key)): void {
+    const at = this.index.get(hash);
+    if (at !== undefined && this.keyIs(key, at + HEADER_BYTES, this.buffer.readUInt16LE(at + OFFSET.keyBytes))) this.unlink(hash, at);
+  }
+
+  /** Every record carrying `tag` (in its tag set) is stale from now on. */
+  invalidate(tag: string): void {
+    const sets = this.tagSetsByTag.get(tag);
+    if (sets) for (const set of sets) set.generation = (set.generation + 1) >>> 0;
+  }
+
+  clear(): void {
+    this.index.clear();
+    this.tagSets.clear();
+    this.tagSetsById.clear();
+    this.tagSetsByTag.clear();
+    this.writeAt = 0;
+    this.readAt = 0;
+  }
+
+  /** Advances the oldest position until `bytes` more fit (and, for a record, the index has room). */
+  private makeRoom(bytes: number, record: boolean): void {
+    const capacity = this.capacity;
+    while (this.readAt < this.writeAt && (this.writeAt + bytes - this.readAt > capacity || (record && this.index.size >= this.maxRecords))) this.dropOldest();
+  }
+
+  /** Passes the oldest position over its record (or the gap at the buffer's end), dropping the record if still held. */
+  private dropOldest(): void {
+    const capacity = this.capacity;
+    const at = this.readAt % capacity;
+    if (capacity - at < HEADER_BYTES) {
+      this.readAt += capacity - at;
+      return;
+    }
+    const length = this.buffer.readUInt32LE(at + OFFSET.length);
+    if (this.buffer.readUInt16LE(at + OFFSET.keyBytes) !== PADDING) {
+      const hash = this.buffer.readInt32LE(at + OFFSET.hash);
+      if (this.index.get(hash) === at) this.unlink(hash, at);
+    }
+    this.readAt += align(length);
+  }
+
+  /** Takes the record at `at` out of the index, and out of its tag set's holders. */
+  private unlink(hash: number, at: number): void {
+    this.index.delete(hash);
+    const id = this.buffer.readUInt32LE(at + OFFSET.tagSet);
+    if (id === 0) return;
+    const set = this.tagSetsById.get(id);
+    if (set === undefined || --set.holders > 0) return;
+    this.tagSets.delete(set.key);
+    this.tagSetsById.delete(id);
+    for (const tag of set.tags) {
+      const sets = this.tagSetsByTag.get(tag)!;
+      if (sets.length === 1) this.tagSetsByTag.delete(tag);
+      else sets.splice(sets.indexOf(set), 1);
+    }
+  }
+
+  /** Whether the record at `at` is neither expired nor stale by its tags. */
+  private current(at: number): boolean {
+    if (this.seconds() - this.buffer.readUInt32LE(at + OFFSET.writtenAt) > this.ttlMs / 1000) return false;
+    const id = this.buffer.readUInt32LE(at + OFFSET.tagSet);
+    if (id === 0) return true;
+    return this.tagSetsById.get(id)?.generation === this.buffer.readUInt32LE(at + OFFSET.generation);
+  }
+
+  private tagSet(tags: readonly string[]): TagSet {
+    const key = tags.join('\n');
+    let set = this.tagSets.get(key);
+    if (set === undefined) {
+      while (this.tagSetsById.has(this.nextTagSet)) this.nextTagSet = this.nextTagSet >= 0xfffffffe ? 1 : this.nextTagSet + 1;
+      set = { id: this.nextTagSet, key, tags: [...tags], holders: 0, generation: 0 };
+      this.nextTagSet = this.nextTagSet >= 0xfffffffe ? 1 : this.nextTagSet + 1;
+      this.tagSets.set(key, set);
+      this.tagSetsById.set(set.id, set);
+      for (const tag of set.tags) {
+        const sets = this.tagSetsByTag.get(tag);
+        if (sets) sets.push(set);
+        else this.tagSetsByTag.set(tag, [set]);
+      }
+    }
+    return set;
+  }
+
+  /** Whether the key bytes at `start` spell `key`. */
+  private keyIs(key: string, start: number, bytes: number): boolean {
+    const buffer = this.buffer;
+    if (bytes === key.length) {
+      let ascii = true;
+      for (let i = 0; i < bytes; i++) {
+        const code = key.charCodeAt(i);
+        if (code >= 0x80) {
+          ascii = false;
+          break;
+        }
+        if (buffer[start + i] !== code) return false;
+      }
+      if (ascii) return true;
+    }
+    return buffer.toString('utf8', start, start + bytes) === key && Buffer.byteLength(key) === bytes;
+  }
+
+  private seconds(): number {
+    return Math.floor((Date.now() - this.born) / 1000);
+  }
+}

@@ -1,0 +1,222 @@
+import { describe, expect, it, vi } from 'vitest';
+import { RecordRing, RING_INDEX_BYTES } from '../src/db/record-ring.js';
+import { compactAccount, READ_ACCOUNT_COLUMNS, type AccountRow } from '../src/db/accounts.js';
+import { EntityCache, type CompactForm } from '../src/db/entity-cache.js';
+import { ManualFeed } from './helpers/manual-feed.js';
+
+/*
+ * The record ring (src/db/record-ring.ts): cached values as bytes in one buffer. Whatever it
+ * forgets, it never answers a key with another key's value, with a value replaced or dropped
+ * since, or with one whose tags were invalidated since; and it stays within its bytes.
+ */
+
+/** A deterministic generator, so that a failure is found again. */
+function random(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
+    return state / 2 ** 32;
+  };
+}
+
+describe('the record ring', () => {
+  it('answers what was stored, by its whole key, and drops it on request', () => {
+    const ring = new RecordRing(64 * 1024, 60_000);
+    expect(ring.set('account:USR_a', '["a"]', [])).toBe(true);
+    expect(ring.set('account:USR_é', 'ünïcode ✓', [])).toBe(true);
+    expect(ring.get('account:USR_a')).toBe('["a"]');
+    expect(ring.get('account:USR_é')).toBe('ünïcode ✓');
+    expect(ring.get('account:USR_b')).toBeUndefined();
+    ring.set('account:USR_a', '["a2"]', []);
+    expect(ring.get('account:USR_a')).toBe('["a2"]');
+    expect(ring.size).toBe(2);
+    ring.delete('account:USR_a');
+    expect(ring.get('account:USR_a')).toBeUndefined();
+    ring.clear();
+    expect(ring.get('account:USR_é')).toBeUndefined();
+    expect(ring.size).toBe(0);
+  });
+
+  it('never answers a key with the value of another key of the same hash', () => {
+    const ring = new RecordRing(64 * 1024, 60_000);
+    const hash = 12345;
+    ring.set('token:first', 'one', [], hash);
+    // Same hash, other key: the newer record replaces the older one in the index.
+    ring.set('token:second', 'two', [], hash);
+    expect(ring.get('token:first', hash)).toBeUndefined();
+    expect(ring.get('token:second', hash)).toBe('two');
+    // A key whose bytes are a prefix of the stored one's is not it.
+    expect(ring.get('token:secon', hash)).toBeUndefined();
+  });
+
+  it("makes a record stale when a tag of its set is invalidated, and only that set's records", () => {
+    const ring = new RecordRing(64 * 1024, 60_000);
+    ring.set('token:a', 'A', ['identity:P1', 'organizationSettings:P1']);
+    ring.set('token:b', 'B', ['identity:P1', 'organizationSettings:P1']);
+    ring.set('token:c', 'C', ['identity:P2', 'organizationSettings:P2']);
+    ring.invalidate('organizationSettings:P1');
+    expect(ring.get('token:a')).toBeUndefined();
+    expect(ring.get('token:b')).toBeUndefined();
+    expect(ring.get('token:c')).toBe('C');
+    // Stored again after the invalidation: current.
+    ring.set('token:a', 'A2', ['identity:P1', 'organizationSettings:P1']);
+    expect(ring.get('token:a')).toBe('A2');
+    ring.invalidate('unrelated:tag');
+    expect(ring.get('token:a')).toBe('A2');
+  });
+
+  it('does not serve a record older than its time to live', () => {
+    vi.useFakeTimers({ now: 1_000_000 });
+    try {
+      const ring = new RecordRing(64 * 1024, 10_000);
+      ring.set('account:USR_a', 'A', []);
+      vi.setSystemTime(1_000_000 + 9_000);
+      expect(ring.get('account:USR_a')).toBe('A');
+      vi.setSystemTime(1_000_000 + 12_000);
+      expect(ring.get('account:USR_a')).toBeUndefined();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it('refuses a record larger than its buffer, and keeps within its bytes and records', () => {
+    const ring = new RecordRing(4096, 60_000);
+    expect(ring.set('big', 'x'.repeat(4096), [])).toBe(false);
+    for (let i = 0; i < 1000; i++) ring.set(`account:USR_${i}`, `value ${i}`, []);
+    expect(ring.usedBytes).toBeLessThanOrEqual(ring.capacity);
+    expect(ring.size).toBeLessThanOrEqual(ring.maxRecords);
+    expect(ring.capacity + ring.maxRecords * RING_INDEX_BYTES).toBeLessThanOrEqual(4096);
+    // First in, first out: the newest are held.
+    expect(ring.get('account:USR_999')).toBe('value 999');
+    expect(ring.get('account:USR_0')).toBeUndefined();
+  });
+
+  it('names the oldest record held as the victim of a full ring, and none while it has room', () => {
+    const ring = new RecordRing(8192, 60_000);
+    const value = 'x'.repeat(200);
+    expect(ring.victim(240)).toBeUndefined();
+    let i = 0;
+    while (ring.victim(240) === undefined) ring.set(`account:USR_${i++}`, value, []);
+    expect(i).toBeGreaterThan(10);
+    expect(ring.victim(240)).toBe(RecordRing.hash('account:USR_0'));
+    // Dropped records are passed over: the oldest still held is the victim, or none once they make room.
+    ring.delete('account:USR_0');
+    expect(ring.victim(600)).toBe(RecordRing.hash('account:USR_1'));
+    ring.delete('account:USR_1');
+    ring.delete('account:USR_2');
+    expect(ring.victim(240)).toBeUndefined();
+    // Shrunk under memory pressure: the oldest go.
+    ring.shrinkTo(ring.bytes / 2);
+    expect(ring.get(`account:USR_3`)).toBeUndefined();
+    expect(ring.get(`account:USR_${i - 1}`)).toBe(value);
+  });
+
+  it('agrees with a map of what it was told, through random stores, drops and invalidations across many laps', () => {
+    for (const seed of [1, 2, 3]) {
+      const next = random(seed);
+      const ring = new RecordRing(8 * 1024, 60_000);
+      // What each key's value is now, and whether its tags were invalidated since it was stored.
+      const model = new Map<string, { value: string; tags: string[]; stale: boolean }>();
+      let found = 0;
+      for (let step = 0; step < 40_000; step++) {
+        const key = `k${Math.floor(next() * 300)}${next() < 0.05 ? 'é' : ''}`;
+        const roll = next();
+        if (roll < 0.5) {
+          const value = `${key}=${step}:${'v'.repeat(Math.floor(next() * (next() < 0.02 ? 2000 : 120)))}`;
+          const tags = next() < 0.3 ? [`org:${Math.floor(next() * 5)}`] : [];
+          if (ring.set(key, value, tags)) model.set(key, { value, tags, stale: false });
+          else model.delete(key);
+        } else if (roll < 0.6) {
+          ring.delete(key);
+          model.delete(key);
+        } else if (roll < 0.63) {
+          const tag = `org:${Math.floor(next() * 5)}`;
+          ring.invalidate(tag);
+          for (const entry of model.values()) if (entry.tags.includes(tag)) entry.stale = true;
+        } else {
+          const held = ring.get(key);
+          const expected = model.get(key);
+          if (held !== undefined) {
+            found += 1;
+            expect(expected, `seed ${seed} step ${step}: ${key} answered after it was dropped`).toBeDefined();
+            expect(held).toBe(expected!.value);
+            expect(expected!.stale, `seed ${seed} step ${step}: ${key} answered after its tag was invalidated`).toBe(false);
+          }
+        }
+        expect(ring.usedBytes).toBeLessThanOrEqual(ring.capacity);
+      }
+      // It forgets, but it is a cache: most lookups of recent keys were answered.
+      expect(found).toBeGreaterThan(1000);
+    }
+  });
+});
+
+describe('an account as a record', () => {
+  it('comes back as it went in, every column in its place, timestamps as dates and nulls as nulls', () => {
+    const full: AccountRow = {
+      id: 'USR_child', type: 'child', parentId: 'USR_parent', username: 'ünïcode "quoted" \\ name', email: 'a@b.example',
+      publicKey: 'APK_child_1', status: 'locked', emailVerified: true, createdAt: new Date(1), updatedAt: new Date(2),
+      lastLogin: new Date(3), authProvider: 'providerA', lastLoginProvider: 'providerB', providerAId: 'pa-1',
+      childSignupCount: 4, signInCount: 5, emailConfirmationCount: 6, providerAAuthCount: 7, providerBAuthCount: 8,
+      providerCAuthCount: 9, providerDAuthCount: 10, lastPasswordChanged: new Date(11), loginAttempts: 12,
+      lastLoginAttempt: new Date(13), lockedUntil: new Date(14), lastResetPasswordRequestAt: new Date(15),
+    };
+    expect(Object.keys(full).sort()).toEqual([...READ_ACCOUNT_COLUMNS].sort());
+    expect(compactAccount.decode(compactAccount.encode(full))).toStrictEqual(full);
+    const sparse: AccountRow = { ...full, parentId: null, lastLogin: null, lastLoginProvider: null, providerAId: null, lastPasswordChanged: null, lastLoginAttempt: null, lockedUntil: null, lastResetPasswordRequestAt: null };
+    expect(compactAccount.decode(compactAccount.encode(sparse))).toStrictEqual(sparse);
+  });
+});
+
+describe('values the entity cache holds as records', () => {
+  const asText: CompactForm<{ subject: string }> = { encode: (value) => JSON.stringify(value), decode: (text) => JSON.parse(text) };
+  const setup = () => {
+    const feed = new ManualFeed();
+    const cache = new EntityCache(feed, { maxEntries: 1000, maxBytes: 1 << 20, ttlMs: 60_000 });
+    let reads = 0;
+    const token = (key: string, parentId: string) =>
+      cache.through(key, {
+        tags: [`identity:${parentId}`, `organizationSettings:${parentId}`],
+        compact: asText,
+        read: async () => {
+          reads += 1;
+          return { subject: key };
+        },
+      });
+    return { feed, cache, token, reads: () => reads };
+  };
+
+  it('are read once, held as text, and dropped with the organization key they carry, not with another', async () => {
+    const { feed, cache, token, reads } = setup();
+    expect(await token('token:a', 'USR_p1')).toEqual({ subject: 'token:a' });
+    expect(await token('token:b', 'USR_p2')).toEqual({ subject: 'token:b' });
+    expect(await token('token:a', 'USR_p1')).toEqual({ subject: 'token:a' });
+    expect(reads()).toBe(2);
+    expect(cache.get('token:a')?.value).toBe('{"subject":"token:a"}');
+    // The first organization's parent changes its identity (a stable change): its tokens go.
+    feed.announce({ t: 'account', id: 'USR_p1', s: true });
+    expect(cache.get('token:a')).toBeUndefined();
+    await token('token:a', 'USR_p1');
+    await token('token:b', 'USR_p2');
+    expect(reads()).toBe(3);
+    // A sign-in (activity) keeps them.
+    feed.announce({ t: 'account', id: 'USR_p2', s: false });
+    await token('token:b', 'USR_p2');
+    expect(reads()).toBe(3);
+    cache.close();
+  });
+
+  it('count in the byte bound, and go with everything else when the cache is cleared or shrunk', async () => {
+    const { cache, token } = setup();
+    for (let i = 0; i < 200; i++) await token(`token:${i}`, 'USR_p1');
+    expect(cache.size).toBe(200);
+    const held = cache.bytes;
+    expect(held).toBeGreaterThan(200 * 60);
+    cache.shrinkTo(held / 2);
+    expect(cache.bytes).toBeLessThanOrEqual(held / 2);
+    expect(cache.get('token:199')).toBeDefined();
+    expect(cache.get('token:0')).toBeUndefined();
+    cache.clear();
+    expect(cache.size).toBe(0);
+  });
+});
