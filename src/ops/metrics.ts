@@ -165,7 +165,7 @@ export function createMetrics(): Metrics {
     mirrored('api_cache_announcements_total', 'Database change announcements received by the cache.', () => cache().stats.announcements);
     mirrored('api_cache_invalidations_total', 'Tags invalidated by the database change announcements.', () => cache().stats.invalidations);
     mirrored('api_cache_shared_reads_total', 'Cache misses that joined a read of the same row already in flight.', () => cache().stats.sharedReads);
-    gauge('api_cache_entries', 'Entries held by the entity cache.', () => cache().size);
+    gauge('api_cache_entries', "Entries held by the entity cache, with its ring's records (users' accounts and tokens).", () => cache().size);
     gauge('api_cache_bytes', 'Estimated bytes held by the entity cache.', () => cache().bytes);
     gauge('api_cache_live', '1 while the change feed is live and the cache in use, 0 while it is bypassed.', () => (sources.feed().live ? 1 : 0));
     mirroredBy('api_graphql_executions_total', 'GraphQL executions by engine: compiled (graphql-jit) or reference (graphql-js).', 'engine', () => {
