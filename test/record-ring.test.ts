@@ -162,9 +162,9 @@ describe('an account as a record', () => {
       lastLoginAttempt: new Date(13), lockedUntil: new Date(14), lastResetPasswordRequestAt: new Date(15),
     };
     expect(Object.keys(full).sort()).toEqual([...READ_ACCOUNT_COLUMNS].sort());
-    expect(compactAccount.decode(compactAccount.encode(full))).toStrictEqual(full);
+    expect(compactAccount.decode(compactAccount.encode(full), full.id)).toStrictEqual(full);
     const sparse: AccountRow = { ...full, parentId: null, lastLogin: null, lastLoginProvider: null, providerAId: null, lastPasswordChanged: null, lastLoginAttempt: null, lockedUntil: null, lastResetPasswordRequestAt: null };
-    expect(compactAccount.decode(compactAccount.encode(sparse))).toStrictEqual(sparse);
+    expect(compactAccount.decode(compactAccount.encode(sparse), sparse.id)).toStrictEqual(sparse);
   });
 });
 

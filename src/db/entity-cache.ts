@@ -40,10 +40,11 @@ export type CacheForm<V, Stored> = { pack: (value: V) => Stored; unpack: (stored
 
 /**
  * A value as text, for the record ring (`record-ring.ts`): what a large population is made of
- * (accounts, verified tokens) is held there as bytes rather than as objects. `decode(encode(v))`
- * must equal `v`; neither is asked of `null` (no such row), which the ring holds as ''.
+ * (accounts, verified tokens) is held there as bytes rather than as objects. `decode(encode(v),
+ * key)` must equal `v` (the key, in its namespace, need not be held twice); neither is asked of
+ * `null` (no such row), which the ring holds as ''.
  */
-export type CompactForm<V> = { encode: (value: V) => string; decode: (text: string) => V };
+export type CompactForm<V> = { encode: (value: V) => string; decode: (text: string, key: string) => V };
 
 /** How to find a cached thing's values: what `hit` needs of its declaration. */
 export type CachedLookup<V, Stored = V> = {
@@ -101,7 +102,7 @@ const TAG_INDEX_BYTES = 64;
  * population's accounts and verified tokens); the entries take the rest (organizations, keys,
  * balances, counts, pages: few per organization).
  */
-const RING_SHARE = 0.75;
+const RING_SHARE = 0.85;
 /** Below this, no ring: everything is an entry. */
 const RING_MIN_BYTES = 16 * 1024;
 /** Room enough for a record of the usual size (an account's is about 300 bytes): below it, the ring is full. */
@@ -371,7 +372,7 @@ export class EntityCache {
     const text = this.ring!.get(held, hash);
     if (text === undefined) return MISS;
     this.sketch.incrementHash(hash);
-    const value = text === '' ? null : compact.decode(text);
+    const value = text === '' ? null : compact.decode(text, key);
     if (value !== null && lookup.usable && !lookup.usable(value)) return MISS;
     reads?.add(lookup.tags(key, value), { epoch: this.epoch });
     return value;
