@@ -592,7 +592,8 @@ export class EntityCache {
       this.stats.invalidations += 1;
       for (const listener of this.listeners) listener.invalidated(tag);
       // A tag spelled as a key names that entry (an account's row), the others the entries indexed
-      // under it; in the ring, the record of that key and every record carrying the tag.
+      // under it; in the ring, the record of that key and every record carrying the tag, whether
+      // or not its read saw the change (a record keeps no snapshot: one more read, never a stale one).
       this.ring?.delete(tag);
       this.ring?.invalidate(tag);
       this.dropOrAmend(tag, change, now, amended);
