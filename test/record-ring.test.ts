@@ -49,6 +49,16 @@ describe('the record ring', () => {
     expect(ring.get('token:secon', hash)).toBeUndefined();
   });
 
+  it('keeps a record that replaced another key of the same hash and the same tag set', () => {
+    const ring = new RecordRing(64 * 1024, 60_000);
+    const tags = ['identity:P1', 'organizationSettings:P1'];
+    ring.set('token:first', 'one', tags, 7);
+    ring.set('token:second', 'two', tags, 7);
+    expect(ring.get('token:second', 7)).toBe('two');
+    ring.invalidate('identity:P1');
+    expect(ring.get('token:second', 7)).toBeUndefined();
+  });
+
   it("makes a record stale when a tag of its set is invalidated, and only that set's records", () => {
     const ring = new RecordRing(64 * 1024, 60_000);
     ring.set('token:a', 'A', ['identity:P1', 'organizationSettings:P1']);

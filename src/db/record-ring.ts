@@ -135,7 +135,10 @@ export class RecordRing {
     const length = HEADER_BYTES + keyBytes + Buffer.byteLength(value);
     const capacity = this.capacity;
     if (keyBytes >= PADDING || align(length) > capacity || this.maxRecords === 0) return false;
-    this.delete(key, hash);
+    // The record under this hash goes first (this key's, or another's: a cache may forget), before
+    // the new one takes its tag set, which that record may have been the last to hold.
+    const before = this.index.get(hash);
+    if (before !== undefined) this.unlink(hash, before);
     let at = this.writeAt % capacity;
     if (at + align(length) > capacity) {
       // The record does not fit before the end: the gap is skipped, a padding record when it has room for one.
@@ -160,9 +163,6 @@ export class RecordRing {
     buffer.write(key, at + HEADER_BYTES, keyBytes, 'utf8');
     buffer.write(value, at + HEADER_BYTES + keyBytes, 'utf8');
     this.writeAt += align(length);
-    // A record under the same hash (another key) is replaced: a cache may forget.
-    const before = this.index.get(hash);
-    if (before !== undefined) this.unlink(hash, before);
     this.index.set(hash, at);
     if (set) set.holders += 1;
     return true;
