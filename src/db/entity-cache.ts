@@ -112,6 +112,13 @@ const RING_ROOM_BYTES = 512;
 const NO_TAGS: readonly string[] = [];
 
 /**
+ * The tags an entry or a record carries besides its own key: a tag spelled as the key (an
+ * account's row under `account:<id>`) needs no index, as an invalidation names the key directly.
+ */
+const besidesKey = (tags: readonly string[], key: string): readonly string[] =>
+  tags.length === 1 && tags[0] === key ? NO_TAGS : tags.includes(key) ? tags.filter((tag) => tag !== key) : tags;
+
+/**
  * About 50,000 signed-in users (a verified token and an account each, about a kilobyte of heap
  * together) besides their organizations: the working set of a large organization, within the
  * process's memory goal (250 MB resident).
@@ -306,8 +313,7 @@ export class EntityCache {
    */
   private set(ticket: CacheTicket, key: string, value: unknown, tags: readonly string[], seen: Snapshot | undefined, amend: Amend<unknown> | undefined): void {
     if (!this.feed.live || !this.entries || !this.unchangedSince(ticket, tags, seen)) return;
-    const indexed = tags.length === 1 && tags[0] === key ? NO_TAGS : tags.includes(key) ? tags.filter((tag) => tag !== key) : tags;
-    const entry: Entry = { value, tags: indexed };
+    const entry: Entry = { value, tags: besidesKey(tags, key) };
     if (seen) entry.seen = seen;
     if (amend) entry.amend = amend;
     this.store(key, entry);
@@ -394,7 +400,7 @@ export class EntityCache {
       return;
     }
     if (!this.unchangedSince(ticket, tags, seen)) return;
-    ring.set(held, value === null ? '' : compact.encode(value), tags.length === 1 && tags[0] === held ? NO_TAGS : tags.filter((tag) => tag !== held), hash);
+    ring.set(held, value === null ? '' : compact.encode(value), besidesKey(tags, held), hash);
   }
 
   /**

@@ -101,19 +101,9 @@ export class RecordRing {
    * held), or undefined while they fit without pushing any out: what admission weighs.
    */
   victim(bytes: number): number | undefined {
-    const capacity = this.capacity;
-    // Records no longer found (dropped, replaced) and padding are passed over for good.
-    while (this.readAt < this.writeAt && (this.writeAt + bytes - this.readAt > capacity || this.index.size >= this.maxRecords)) {
-      const oldest = this.readAt % capacity;
-      if (capacity - oldest < HEADER_BYTES) {
-        this.readAt += capacity - oldest;
-        continue;
-      }
-      const hash = this.buffer.readInt32LE(oldest + OFFSET.hash);
-      if (this.buffer.readUInt16LE(oldest + OFFSET.keyBytes) !== PADDING && this.index.get(hash) === oldest) return hash;
-      this.readAt += align(this.buffer.readUInt32LE(oldest + OFFSET.length));
-    }
-    return undefined;
+    if (!this.short(bytes, true)) return undefined;
+    const oldest = this.oldestHeld();
+    return oldest === undefined || !this.short(bytes, true) ? undefined : this.buffer.readInt32LE(oldest + OFFSET.hash);
   }
 
   /** Bytes held: the buffer's records between the oldest and the newest, and the index. */
@@ -123,7 +113,7 @@ export class RecordRing {
 
   /** Drops the oldest records until at most `bytes` are held (memory pressure). */
   shrinkTo(bytes: number): void {
-    while (this.readAt < this.writeAt && this.bytes > bytes) this.dropOldest();
+    this.dropOldestWhile(() => this.bytes > bytes);
   }
 
   /**
@@ -191,24 +181,40 @@ export class RecordRing {
 
   /** Advances the oldest position until `bytes` more fit (and, for a record, the index has room). */
   private makeRoom(bytes: number, record: boolean): void {
-    const capacity = this.capacity;
-    while (this.readAt < this.writeAt && (this.writeAt + bytes - this.readAt > capacity || (record && this.index.size >= this.maxRecords))) this.dropOldest();
+    this.dropOldestWhile(() => this.short(bytes, record));
   }
 
-  /** Passes the oldest position over its record (or the gap at the buffer's end), dropping the record if still held. */
-  private dropOldest(): void {
+  /** Whether `bytes` more do not fit without dropping a record (or, for a record, the index is full). */
+  private short(bytes: number, record: boolean): boolean {
+    return this.writeAt + bytes - this.readAt > this.capacity || (record && this.index.size >= this.maxRecords);
+  }
+
+  /** Drops the oldest records held, one at a time, while `short` says so (those no longer held are passed over first). */
+  private dropOldestWhile(short: () => boolean): void {
+    while (short()) {
+      const at = this.oldestHeld();
+      if (at === undefined || !short()) return;
+      this.unlink(this.buffer.readInt32LE(at + OFFSET.hash), at);
+      this.readAt += align(this.buffer.readUInt32LE(at + OFFSET.length));
+    }
+  }
+
+  /**
+   * The offset of the oldest record still held, the oldest position first passed over the gap at
+   * the buffer's end, padding, and records dropped or replaced; undefined when none is held.
+   */
+  private oldestHeld(): number | undefined {
     const capacity = this.capacity;
-    const at = this.readAt % capacity;
-    if (capacity - at < HEADER_BYTES) {
-      this.readAt += capacity - at;
-      return;
+    while (this.readAt < this.writeAt) {
+      const at = this.readAt % capacity;
+      if (capacity - at < HEADER_BYTES) {
+        this.readAt += capacity - at;
+        continue;
+      }
+      if (this.buffer.readUInt16LE(at + OFFSET.keyBytes) !== PADDING && this.index.get(this.buffer.readInt32LE(at + OFFSET.hash)) === at) return at;
+      this.readAt += align(this.buffer.readUInt32LE(at + OFFSET.length));
     }
-    const length = this.buffer.readUInt32LE(at + OFFSET.length);
-    if (this.buffer.readUInt16LE(at + OFFSET.keyBytes) !== PADDING) {
-      const hash = this.buffer.readInt32LE(at + OFFSET.hash);
-      if (this.index.get(hash) === at) this.unlink(hash, at);
-    }
-    this.readAt += align(length);
+    return undefined;
   }
 
   /** Takes the record at `at` out of the index, and out of its tag set's holders. */
