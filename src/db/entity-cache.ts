@@ -411,12 +411,6 @@ export class EntityCache {
    * runs share that read. `reads`: the request's record of what it read, hits and misses alike.
    */
   async throughMany<V, Stored = V>(declared: CachedRead<V, Stored>, keys: readonly string[], reads?: ReadSet): Promise<(V | null)[]> {
-    const { namespace, load, tags, form, compact, share, amend, via } = declared;
-    // With `reads`, each value is recorded with what it is current as of: a hit as of now (it was
-    // not dropped) and its snapshot, a read as of its ticket and its snapshot, a shared read as of
-    // this call (it is at least that current, see `join`).
-    const called: TagRead = { epoch: this.epoch };
-    const record = (key: string, value: V | null, read: TagRead) => reads?.add(tags(key, value), read);
     const results: (V | null | undefined)[] = keys.map((key) => {
       const value = this.lookUp(declared, key, reads);
       this.counted(value !== MISS, reads);
@@ -424,6 +418,20 @@ export class EntityCache {
     });
     const misses = keys.filter((_, i) => results[i] === undefined);
     if (misses.length === 0) return results as (V | null)[];
+    const values = await this.fill(declared, misses, reads);
+    return keys.map((key, i) => (results[i] !== undefined ? results[i] : values.get(key)!));
+  }
+
+  /**
+   * The misses of `throughMany` or `through`, which looked each key up once and counted it:
+   * loaded, shared or read again as the rules say, and stored.
+   */
+  private async fill<V, Stored = V>(declared: CachedRead<V, Stored>, misses: string[], reads: ReadSet | undefined): Promise<Map<string, V | null>> {
+    const { namespace, load, tags, form, compact, share, amend, via } = declared;
+    // With `reads`, each value is recorded with what it is current as of: a read as of its ticket
+    // and its snapshot, a shared read as of this call (it is at least that current, see `join`).
+    const called: TagRead = { epoch: this.epoch };
+    const record = (key: string, value: V | null, read: TagRead) => reads?.add(tags(key, value), read);
     const read = namespace === '' ? (keysRead: string[]) => this.readNow(load, keysRead, via) : (keysRead: string[]) => this.batched(namespace, load, keysRead);
     const store = (key: string, value: V | null, ticket: CacheTicket, seen: Snapshot | undefined) => {
       const held = keyIn(namespace, key);
@@ -470,7 +478,7 @@ export class EntityCache {
       record(key, value, { epoch: retryTicket.epoch, seen });
       values.set(key, value);
     }
-    return keys.map((key, i) => (results[i] !== undefined ? results[i] : values.get(key)!));
+    return values;
   }
 
   /** One read of `keys`, with the snapshot its statement saw. */
@@ -521,10 +529,11 @@ export class EntityCache {
       usable,
       compact,
     };
-    const held = this.hit<V>(lookup, key, reads);
+    const held = this.lookUp<V, V>(lookup, key, reads);
+    this.counted(held !== MISS, reads);
     if (held !== MISS) return Promise.resolve(held as V);
     const load = async (_misses: string[], query: SnapshotQuery) => new Map([[key, await read(query)]]);
-    return this.throughMany<V>({ ...lookup, load, share: declared.share, amend: declared.amend, via: declared.via }, [key], reads).then(([value]) => value as V);
+    return this.fill<V>({ ...lookup, load, share: declared.share, amend: declared.amend, via: declared.via }, [key], reads).then((values) => values.get(key) as V);
   }
 
   /**
