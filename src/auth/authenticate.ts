@@ -68,12 +68,12 @@ export function isUsable(account: Pick<AccountRow, 'status' | 'lockedUntil'>, no
 /** What a verified token established: who, for which organization, and its time claims. */
 type VerifiedToken = { subject: string; parentId: string; exp: number; iat: number; nbf: number | undefined };
 
-/** A verified token as text for the record ring: about 60 bytes rather than an object of five. */
+/** A verified token as text for the record ring: about 60 bytes rather than an object of five (`nbf` only when it has one). */
 const compactToken: CompactForm<VerifiedToken> = {
-  encode: (token) => JSON.stringify([token.subject, token.parentId, token.exp, token.iat, token.nbf ?? null]),
+  encode: (token) => JSON.stringify(token.nbf === undefined ? [token.subject, token.parentId, token.exp, token.iat] : [token.subject, token.parentId, token.exp, token.iat, token.nbf]),
   decode: (text) => {
-    const [subject, parentId, exp, iat, nbf] = JSON.parse(text) as [string, string, number, number, number | null];
-    return { subject, parentId, exp, iat, nbf: nbf ?? undefined };
+    const [subject, parentId, exp, iat, nbf] = JSON.parse(text) as [string, string, number, number, number?];
+    return { subject, parentId, exp, iat, nbf };
   },
 };
 

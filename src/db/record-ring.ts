@@ -4,8 +4,8 @@ import { fnv1a } from './string-hash.js';
  * Cached values as bytes in one ring, rather than as objects on the V8 heap: what lets the entity
  * cache hold the many users of a large population. A user held as objects (an account row and a
  * verified token, each an LRU entry with its key string, entry object, list slots and map entry)
- * took about 1 KB of heap; as two records here it takes about 560 bytes with their index
- * entries, and garbage collection does not walk it.
+ * took about 1 KB of heap; as two records here it takes about 510 bytes with their index
+ * slots, and garbage collection does not walk it.
  *
  * Records are written one after the other; when the ring is full the oldest go (first in, first
  * out), and a record is found by a 32-bit hash of its key, its key compared in full. A record may
@@ -22,11 +22,94 @@ const PADDING = 0xffff;
 /** Records start at multiples of 8. */
 const align = (bytes: number) => (bytes + 7) & ~7;
 
-/** The buffer's part of the ring's bytes; the index takes the rest. */
-const BUFFER_SHARE = 0.82;
+/**
+ * The index's part of the ring's bytes, the buffer taking the rest: slots for records of about
+ * 170 bytes on average (a user's two: an account's of about 310, a verified token's of about 130).
+ */
+const INDEX_SHARE = 0.06;
+/** An index slot: a key hash and an offset, 4 bytes each. */
+const SLOT_BYTES = 8;
+/** The index's slots at most in use (open addressing stays short-probed below it). */
+const INDEX_LOAD = 0.75;
 
-/** What the index holds per record besides its bytes (a Map entry of two small integers, with its slack). */
-export const RING_INDEX_BYTES = 48;
+/** What the index holds per record besides its bytes: its slot, at the index's load. */
+export const RING_INDEX_BYTES = SLOT_BYTES / INDEX_LOAD;
+
+/**
+ * Key hash → record offset, open-addressed in two typed arrays (linear probing, deletion by
+ * backward shift): about 11 bytes a record and no object on the heap, where a Map took 48 and
+ * made one entry for the garbage collector to walk. Never fuller than `INDEX_LOAD`: the ring holds
+ * `maxRecords` at most.
+ */
+export class OffsetIndex {
+  private readonly hashes: Int32Array;
+  /** The record's offset plus one; 0: an empty slot. */
+  private readonly offsets: Uint32Array;
+  size = 0;
+
+  constructor(readonly slots: number) {
+    this.hashes = new Int32Array(slots);
+    this.offsets = new Uint32Array(slots);
+  }
+
+  /** Records it may hold. */
+  get maxSize(): number {
+    return Math.floor(this.slots * INDEX_LOAD);
+  }
+
+  private home(hash: number): number {
+    return (hash >>> 0) % this.slots;
+  }
+
+  /** The slot holding `hash`, or -1. */
+  private find(hash: number): number {
+    const { hashes, offsets, slots } = this;
+    for (let slot = this.home(hash); ; slot = slot + 1 === slots ? 0 : slot + 1) {
+      if (offsets[slot] === 0) return -1;
+      if (hashes[slot] === hash) return slot;
+    }
+  }
+
+  get(hash: number): number | undefined {
+    if (this.size === 0) return undefined;
+    const slot = this.find(hash);
+    return slot === -1 ? undefined : this.offsets[slot]! - 1;
+  }
+
+  /** Sets the offset of `hash` (the caller keeps the size within `maxSize`). */
+  set(hash: number, at: number): void {
+    const { hashes, offsets, slots } = this;
+    let slot = this.home(hash);
+    while (offsets[slot] !== 0 && hashes[slot] !== hash) slot = slot + 1 === slots ? 0 : slot + 1;
+    if (offsets[slot] === 0) this.size += 1;
+    hashes[slot] = hash;
+    offsets[slot] = at + 1;
+  }
+
+  delete(hash: number): void {
+    if (this.size === 0) return;
+    let hole = this.find(hash);
+    if (hole === -1) return;
+    this.size -= 1;
+    const { hashes, offsets, slots } = this;
+    // Later slots of the same probe run move back into the hole, unless their home lies
+    // cyclically after it (they would no longer be found from there).
+    for (let slot = hole + 1 === slots ? 0 : hole + 1; offsets[slot] !== 0; slot = slot + 1 === slots ? 0 : slot + 1) {
+      const home = this.home(hashes[slot]!);
+      const stays = hole <= slot ? hole < home && home <= slot : hole < home || home <= slot;
+      if (stays) continue;
+      hashes[hole] = hashes[slot]!;
+      offsets[hole] = offsets[slot]!;
+      hole = slot;
+    }
+    offsets[hole] = 0;
+  }
+
+  clear(): void {
+    this.offsets.fill(0);
+    this.size = 0;
+  }
+}
 
 /** Tags shared by many records (an organization's), interned: invalidating one makes its records stale. */
 type TagSet = { id: number; key: string; tags: readonly string[]; holders: number; generation: number };
@@ -34,7 +117,7 @@ type TagSet = { id: number; key: string; tags: readonly string[]; holders: numbe
 export class RecordRing {
   private readonly buffer: Buffer;
   /** Key hash → offset of the newest record under it (a hash shared by two keys keeps the newer). */
-  private readonly index = new Map<number, number>();
+  private readonly index: OffsetIndex;
   /** Positions grow without end (the offset is the position modulo the capacity). */
   private writeAt = 0;
   private readAt = 0;
@@ -52,11 +135,11 @@ export class RecordRing {
     bytes: number,
     private readonly ttlMs: number,
   ) {
-    // The index's part for records of about 230 bytes on average (a user: an account's of about
-    // 310, a verified token's of about 150).
-    const capacity = Math.max(0, Math.floor((bytes * BUFFER_SHARE) / 8) * 8);
+    const slots = Math.max(0, Math.floor((bytes * INDEX_SHARE) / SLOT_BYTES));
+    const capacity = Math.max(0, Math.floor((bytes - slots * SLOT_BYTES) / 8) * 8);
     this.buffer = Buffer.allocUnsafeSlow(capacity);
-    this.maxRecords = Math.floor((bytes - capacity) / RING_INDEX_BYTES);
+    this.index = new OffsetIndex(slots);
+    this.maxRecords = slots === 0 ? 0 : this.index.maxSize;
   }
 
   /** Records held at most (what the index's share holds). */
