@@ -357,6 +357,13 @@ export class EntityCache {
     return value;
   }
 
+  /** `lookUp`, counted as a hit or a miss: for a caller that goes on to read what it misses. */
+  private lookUpCounted<V, Stored>(lookup: CachedLookup<V, Stored>, key: string, reads: ReadSet | undefined): V | null | typeof MISS {
+    const value = this.lookUp(lookup, key, reads);
+    this.counted(value !== MISS, reads);
+    return value;
+  }
+
   /** `hit`, uncounted. */
   private lookUp<V, Stored>(lookup: CachedLookup<V, Stored>, key: string, reads: ReadSet | undefined): V | null | typeof MISS {
     if (!this.feed.live || !this.entries) return MISS;
@@ -412,8 +419,7 @@ export class EntityCache {
    */
   async throughMany<V, Stored = V>(declared: CachedRead<V, Stored>, keys: readonly string[], reads?: ReadSet): Promise<(V | null)[]> {
     const results: (V | null | undefined)[] = keys.map((key) => {
-      const value = this.lookUp(declared, key, reads);
-      this.counted(value !== MISS, reads);
+      const value = this.lookUpCounted(declared, key, reads);
       return value === MISS ? undefined : value;
     });
     const misses = keys.filter((_, i) => results[i] === undefined);
@@ -529,8 +535,7 @@ export class EntityCache {
       usable,
       compact,
     };
-    const held = this.lookUp<V, V>(lookup, key, reads);
-    this.counted(held !== MISS, reads);
+    const held = this.lookUpCounted<V, V>(lookup, key, reads);
     if (held !== MISS) return Promise.resolve(held as V);
     const load = async (_misses: string[], query: SnapshotQuery) => new Map([[key, await read(query)]]);
     return this.fill<V>({ ...lookup, load, share: declared.share, amend: declared.amend, via: declared.via }, [key], reads).then((values) => values.get(key) as V);

@@ -46,25 +46,28 @@ export class OffsetIndex {
   /** The record's offset plus one; 0: an empty slot. */
   private readonly offsets: Uint32Array;
   size = 0;
+  /** Records it may hold. */
+  readonly maxSize: number;
 
   constructor(readonly slots: number) {
     this.hashes = new Int32Array(slots);
     this.offsets = new Uint32Array(slots);
-  }
-
-  /** Records it may hold. */
-  get maxSize(): number {
-    return Math.floor(this.slots * INDEX_LOAD);
+    this.maxSize = Math.floor(slots * INDEX_LOAD);
   }
 
   private home(hash: number): number {
     return (hash >>> 0) % this.slots;
   }
 
+  /** The slot after `slot`, the first after the last. */
+  private next(slot: number): number {
+    return slot + 1 === this.slots ? 0 : slot + 1;
+  }
+
   /** The slot holding `hash`, or -1. */
   private find(hash: number): number {
-    const { hashes, offsets, slots } = this;
-    for (let slot = this.home(hash); ; slot = slot + 1 === slots ? 0 : slot + 1) {
+    const { hashes, offsets } = this;
+    for (let slot = this.home(hash); ; slot = this.next(slot)) {
       if (offsets[slot] === 0) return -1;
       if (hashes[slot] === hash) return slot;
     }
@@ -78,9 +81,9 @@ export class OffsetIndex {
 
   /** Sets the offset of `hash` (the caller keeps the size within `maxSize`). */
   set(hash: number, at: number): void {
-    const { hashes, offsets, slots } = this;
+    const { hashes, offsets } = this;
     let slot = this.home(hash);
-    while (offsets[slot] !== 0 && hashes[slot] !== hash) slot = slot + 1 === slots ? 0 : slot + 1;
+    while (offsets[slot] !== 0 && hashes[slot] !== hash) slot = this.next(slot);
     if (offsets[slot] === 0) this.size += 1;
     hashes[slot] = hash;
     offsets[slot] = at + 1;
@@ -91,10 +94,10 @@ export class OffsetIndex {
     let hole = this.find(hash);
     if (hole === -1) return;
     this.size -= 1;
-    const { hashes, offsets, slots } = this;
+    const { hashes, offsets } = this;
     // Later slots of the same probe run move back into the hole, unless their home lies
     // cyclically after it (they would no longer be found from there).
-    for (let slot = hole + 1 === slots ? 0 : hole + 1; offsets[slot] !== 0; slot = slot + 1 === slots ? 0 : slot + 1) {
+    for (let slot = this.next(hole); offsets[slot] !== 0; slot = this.next(slot)) {
       const home = this.home(hashes[slot]!);
       const stays = hole <= slot ? hole < home && home <= slot : hole < home || home <= slot;
       if (stays) continue;
@@ -139,11 +142,12 @@ export class RecordRing {
     const capacity = Math.max(0, Math.floor((bytes - slots * SLOT_BYTES) / 8) * 8);
     this.buffer = Buffer.allocUnsafeSlow(capacity);
     this.index = new OffsetIndex(slots);
-    this.maxRecords = slots === 0 ? 0 : this.index.maxSize;
   }
 
   /** Records held at most (what the index's share holds). */
-  readonly maxRecords: number;
+  get maxRecords(): number {
+    return this.index.maxSize;
+  }
 
   /** Records that may be found now. */
   get size(): number {
