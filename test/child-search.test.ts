@@ -115,15 +115,17 @@ describe(`child search follows Account (${testMode})`, () => {
   });
   it('pages a large parent\'s search the same whether it walks the children or looks the matches up', async () => {
     // 1,200 children of one parent: "mid" in one name of 60, "rare" in five (most beyond the first
-    // 500 the page walks before it looks matches up), "common" in one of three, "qz" (too short
-    // for the trigram indexes) in four, one registration a minute, some at the same minute.
+    // 500 the page walks before it looks matches up), "common" in one of three (in capitals in
+    // every other one: counting a term this common scans the children, and a name matched as
+    // stored must not be the only one found), "qz" (too short for the trigram indexes) in four,
+    // one registration a minute, some at the same minute.
     const big = await createOrganization(database());
     const bigToken = await tokenFor(big.parent, big, { now });
     await sql(
       `INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey", "createdAt")
        SELECT 'USR_sp' || i, 'child', $1,
               CASE WHEN i IN (3, 610, 777, 901, 1190) THEN 'Rare' || i WHEN i % 60 = 0 THEN 'Mid' || i ELSE 'u' || i END
-                || CASE WHEN i % 3 = 0 THEN '-common' ELSE '' END || CASE WHEN i IN (5, 400, 800, 1100) THEN '-qz' ELSE '' END,
+                || CASE WHEN i % 6 = 0 THEN '-COMMON' WHEN i % 3 = 0 THEN '-common' ELSE '' END || CASE WHEN i IN (5, 400, 800, 1100) THEN '-qz' ELSE '' END,
               'p' || i || '@example.com', 'APK_sp' || i || '_' || i, $2::timestamptz + (i / 2) * interval '1 minute'
        FROM generate_series(1, 1200) i`,
       [big.parent.id, new Date('2025-01-01T00:00:00.000Z')],
