@@ -138,9 +138,10 @@ function pageStatement(filters: ChildFilters, keyset: string, order: 'ASC' | 'DE
   return { columns, sorted, rest: `FROM "Account" WHERE ${filters.where}${keyset} ${sorted}` };
 }
 
-/** Registration order (newest first with DESC), ties by id: the order of every child list. */
-function registrationOrder(order: 'ASC' | 'DESC', limit: string | number): string {
-  return `ORDER BY "createdAt" ${order}, id ${order} LIMIT ${limit}`;
+/** Registration order (newest first with DESC), ties by id: the order of every child list; with a row count, `limit`. */
+function registrationOrder(order: 'ASC' | 'DESC', limit?: string | number): string {
+  const sorted = `ORDER BY "createdAt" ${order}, id ${order}`;
+  return limit === undefined ? sorted : `${sorted} LIMIT ${limit}`;
 }
 
 /** What the child list reads through: the entity cache, the reads that tolerate staleness, the parent's child count. */
@@ -255,13 +256,43 @@ async function searchPage(
   const read = async (matches: number, children: number) => {
     const lookUp = matches < ((limit + 1) * children) / matches;
     filters.share = children > 0 ? matches / children : 0;
+    if (!lookUp) return walk(((limit + 1) * children) / Math.max(matches, 1));
     // OFFSET 0 keeps the planner from walking the registration index to honour the ORDER BY.
     // The keyset's parameters are in `params` already; the lookup's follow them.
     const lookupParams = [...params];
-    const text = lookUp
-      ? `SELECT ${columns} FROM (SELECT * FROM "Account" WHERE ${filters.lookupWhere(lookupParams)}${keyset} OFFSET 0) AS "Account" ${sorted}`
-      : `SELECT ${columns} ${statement.rest}`;
-    return formatted(await reads.query<ChildRow>(text, lookUp ? lookupParams : params));
+    const text = `SELECT ${columns} FROM (SELECT * FROM "Account" WHERE ${filters.lookupWhere(lookupParams)}${keyset} OFFSET 0) AS "Account" ${sorted}`;
+    return formatted(await reads.query<ChildRow>(text, lookupParams));
+  };
+  // The walk reads the children in registration order until the page is full, a stretch at a
+  // time, each stretch four times the last, from twice the rows it expects to need: a statement
+  // bounded to a stretch (and numbering its rows in that order) is planned as the walk it is, on
+  // the registration index, stopping when the page is full. Without the bound, PostgreSQL, which
+  // estimates a substring's matches far too low, planned reading every child in the dates and
+  // sorting them: a month of a million children's registrations, 42,571, to find 21 of the 737
+  // matches of `q` took 0.12-0.16 s; the walk takes 5 ms. The last row of a stretch is read even
+  // when it does not match: it tells that the walk goes on, and from where.
+  const walk = async (expected: number): Promise<ListedRow[]> => {
+    const found: ChildRow[] = [];
+    let from: Position | undefined;
+    for (let stretch = Math.max(SEARCH_WALK_ROWS, Math.ceil(2 * expected)); ; stretch *= 4) {
+      const walkParams = [...params];
+      const onwards = from ? keysetCondition(walkParams, from, order === 'DESC' ? '<' : '>') : '';
+      const bound = `$${walkParams.push(stretch)}`;
+      const rows = await reads.query<ChildRow & { matched: boolean; walked: string }>(
+        `SELECT ${columns}, matched, walked FROM (
+           SELECT *, ${filters.match} AS matched, row_number() OVER (${registrationOrder(order)}) AS walked FROM (
+             SELECT * FROM "Account" WHERE ${filters.unsearched}${keyset}${onwards} ${registrationOrder(order, bound)}) AS walk) AS "Account"
+         WHERE matched OR walked = ${bound} ${sorted}`,
+        walkParams,
+      );
+      let last: ChildRow | undefined;
+      for (const { matched, walked, ...row } of rows) {
+        if (matched) found.push(row);
+        if (Number(walked) === stretch) last = row;
+      }
+      if (found.length > limit || last === undefined) return formatted(found.slice(0, limit + 1));
+      from = { createdAt: new Date(last.createdAtMs), id: last.id };
+    }
   };
   const children = async () => (await sources.childCount(parentId)) ?? 0;
   // How many children match, when the search's counts are cached (a search asked again, its
