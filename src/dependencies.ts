@@ -93,10 +93,12 @@ export function buildDependencies(options: DependencyOptions): Dependencies {
       : undefined;
   replicas?.start().catch((error: unknown) => logger.warn('replica check failed', { error }));
   // The child list's searches: connections and a time bound of their own, so many at once (`db/search-reads.ts`).
+  // Its pages on connections without parallel workers, its counts with them (`boundedReadSettings`).
   const searchBounds = { timeoutMs: config.search.timeoutMs, poolSize: config.search.maxConcurrent };
-  const searchesOnPrimary = database.boundedReads(searchBounds);
-  const searchesOnReplicas = replicas?.boundedReader(searchBounds, searchesOnPrimary);
-  const searches = new Searches(config.search, searchesOnReplicas ?? searchesOnPrimary, searchesOnPrimary, [searchesOnPrimary, ...(searchesOnReplicas ? [searchesOnReplicas] : [])]);
+  const countsOnPrimary = database.boundedReads(searchBounds);
+  const pagesOnPrimary = database.boundedReads({ ...searchBounds, serial: true });
+  const pagesOnReplicas = replicas?.boundedReader({ ...searchBounds, serial: true }, pagesOnPrimary);
+  const searches = new Searches(config.search, pagesOnReplicas ?? pagesOnPrimary, countsOnPrimary, [countsOnPrimary, pagesOnPrimary, ...(pagesOnReplicas ? [pagesOnReplicas] : [])]);
   // The clock the child counts are computed with decides which sign-ins leave them as they were.
   const cache = new EntityCache(feed, config.cache, database.sql, clock);
   const deps: AppDependencies = {

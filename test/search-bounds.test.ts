@@ -99,4 +99,19 @@ describe(`searches are bounded in time and in number (${testMode})`, () => {
     expect(metricValue(metrics, 'api_search_refused_total')).toBe(refused.length);
     expect(metricValue(metrics, 'api_search_statements_in_flight')).toBe(0);
   }, 60_000);
+
+  it.skipIf(testMode !== 'postgres')('a search\'s pages are read without parallel workers, which only its counts gain from; both without sequential scans', async () => {
+    const pages = database().boundedReads({ timeoutMs: 5000, poolSize: 1, serial: true });
+    const counts = database().boundedReads({ timeoutMs: 5000, poolSize: 1 });
+    try {
+      const settings = async (reads: typeof pages) =>
+        (await reads.query<{ workers: string; seqscan: string }>(`SELECT current_setting('max_parallel_workers_per_gather') AS workers, current_setting('enable_seqscan') AS seqscan`))[0];
+      expect(await settings(pages)).toEqual({ workers: '0', seqscan: 'off' });
+      const counted = await settings(counts);
+      expect(counted?.seqscan).toBe('off');
+      expect(Number(counted?.workers)).toBeGreaterThan(0);
+    } finally {
+      await Promise.all([pages.close(), counts.close()]);
+    }
+  });
 });

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { BOUNDED_READ_SETTINGS, boundedPool, redactUrl, type BoundedReads } from './database.js';
+import { boundedPool, boundedReadSettings, redactUrl, type BoundedReadOptions, type BoundedReads } from './database.js';
 
 /*
  * PostgreSQL streaming replicas for the reads that tolerate bounded staleness
@@ -75,12 +75,12 @@ export class Replicas {
    * `reader` for statements under a time bound of their own (the child list's searches): on each
    * replica a pool of `poolSize` connections with that `statement_timeout`, else `primary`.
    */
-  boundedReader(options: { timeoutMs: number; poolSize: number }, primary: BoundedReads): BoundedReads {
+  boundedReader(options: BoundedReadOptions, primary: BoundedReads): BoundedReads {
     const pools = new Map(
       this.members.map((member) => {
         const pool = boundedPool(
           { connectionString: member.url },
-          { max: options.poolSize, connectTimeoutMs: this.options.connectTimeoutMs, statementTimeoutMs: options.timeoutMs, applicationName: 'credits-read-api-replica-searches', settings: BOUNDED_READ_SETTINGS },
+          { max: options.poolSize, connectTimeoutMs: this.options.connectTimeoutMs, statementTimeoutMs: options.timeoutMs, applicationName: 'credits-read-api-replica-searches', settings: boundedReadSettings(options.serial) },
         );
         return [member, pool] as const;
       }),
