@@ -70,8 +70,13 @@ export function filterSql(parentId: string, search: string | undefined, range: {
     // letter leaves it), so the names are first matched as stored, and lower-cased only when that
     // fails: most names of a term most children have match at once (the count of `a` or of an
     // e-mail domain every child has, at a million: 0.31 s → 0.21 s and 0.45 s → 0.21 s).
+    // A term of ASCII characters that are not letters (digits, signs) has no case, and no other
+    // character lower-cases to one of them: the names match it as stored or not at all (the count
+    // of a digit 47 % of a million children have: 0.37 s → 0.21 s).
     const lowered = `lower($${n}::text)`;
-    scanWhere = [...clauses, `(username LIKE ${lowered} OR email LIKE ${lowered} OR lower(username) LIKE ${lowered} OR lower(email) LIKE ${lowered})`].join(' AND ');
+    const caseless = /^[\x00-\x40\x5b-\x60\x7b-\x7f]*$/.test(search);
+    const asStored = `username LIKE ${lowered} OR email LIKE ${lowered}`;
+    scanWhere = [...clauses, caseless ? `(${asStored})` : `(${asStored} OR lower(username) LIKE ${lowered} OR lower(email) LIKE ${lowered})`].join(' AND ');
     clauses.push(match);
   }
   const where = clauses.join(' AND ');
