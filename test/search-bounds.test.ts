@@ -100,15 +100,17 @@ describe(`searches are bounded in time and in number (${testMode})`, () => {
     expect(metricValue(metrics, 'api_search_statements_in_flight')).toBe(0);
   }, 60_000);
 
-  it.skipIf(testMode !== 'postgres')('a search\'s pages are read without parallel workers, which only its counts gain from; both without sequential scans', async () => {
+  it.skipIf(testMode !== 'postgres')('a search\'s pages are read without parallel workers, which only its counts gain from; both without sequential scans or JIT', async () => {
     const pages = database().boundedReads({ timeoutMs: 5000, poolSize: 1, serial: true });
     const counts = database().boundedReads({ timeoutMs: 5000, poolSize: 1 });
     try {
       const settings = async (reads: typeof pages) =>
-        (await reads.query<{ workers: string; seqscan: string }>(`SELECT current_setting('max_parallel_workers_per_gather') AS workers, current_setting('enable_seqscan') AS seqscan`))[0];
-      expect(await settings(pages)).toEqual({ workers: '0', seqscan: 'off' });
+        (await reads.query<{ workers: string; seqscan: string; jit: string }>(
+          `SELECT current_setting('max_parallel_workers_per_gather') AS workers, current_setting('enable_seqscan') AS seqscan, current_setting('jit') AS jit`,
+        ))[0];
+      expect(await settings(pages)).toEqual({ workers: '0', seqscan: 'off', jit: 'off' });
       const counted = await settings(counts);
-      expect(counted?.seqscan).toBe('off');
+      expect(counted).toMatchObject({ seqscan: 'off', jit: 'off' });
       expect(Number(counted?.workers)).toBeGreaterThan(0);
     } finally {
       await Promise.all([pages.close(), counts.close()]);

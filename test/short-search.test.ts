@@ -60,7 +60,9 @@ describe(`short search terms (${testMode})`, () => {
   };
 
   it('counts and lists exactly what ILIKE matches, rare and common, letters and signs, in any case', async () => {
-    for (const term of ['xq', 'XQ', 'q', 'zz', 'Z', '_', '%', '@', '.', 'm', 'me', '99', '7', 'äö', 'Ä', 'ö-', 'é']) {
+    // Also the character that joins a child's names in the grams index, after a username's last
+    // letter and before an e-mail's first: no name holds it, so nothing matches.
+    for (const term of ['xq', 'XQ', 'q', 'zz', 'Z', '_', '%', '@', '.', 'm', 'me', '99', '7', '1', '3', 'äö', 'Ä', 'ö-', 'é', 'n\u0001', '\u0001x']) {
       const inner = await page(`search=${encodeURIComponent(term)}&limit=20`);
       const total = await expected(term);
       expect(inner.stats.total, term).toBe(total);
