@@ -77,7 +77,7 @@ describe(`searches are bounded in time and in number (${testMode})`, () => {
   }, 60_000);
 
   it('no more than SEARCH_MAX_PER_ORGANIZATION of one organization run at once: the rest are refused at once, and another organization still searches', async () => {
-    const server = await start({ SEARCH_MAX_PER_ORGANIZATION: '1', SEARCH_MAX_CONCURRENT: '2', SEARCH_TIMEOUT_MS: '30000' });
+    const server = await start({ SEARCH_MAX_PER_ORGANIZATION: '1', SEARCH_MAX_CONCURRENT: '2', SEARCH_TIMEOUT_MS: '30000', SEARCH_MAX_TIME_PERCENT: '100' });
     // Distinct terms every child has, each counted over all of them: no two share a read in flight.
     const terms = ['m', 'e', 'b', 'r', 'mb', 'em', 'be', 'er'];
     const [answers, other] = await Promise.all([
@@ -100,17 +100,47 @@ describe(`searches are bounded in time and in number (${testMode})`, () => {
     expect(metricValue(metrics, 'api_search_statements_in_flight')).toBe(0);
   }, 60_000);
 
+  it('searches take at most SEARCH_MAX_TIME_PERCENT of the wall clock: past it, the next is refused 503 with Retry-After until the share is back', async () => {
+    const server = await start({ SEARCH_MAX_TIME_PERCENT: '1', SEARCH_MAX_CONCURRENT: '4', SEARCH_MAX_PER_ORGANIZATION: '4', SEARCH_TIMEOUT_MS: '30000' });
+    // Terms every child has, each counted over all 30,000: their time soon passes 1 % of a second.
+    const answers = [];
+    for (const term of ['m', 'e', 'b', 'r', 'mb', 'em', 'be', 'er', 'me', 'ex', 'am', 'pl']) {
+      const answer = await rest(server, `${CHILD_LIST}?search=${term}`, { token: largeToken });
+      answers.push(answer);
+      if (answer.status !== 200) break;
+    }
+    const refused = answers.at(-1)!;
+    expectError(refused, 503, 'SERVICE_UNAVAILABLE');
+    expect(refused.body.error.message).toMatch(/share of this server's database time/);
+    const retryAfter = Number(refused.headers.get('retry-after'));
+    expect(retryAfter).toBeGreaterThanOrEqual(1);
+    expect(retryAfter).toBeLessThanOrEqual(30);
+    // Not the organization's searches alone: the instance's. Lists without a search are not held to it.
+    expectError(await rest(server, `${CHILD_LIST}?search=zz`, { token: smallToken }), 503, 'SERVICE_UNAVAILABLE');
+    expect((await rest(server, `${CHILD_LIST}?limit=5`, { token: largeToken })).status).toBe(200);
+    const metrics = await (await fetch(`${server.url}/metrics`)).text();
+    expect(metricValue(metrics, 'api_search_refused_total')).toBe(2);
+    expect(metricValue(metrics, 'api_search_statements_in_flight')).toBe(0);
+    // Once the share is back (within Retry-After), searches are answered again.
+    const refusedAt = performance.now();
+    while ((await rest(server, `${CHILD_LIST}?search=zz`, { token: smallToken })).status !== 200) {
+      expect(performance.now() - refusedAt).toBeLessThan(retryAfter * 1000 + 1000);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }, 90_000);
+
   it.skipIf(testMode !== 'postgres')('a search\'s pages are read without parallel workers, which only its counts gain from; both without sequential scans or JIT', async () => {
     const pages = database().boundedReads({ timeoutMs: 5000, poolSize: 1, serial: true });
     const counts = database().boundedReads({ timeoutMs: 5000, poolSize: 1 });
     try {
       const settings = async (reads: typeof pages) =>
-        (await reads.query<{ workers: string; seqscan: string; jit: string }>(
-          `SELECT current_setting('max_parallel_workers_per_gather') AS workers, current_setting('enable_seqscan') AS seqscan, current_setting('jit') AS jit`,
+        (await reads.query<{ workers: string; seqscan: string; jit: string; setup: string }>(
+          `SELECT current_setting('max_parallel_workers_per_gather') AS workers, current_setting('enable_seqscan') AS seqscan, current_setting('jit') AS jit,
+                  current_setting('parallel_setup_cost') AS setup`,
         ))[0];
-      expect(await settings(pages)).toEqual({ workers: '0', seqscan: 'off', jit: 'off' });
+      expect(await settings(pages)).toEqual({ workers: '0', seqscan: 'off', jit: 'off', setup: '20000' });
       const counted = await settings(counts);
-      expect(counted).toMatchObject({ seqscan: 'off', jit: 'off' });
+      expect(counted).toMatchObject({ seqscan: 'off', jit: 'off', setup: '20000' });
       expect(Number(counted?.workers)).toBeGreaterThan(0);
     } finally {
       await Promise.all([pages.close(), counts.close()]);

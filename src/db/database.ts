@@ -55,10 +55,14 @@ export type BoundedReads = Pick<SqlDriver, 'query'> & { close(): Promise<void> }
  * substring's matches is rough, took one for a three-letter term 5 % of a million children have:
  * 0.72 s where the trigram indexes take 0.15. Nor do they compile expressions (JIT): a count over a
  * million children spent 20-25 ms compiling and gained nothing back, its time being in lower()
- * and the heap (0.44 s against 0.41). An `options` parameter in the database URL replaces these
- * (pg takes the URL's over its configuration's).
+ * and the heap (0.44 s against 0.41). Parallel workers cost what PostgreSQL's default setup cost
+ * (1,000) understates by far: starting two took about 20 ms of a statement, and a search with
+ * them holds every core of a two-core database. At 20,000, a count over a million children still
+ * takes them (0.28 s, not twice that); one over 100,000 does not (40 ms either way, on one core).
+ * An `options` parameter in the database URL replaces these (pg takes the URL's over its
+ * configuration's).
  */
-export const BOUNDED_READ_SETTINGS = '-c enable_seqscan=off -c jit=off';
+export const BOUNDED_READ_SETTINGS = '-c enable_seqscan=off -c jit=off -c parallel_setup_cost=20000';
 
 /**
  * `BOUNDED_READ_SETTINGS`, and for a search's pages (`serial`) no parallel workers: a page reads

@@ -9,12 +9,24 @@ import type { SqlDriver } from './sql-driver.js';
  * large parent; so each of its statements runs on connections of its own (never the pool that
  * answers sign-ins' profiles), under a time bound of its own (SEARCH_TIMEOUT_MS, PostgreSQL's
  * `statement_timeout` on those connections), and only so many run at once: SEARCH_MAX_CONCURRENT
- * in the instance, SEARCH_MAX_PER_ORGANIZATION for one organization. A statement past the bound,
- * or one more than either count allows, is refused at once: 503 SERVICE_UNAVAILABLE with
- * Retry-After. Nothing waits in a queue.
+ * in the instance, SEARCH_MAX_PER_ORGANIZATION for one organization, and they take at most
+ * SEARCH_MAX_TIME_PERCENT of the wall clock. A statement past the bound, or one more than any of
+ * these allows, is refused at once: 503 SERVICE_UNAVAILABLE with Retry-After. Nothing waits in a
+ * queue.
  */
 
-export type SearchBounds = { timeoutMs: number; maxConcurrent: number; maxPerOrganization: number };
+export type SearchBounds = {
+  timeoutMs: number;
+  maxConcurrent: number;
+  maxPerOrganization: number;
+  /** The share of the wall clock, in percent, that the instance's search statements may take (SEARCH_MAX_TIME_PERCENT). */
+  maxTimePercent: number;
+};
+
+/** The time share's budget holds at most this much of the wall clock: what searches may spend at once after a quiet while. */
+const SHARE_WINDOW_MS = 1000;
+/** The longest Retry-After a spent time share answers with. */
+const MAX_RETRY_AFTER_SECONDS = 30;
 
 /** When a refused search may be tried again. */
 const RETRY_AFTER_SECONDS = 1;
@@ -22,6 +34,12 @@ const RETRY_AFTER_SECONDS = 1;
 export class SearchBusyError extends ServiceUnavailableError {
   constructor(message = 'Too many searches of this organization are running; try again shortly.') {
     super(message, RETRY_AFTER_SECONDS);
+  }
+}
+
+export class SearchShareSpentError extends ServiceUnavailableError {
+  constructor(retryAfterSeconds: number) {
+    super('Searches have taken their share of this server\'s database time; try again shortly.', retryAfterSeconds);
   }
 }
 
@@ -44,19 +62,47 @@ export class Searches {
   /** Searches running by organization; an organization with none has no entry. */
   private readonly byOrganization = new Map<string, number>();
   readonly stats = { refused: 0, timedOut: 0 };
+  /**
+   * The time share: milliseconds of statement time the instance's searches may still spend. It
+   * fills at `maxTimePercent` of the wall clock, up to that share of SHARE_WINDOW_MS; each
+   * statement's time is taken from it when it ends, and below zero new searches are refused
+   * until it fills again. SEARCH_MAX_CONCURRENT bounds how many run at once; this bounds how much
+   * of the time they run, so that parents searching one term after another still leave the
+   * database to the others.
+   */
+  private budgetMs: number;
+  private filledAt: number;
 
   constructor(
     private readonly bounds: SearchBounds,
     private readonly stale: ReadQuery,
     private readonly primary: Pick<SqlDriver, 'query'>,
     private readonly closing: BoundedReads[] = [],
-  ) {}
+  ) {
+    this.budgetMs = this.capacityMs;
+    this.filledAt = performance.now();
+  }
+
+  private get capacityMs(): number {
+    return (SHARE_WINDOW_MS * this.bounds.maxTimePercent) / 100;
+  }
+
+  /** The budget as of now. */
+  private fill(): number {
+    const now = performance.now();
+    this.budgetMs = Math.min(this.capacityMs, this.budgetMs + ((now - this.filledAt) * this.bounds.maxTimePercent) / 100);
+    this.filledAt = now;
+    return this.budgetMs;
+  }
 
   /** The reads of a search of `organizationId`'s children. */
   of(organizationId: string): SearchReads {
+    // The time share admits a search, not each of its statements: once one of them ran, the
+    // others finish it (each still counted against the share and the concurrency bounds).
+    const search = { admitted: false };
     return {
-      stale: { query: (text, params) => this.run(organizationId, () => this.stale.query(text, params)) },
-      primary: { query: (text, params) => this.run(organizationId, () => this.primary.query(text, params)) },
+      stale: { query: (text, params) => this.run(organizationId, search, () => this.stale.query(text, params)) },
+      primary: { query: (text, params) => this.run(organizationId, search, () => this.primary.query(text, params)) },
     };
   }
 
@@ -65,14 +111,23 @@ export class Searches {
     return this.running;
   }
 
-  private async run<T>(organizationId: string, statement: () => Promise<T>): Promise<T> {
+  private async run<T>(organizationId: string, search: { admitted: boolean }, statement: () => Promise<T>): Promise<T> {
     const mine = this.byOrganization.get(organizationId) ?? 0;
     if (this.running >= this.bounds.maxConcurrent || mine >= this.bounds.maxPerOrganization) {
       this.stats.refused += 1;
       throw new SearchBusyError(this.running >= this.bounds.maxConcurrent ? 'Too many searches are running on this server; try again shortly.' : undefined);
     }
+    const shared = this.bounds.maxTimePercent < 100;
+    if (shared && !search.admitted && this.fill() < 0) {
+      this.stats.refused += 1;
+      // When the budget is back above zero, at the rate it fills.
+      const waitMs = (-this.budgetMs * 100) / this.bounds.maxTimePercent;
+      throw new SearchShareSpentError(Math.min(MAX_RETRY_AFTER_SECONDS, Math.max(1, Math.ceil(waitMs / 1000))));
+    }
+    search.admitted = true;
     this.running += 1;
     this.byOrganization.set(organizationId, mine + 1);
+    const started = performance.now();
     try {
       return await statement();
     } catch (error) {
@@ -83,6 +138,10 @@ export class Searches {
       }
       throw error;
     } finally {
+      if (shared) {
+        this.fill();
+        this.budgetMs -= performance.now() - started;
+      }
       this.running -= 1;
       const left = (this.byOrganization.get(organizationId) ?? 1) - 1;
       if (left === 0) this.byOrganization.delete(organizationId);
