@@ -97,9 +97,8 @@ export function filterSql(parentId: string, search: string | undefined, range: {
   // match across them. Counting a pair that a third of a million children have: 0.41 s → 0.24 s.
   // The ILIKE pattern stays among the statement's parameters, named by a condition the planner
   // folds away (PostgreSQL refuses a parameter a statement does not name).
-  const exactGram = short && !search.includes('\u0001');
-  const gramWhere = (statementParams: unknown[]): string =>
-    exactGram ? `${unsearched} AND $${n}::text IS NOT NULL AND ${grams(statementParams)}` : lookupWhere(statementParams);
+  const gramWhere =
+    short && !search.includes('\u0001') ? (statementParams: unknown[]): string => `${unsearched} AND $${n}::text IS NOT NULL AND ${grams(statementParams)}` : undefined;
   // The normalised filters: two requests with the same scope select the same rows.
   const scope: PageScope = `${parentId}|${range.from?.getTime() ?? ''}|${range.to?.getTime() ?? ''}|${search ?? ''}`;
   const filtered = clauses.length > 1;
@@ -117,10 +116,8 @@ export function filterSql(parentId: string, search: string | undefined, range: {
      * in order finds the page at once.
      */
     lookupWhere,
-    /** `lookupWhere` without the ILIKE the index already decides, for a term of one or two characters. */
+    /** `lookupWhere` without the ILIKE the index already decides: only for a term of one or two characters (see `countedWhere`). */
     gramWhere,
-    /** Whether `gramWhere` decides alone (see `countedWhere`). */
-    exactGram,
     /** `where` for a search seen to match most children (see `countedWhere`). */
     scanWhere: scanWhere ?? where,
     /**
@@ -257,10 +254,10 @@ const GRAM_COUNT_SHARE = 0.6;
  * `share`), a scan when they are most; the planner chooses when the page did not estimate.
  */
 const countedWhere = (filters: ChildFilters, params: unknown[]): string => {
-  const { share } = filters;
+  const { share, gramWhere } = filters;
   if (share === undefined) return filters.where;
-  if (share >= (filters.exactGram && !filters.dated ? GRAM_COUNT_SHARE : LOOKUP_SHARE)) return filters.scanWhere;
-  return filters.exactGram ? filters.gramWhere(params) : filters.lookupWhere(params);
+  if (share >= (gramWhere && !filters.dated ? GRAM_COUNT_SHARE : LOOKUP_SHARE)) return filters.scanWhere;
+  return gramWhere ? gramWhere(params) : filters.lookupWhere(params);
 };
 
 /**
