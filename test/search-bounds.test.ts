@@ -117,9 +117,16 @@ describe(`searches are bounded in time and in number (${testMode})`, () => {
     expect(retryAfter).toBeLessThanOrEqual(30);
     // Not the organization's searches alone: the instance's. Lists without a search are not held to it.
     expectError(await rest(server, `${CHILD_LIST}?search=zz`, { token: smallToken }), 503, 'SERVICE_UNAVAILABLE');
+    // GraphQL's childAccounts is the same search: refused with the same wait, in the error's extensions.
+    const graphql = await server.graphql<{ childAccounts: unknown }>('{ childAccounts(search: "zy") { stats { total } } }', { token: smallToken });
+    expect(graphql.data?.childAccounts ?? null).toBeNull();
+    const { code, retryAfterSeconds } = graphql.errors?.[0]?.extensions as { code?: string; retryAfterSeconds?: number };
+    expect(code).toBe('SERVICE_UNAVAILABLE');
+    expect(retryAfterSeconds).toBeGreaterThanOrEqual(1);
+    expect(retryAfterSeconds).toBeLessThanOrEqual(30);
     expect((await rest(server, `${CHILD_LIST}?limit=5`, { token: largeToken })).status).toBe(200);
     const metrics = await (await fetch(`${server.url}/metrics`)).text();
-    expect(metricValue(metrics, 'api_search_refused_total')).toBe(2);
+    expect(metricValue(metrics, 'api_search_refused_total')).toBe(3);
     expect(metricValue(metrics, 'api_search_statements_in_flight')).toBe(0);
     // Once the share is back (within Retry-After), searches are answered again.
     const refusedAt = performance.now();
