@@ -97,7 +97,7 @@ const environment = z.object({
   /** One at a time by default: on a database of two cores, more left the other requests half the machine (`src/db/README.md`). */
   SEARCH_MAX_CONCURRENT: withDefault(integer(1, 500), 1),
   SEARCH_MAX_PER_ORGANIZATION: withDefault(integer(1, 500), 2),
-  /** 20 % by default: eight parents searching without pause left the others 0.70-0.80 of their requests without a share, 0.77-0.79 at 50 %, 0.76-0.89 at 30 %, 0.80-0.92 at 25 %, 0.87-0.96 at 20 % (`src/db/README.md`). */
+  /** 20 % by default: eight parents searching without pause left the others 0.70-0.80 of their requests without a share, 0.77-0.79 at 50 %, 0.76-0.89 at 30 %, 0.80-0.92 at 25 %, 0.82-0.96 at 20 % (`src/db/README.md`). */
   SEARCH_MAX_TIME_PERCENT: withDefault(integer(1, 100), 20),
   JWT_ISSUER: optionalString,
   JWT_AUDIENCE: optionalString,

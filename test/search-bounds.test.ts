@@ -117,7 +117,7 @@ describe(`searches are bounded in time and in number (${testMode})`, () => {
     expect(retryAfter).toBeLessThanOrEqual(30);
     // Not the organization's searches alone: the instance's. Lists without a search are not held to it.
     expectError(await rest(server, `${CHILD_LIST}?search=zz`, { token: smallToken }), 503, 'SERVICE_UNAVAILABLE');
-    // GraphQL's childAccounts is the same search: refused with the same wait, in the error's extensions.
+    // GraphQL's childAccounts is the same search: refused too, its wait in the error's extensions.
     const graphql = await server.graphql<{ childAccounts: unknown }>('{ childAccounts(search: "zy") { stats { total } } }', { token: smallToken });
     expect(graphql.data?.childAccounts ?? null).toBeNull();
     const { code, retryAfterSeconds } = graphql.errors?.[0]?.extensions as { code?: string; retryAfterSeconds?: number };
