@@ -253,7 +253,7 @@ export type Config = {
   /** After SIGTERM: readiness is 503 and the listener still accepts, so balancers stop sending first. */
   shutdownDelayMs: number;
   /** The entity cache (0 entries or 0 bytes: no cache). */
-  cache: { maxEntries: number; maxBytes: number; ttlMs: number };
+  cache: { maxEntries: number; maxBytes: number; recordBytes: number; ttlMs: number };
   /** GraphQL answers kept whole (`db/answer-cache.ts`; 0 bytes: none kept). Dropped with the entity cache's entries. */
   answerCache: { maxBytes: number; ttlMs: number };
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
@@ -379,7 +379,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFa
       stallMs: e.LIVE_STALL_MS,
     },
     export: { maxConcurrent: e.EXPORT_MAX_CONCURRENT, stallMs: e.EXPORT_STALL_MS, rateCost: e.EXPORT_RATE_COST },
-    cache: { maxEntries: e.CACHE_MAX_ENTRIES, maxBytes: memory.shares.entityCache, ttlMs: e.CACHE_TTL_SECONDS * 1000 },
+    cache: { maxEntries: e.CACHE_MAX_ENTRIES, maxBytes: memory.shares.entityCache, recordBytes: memory.recordBytes, ttlMs: e.CACHE_TTL_SECONDS * 1000 },
     answerCache: { maxBytes: memory.shares.answerCache, ttlMs: e.CACHE_TTL_SECONDS * 1000 },
     corsOrigins: e.CORS_ORIGINS.trim() === '*' ? '*' : e.CORS_ORIGINS.split(',').map((o) => o.trim()).filter(Boolean),
   };

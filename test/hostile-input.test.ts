@@ -289,6 +289,25 @@ describe(`hostile input (${testMode})`, () => {
       }
     });
 
+    it("a signed sub that spells the remembered token's separator and another organization's account is refused every time, remembered or not", async () => {
+      const [org, other] = [await createOrganization(database()), await createOrganization(database())];
+      const now = Math.floor(Date.now() / 1000);
+      // The remembered token's text is NUL-separated (db/compact-text.ts): this sub spells the
+      // other organization's parent, its id and times after it, as a naive reader would split them.
+      const sub = `${other.parent.id}\0${other.parent.id}\0${now + 600}\0${now}\0\0${other.parent.id}`;
+      const token = await new SignJWT({ sub, iat: now, exp: now + 600 })
+        .setProtectedHeader({ alg: 'HS256', kid: org.parent.publicKey })
+        .sign(secretKey(org.organization.jwtSecret));
+      for (let i = 0; i < 3; i++) {
+        const answer = await rest(server(), '/auth/user-profile', { token });
+        expect(answer.status, answer.body).not.toBe(200);
+        expect(JSON.stringify(answer.body)).not.toContain(other.parent.id);
+      }
+      // The organization's own tokens are remembered and served as before.
+      const own = await tokenFor(org.parent, org);
+      for (let i = 0; i < 2; i++) expect((await rest(server(), '/auth/user-profile', { token: own })).body.data.user.userID).toBe(org.parent.id);
+    });
+
     it('a token whose exp lies further than JWT_MAX_LIFETIME_SECONDS past iat is refused', async () => {
       const org = await createOrganization(database());
       const now = Math.floor(Date.now() / 1000);

@@ -1,6 +1,8 @@
 import { describe, expect, it, vi } from 'vitest';
 import { OffsetIndex, RecordRing, RING_INDEX_BYTES } from '../src/db/record-ring.js';
 import { compactAccount, READ_ACCOUNT_COLUMNS, type AccountRow } from '../src/db/accounts.js';
+import { compactToken } from '../src/auth/authenticate.js';
+import { enumOf, enumText, enumValues, FIELD, numberOf, numberText, optionalOf, optionalText } from '../src/db/compact-text.js';
 import { EntityCache, type CompactForm } from '../src/db/entity-cache.js';
 import { ManualFeed } from './helpers/manual-feed.js';
 
@@ -201,6 +203,35 @@ describe('an account as a record', () => {
     expect(compactAccount.decode(compactAccount.encode(full), full.id)).toStrictEqual(full);
     const sparse: AccountRow = { ...full, parentId: null, lastLogin: null, lastLoginProvider: null, providerAId: null, lastPasswordChanged: null, lastLoginAttempt: null, lockedUntil: null, lastResetPasswordRequestAt: null };
     expect(compactAccount.decode(compactAccount.encode(sparse), sparse.id)).toStrictEqual(sparse);
+    // Texts that begin with the mark, empty ones, and times before 1970 or past the safe integers' milliseconds.
+    const odd: AccountRow = { ...full, parentId: '', username: '~', email: '', providerAId: '~x', createdAt: new Date(-1), updatedAt: new Date(8.64e15) };
+    expect(compactAccount.decode(compactAccount.encode(odd), odd.id)).toStrictEqual(odd);
+  });
+});
+
+describe('a verified token as a record', () => {
+  it('comes back as it went in: fractional and large times, no nbf, a subject that spells the separator or the mark', () => {
+    for (const token of [
+      { subject: 'USR_a', parentId: 'USR_p', exp: 1_800_000_000, iat: 1_700_000_000, nbf: undefined },
+      { subject: `USR_a${FIELD}USR_b${FIELD}1${FIELD}2${FIELD}`, parentId: 'USR_p', exp: 1_800_000_000.5, iat: -1, nbf: 1_700_000_001 },
+      { subject: '~', parentId: 'USR_p', exp: 1e300, iat: 0, nbf: 0 },
+      { subject: '', parentId: 'USR_p', exp: Number.MAX_SAFE_INTEGER + 2, iat: 1, nbf: -0.25 },
+    ]) {
+      expect(compactToken.decode(compactToken.encode(token), 'key')).toStrictEqual(token);
+    }
+  });
+});
+
+describe('the compact texts', () => {
+  it('numbers, enum values and nullable texts come back as they went in', () => {
+    for (const value of [0, 1, -1, 35, 36, 1_789_973_851_392, -62_135_596_800_000, 0.5, -1e-7, 1e21, Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER + 2, null]) {
+      expect(numberOf(numberText(value))).toBe(value);
+    }
+    expect(numberText(1_789_973_851_392)).toHaveLength(8);
+    const values = enumValues<'a' | 'b'>({ a: 0, b: 1 });
+    expect(values).toEqual(['a', 'b']);
+    for (const value of ['a', 'b', 'c', '~a', ''] as ('a' | 'b')[]) expect(enumOf(enumText(value, values), values)).toBe(value);
+    for (const value of [null, '', '~', 'x', '~~x']) expect(optionalOf(optionalText(value))).toBe(value);
   });
 });
 

@@ -10,6 +10,7 @@ import { RecordRing } from './record-ring.js';
 import { sees, snapshotQuery, type Snapshot, type SnapshotQuery } from './snapshots.js';
 import { ReadSet, type TagRead } from './read-set.js';
 import { droppedBy } from './cache-tags.js';
+import { RECORDS_SHARE } from '../ops/memory-budget.js';
 
 type Entry = { value: unknown; tags: readonly string[]; seen?: Snapshot; amend?: Amend<unknown> };
 
@@ -31,6 +32,11 @@ export type EntityCacheOptions = {
   maxEntries: number;
   /** Estimated bytes kept at most (keys, values and tags); the least recently used go first. */
   maxBytes: number;
+  /**
+   * Of `maxBytes`, the record ring's (outside the heap: the memory budget takes it before the
+   * heap's); by default `RECORDS_SHARE` of them.
+   */
+  recordBytes?: number;
   /** A safety net only: entries are invalidated by the database's announcements long before. */
   ttlMs: number;
 };
@@ -97,12 +103,6 @@ const ENTRY_OVERHEAD_BYTES = 112;
 /** The tag index's bytes per tag an entry carries (a member of a set, or a map entry and its tag). */
 const TAG_INDEX_BYTES = 64;
 
-/**
- * The part of the byte bound the record ring takes, for the values declared `compact` (a large
- * population's accounts and verified tokens); the entries take the rest (organizations, keys,
- * balances, counts, pages: few per organization).
- */
-const RING_SHARE = 0.85;
 /** Below this, no ring: everything is an entry. */
 const RING_MIN_BYTES = 16 * 1024;
 /** Room enough for a record of the usual size (an account's is about 300 bytes): below it, the ring is full. */
@@ -197,9 +197,11 @@ export class EntityCache {
   ) {
     // Sized for the entries the bounds allow (an entry is rarely under 512 estimated bytes).
     this.sketch = new FrequencySketch(Math.min(options.maxEntries, options.maxBytes / SMALL_ENTRY_BYTES));
-    // The sketch's counters take their part of the bound, the ring its share of the rest.
+    // The sketch's counters take their part of the bound, the ring its share of the rest (for the
+    // values declared `compact`: a large population's accounts and verified tokens); the entries
+    // take what is left (organizations, keys, balances, counts, pages: few per organization).
     const shared = options.maxBytes - this.sketch.bytes;
-    const ringBytes = Math.floor(shared * RING_SHARE);
+    const ringBytes = Math.min(shared, options.recordBytes ?? Math.floor(shared * RECORDS_SHARE));
     if (options.maxEntries > 0 && shared > 0 && ringBytes >= RING_MIN_BYTES) this.ring = new RecordRing(ringBytes, options.ttlMs);
     if (options.maxEntries > 0 && shared > 0) {
       this.entries = new LRUCache<string, Entry>({

@@ -4,9 +4,10 @@ import v8 from 'node:v8';
 /*
  * One memory budget, from which every bound that holds memory follows (see `ops/README.md`,
  * "Memory budget"). The budget is the process's resident memory: MEMORY_BUDGET_MB, else the
- * container's limit (cgroup v2 `memory.max`), else 250 MB. The V8 heap gets 64 % of it: a fixed
- * young generation and the old generation, where everything that lives longer than a moment is
- * kept and whose limit is what V8 dies of. The old generation up to where shedding starts (80 %)
+ * container's limit (cgroup v2 `memory.max`), else 250 MB. The entity cache's records (one buffer
+ * outside the heap, `db/record-ring.ts`) take their part of it first. The V8 heap gets 64 % of the
+ * rest: a fixed young generation and the old generation, where everything that lives longer than a
+ * moment is kept and whose limit is what V8 dies of. The old generation up to where shedding starts (80 %)
  * is accounted: the process's own objects and the requests in progress keep a reserve, and what
  * is left is shared between the structures that grow with use: the entity cache, the kept answers,
  * the live streams, the rate limiter's memory store and the registered operations. The rest is
@@ -51,6 +52,15 @@ export const TRACED_STREAM_BYTES = 12 * 1024;
 /** What one key of the rate limiter's memory store holds (its LRU slot, the key, the count). */
 export const RATE_LIMIT_KEY_BYTES = 200;
 
+/**
+ * The entity cache's records: the accounts and verified tokens of a large population, as bytes in
+ * one buffer that the garbage collector does not walk, outside the heap and so outside its limit.
+ * Their part of the budget is taken before the heap's (35 MB of 250, about 90,000 users).
+ */
+const RECORDS_FRACTION = 0.14;
+/** Of an explicit CACHE_MAX_BYTES, the records' part; the rest is the cache's entries, on the heap. */
+export const RECORDS_SHARE = 0.85;
+
 /** How the accounted part left after the reserves is shared (what explicit bounds leave, in these proportions). */
 const SHARES = { entityCache: 0.45, answerCache: 0.1, streams: 0.25, rateLimiter: 0.12, registrations: 0.08 } as const;
 export type Share = keyof typeof SHARES;
@@ -87,8 +97,10 @@ export type MemoryBudget = {
   oldSpaceMiB: number;
   /** Of the old generation: the process's own objects, and the requests in flight. */
   reserveBytes: { base: number; working: number };
-  /** Each structure's bytes (explicit bounds as set, the others their share). */
+  /** Each structure's bytes (explicit bounds as set, the others their share); the entity cache's with its records. */
   shares: Record<Share, number>;
+  /** Of the entity cache's share, its records' bytes: outside the heap, taken from the budget before it. */
+  recordBytes: number;
   /** The streams and rate-limiter keys those shares hold, and what a stream is counted as. */
   maxStreams: number;
   streamBytes: number;
@@ -147,17 +159,20 @@ export function memoryBudget(budgetMiB: number | undefined, explicit: ExplicitBo
       : facts.containerLimitBytes !== undefined && facts.containerLimitBytes < 1024 ** 4
         ? [facts.containerLimitBytes, 'container limit']
         : [DEFAULT_BUDGET_BYTES, 'default'];
-  const { heapBytes, oldSpaceMiB, oldGenerationBytes, accountedBytes, working } = heapLayout(budgetBytes, facts.heapLimitBytes);
+  // The records first (outside the heap), then the heap from what they leave.
+  const recordBytes = Math.floor(explicit.cacheMaxBytes !== undefined ? explicit.cacheMaxBytes * RECORDS_SHARE : budgetBytes * RECORDS_FRACTION);
+  const { heapBytes, oldSpaceMiB, oldGenerationBytes, accountedBytes, working } = heapLayout(budgetBytes - recordBytes, facts.heapLimitBytes);
   const base = BASE_HEAP_BYTES + (explicit.traced ? TRACING_HEAP_BYTES : 0);
   const streamBytes = explicit.traced ? TRACED_STREAM_BYTES : STREAM_BYTES;
-  if (!roomy(accountedBytes, base, working)) {
+  // An explicit cache bound whose records leave too little heap is named below, as the bounds that do not fit.
+  if (!roomy(accountedBytes, base, working) && explicit.cacheMaxBytes === undefined) {
     const least = sayLeast ? ` to at least ${leastBudget(budgetBytes, explicit)}` : '';
-    throw new Error(`the memory budget (${source}, ${mib(budgetBytes)}) gives the heap's old generation ${mib(oldGenerationBytes)}, too little for the process's own ${mib(base + working)} below where shedding starts: raise MEMORY_BUDGET_MB${least}`);
+    throw new Error(`the memory budget (${source}, ${mib(budgetBytes)}) keeps ${mib(recordBytes)} for the cache's records and gives the heap's old generation ${mib(oldGenerationBytes)}, too little for the process's own ${mib(base + working)} below where shedding starts: raise MEMORY_BUDGET_MB${least}`);
   }
   // Explicit bounds first; the other shares divide what they leave, in their proportions (with a
   // MiB at least between them).
   const fixed: Partial<Record<Share, number>> = {
-    entityCache: explicit.cacheMaxBytes,
+    entityCache: explicit.cacheMaxBytes === undefined ? undefined : explicit.cacheMaxBytes - recordBytes,
     answerCache: explicit.answerCacheMaxBytes,
     streams: explicit.maxStreams !== undefined ? explicit.maxStreams * streamBytes : undefined,
   };
@@ -168,16 +183,18 @@ export function memoryBudget(budgetMiB: number | undefined, explicit: ExplicitBo
   const needed = base + working + fixedBytes + (open.length > 0 ? MIB : 0);
   if (needed > accountedBytes) {
     const set = [
-      explicit.cacheMaxBytes !== undefined ? `CACHE_MAX_BYTES ${mib(explicit.cacheMaxBytes)}` : undefined,
+      explicit.cacheMaxBytes !== undefined ? `CACHE_MAX_BYTES ${mib(explicit.cacheMaxBytes)} (${mib(recordBytes)} of it outside the heap)` : undefined,
       explicit.answerCacheMaxBytes !== undefined ? `ANSWER_CACHE_MAX_BYTES ${mib(explicit.answerCacheMaxBytes)}` : undefined,
       explicit.maxStreams !== undefined ? `LIVE_MAX_STREAMS ${explicit.maxStreams} (${mib(explicit.maxStreams * streamBytes)})` : undefined,
     ].filter(Boolean);
     throw new Error(
-      `${set.join(', ')} need ${mib(needed)} of heap with the process's own ${mib(base + working)}; the memory budget (${source}, ${mib(budgetBytes)}) accounts for ${mib(accountedBytes)} of the heap: lower them, or raise MEMORY_BUDGET_MB${sayLeast ? ` to at least ${leastBudget(budgetBytes, explicit)}` : ''}`,
+      `${set.join(', ')} need ${mib(needed)} of heap with the process's own ${mib(base + working)}; the memory budget (${source}, ${mib(budgetBytes)}) accounts for ${mib(accountedBytes)} of the heap${recordBytes > 0 ? ` beside ${mib(recordBytes)} of cache records` : ''}: lower them, or raise MEMORY_BUDGET_MB${sayLeast ? ` to at least ${leastBudget(budgetBytes, explicit)}` : ''}`,
     );
   }
   const openFraction = open.reduce((sum, name) => sum + SHARES[name], 0);
   const shares = Object.fromEntries(names.map((name) => [name, fixed[name] ?? Math.floor((rest * SHARES[name]) / openFraction)])) as Record<Share, number>;
+  // The entity cache's share is its entries' part of the heap and its records.
+  shares.entityCache += recordBytes;
   return {
     budgetBytes,
     source,
@@ -187,6 +204,7 @@ export function memoryBudget(budgetMiB: number | undefined, explicit: ExplicitBo
     oldSpaceMiB,
     reserveBytes: { base, working },
     shares,
+    recordBytes,
     maxStreams: explicit.maxStreams ?? Math.max(1, Math.floor(shares.streams / streamBytes)),
     streamBytes,
     maxRequests: Math.floor(working / REQUEST_BYTES),
