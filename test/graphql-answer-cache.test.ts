@@ -269,7 +269,8 @@ describe('GraphQL answers kept whole', () => {
         for (const target of [small, small, off]) expect((await target.graphql('{ me { username email publicKey parentAccount } }', { token })).errors).toBeUndefined();
         expect(small.app.answers.bytes).toBeLessThanOrEqual(20000);
       }
-      expect(small.app.answers.stats.evictions).toBeGreaterThan(0);
+      // More answers were offered than fit: some were refused (or evicted others), and the bytes stayed within the bound.
+      expect(small.app.answers.stats.refused + small.app.answers.stats.evictions).toBeGreaterThan(0);
       expect(off.app.answers.size).toBe(0);
       const token = await tokenFor(children[0]!, org);
       const ran = executed(off);
@@ -472,5 +473,58 @@ describe('callers missing the same answer', () => {
     await expect(failing).rejects.toThrow('the database went away');
     await settle();
     expect(next.state.computing).toBeDefined();
+  });
+});
+
+describe('answers kept once the cache is full', () => {
+  const now = () => Date.now();
+  const body = 'x'.repeat(600);
+
+  /** A cache with room for about nine answers of 600 bytes, and what its computations read. */
+  async function setup() {
+    const feed = new ManualFeed();
+    const entities = new EntityCache(feed, { maxEntries: 100, maxBytes: 1 << 20, ttlMs: 60_000 });
+    const answers = new AnswerCache(entities, { maxBytes: 4096 + 10_000, ttlMs: 60_000 });
+    await entities.through('held', { tags: ['unrelated'], read: async () => 1 });
+    const reads = new ReadSet();
+    entities.recording(reads).hit({ namespace: '', tags: () => ['unrelated'] }, 'held');
+    return { answers, reads: reads.tags };
+  }
+
+  /** One request of viewer `who` for its own answer: whether it was served a kept one. */
+  async function ask(answers: AnswerCache, who: string, reads: ReadonlyMap<string, TagRead>): Promise<'kept' | 'computed'> {
+    let outcome: 'kept' | 'computed' = 'computed';
+    await answers.serve(
+      { key: `1\nMe\n${who}\n`, viewer: who, context: { reads: { tags: reads, reusable: () => true }, viewerKey: async () => who }, fresh: () => { throw new Error('not asked'); }, now },
+      () => void (outcome = 'kept'),
+      async (_context, keep) => void keep?.(() => answerOf(body, { label: 'me', retrievals: [], validUntil: Number.POSITIVE_INFINITY })),
+    );
+    return outcome;
+  }
+
+  it('keep the answers held against viewers asking no more often, and let one asked more often take the place of the least recently used', async () => {
+    const { answers, reads } = await setup();
+    const viewers = Array.from({ length: 20 }, (_, i) => `jwt:child:USR_${i}`);
+    // Each viewer asks twice: the first nine answers fill the cache, the others are not kept.
+    for (const who of viewers) {
+      await ask(answers, who, reads);
+      await ask(answers, who, reads);
+    }
+    const held = answers.size;
+    expect(held).toBeGreaterThanOrEqual(5);
+    expect(held).toBeLessThan(viewers.length);
+    expect(answers.bytes).toBeLessThanOrEqual(4096 + 10_000);
+    expect(answers.stats.refused).toBe(viewers.length - held);
+    expect(answers.stats.evictions).toBe(0);
+    // The answers kept first are still served: viewers asking as rarely did not evict them.
+    for (const who of viewers.slice(0, held)) expect(await ask(answers, who, reads)).toBe('kept');
+    // A viewer asking more often than the least recently used one is kept in its place.
+    const frequent = viewers[viewers.length - 1]!;
+    const outcomes: string[] = [];
+    for (let i = 0; i < 4; i++) outcomes.push(await ask(answers, frequent, reads));
+    expect(outcomes).toContain('kept');
+    expect(answers.stats.evictions).toBe(1);
+    expect(answers.size).toBe(held);
+    expect(await ask(answers, viewers[0]!, reads)).toBe('computed');
   });
 });

@@ -3,6 +3,7 @@ import type { EntityCache } from './entity-cache.js';
 import type { TagRead } from './read-set.js';
 import { TagIndex } from './tag-index.js';
 import { fnv1a } from './string-hash.js';
+import { FrequencySketch } from './frequency-sketch.js';
 
 /**
  * A whole answer, kept as the bytes sent: what a request computed from the entity cache's entries,
@@ -33,6 +34,8 @@ export type AnswerCacheOptions = {
 const ENTRY_OVERHEAD_BYTES = 320;
 /** Bytes per tag an entry carries: its string in the entry and its place in the tag index. */
 const TAG_BYTES = 96;
+/** About the least an answer is estimated at (a small body, its key and tags): what sizes the frequency sketch. */
+const SMALL_ANSWER_BYTES = 1024;
 /** A key longer than this (large variables) is not kept: the bytes are better spent on answers. */
 export const MAX_ANSWER_KEY_LENGTH = 2048;
 
@@ -145,16 +148,20 @@ export class AnswerCache {
   private readonly index = new TagIndex();
   private readonly running = new Map<string, Promise<Answer | undefined>>();
   private readonly asked = new AskedKeys(KEYS_REMEMBERED);
+  /** How often keys were asked for lately: whether a new answer may evict the least recently used (`admits`). */
+  private readonly sketch: FrequencySketch | undefined;
   private readonly unlisten: () => void;
-  readonly stats = { hits: 0, misses: 0, shared: 0, stored: 0, firstAsked: 0, dropped: 0, evictions: 0 };
+  readonly stats = { hits: 0, misses: 0, shared: 0, stored: 0, firstAsked: 0, refused: 0, dropped: 0, evictions: 0 };
 
   constructor(
     private readonly cache: EntityCache,
     options: AnswerCacheOptions = ANSWER_CACHE_DEFAULTS,
   ) {
     if (options.maxBytes > 0) {
+      // The sketch's counters take their part of the bound (4 KiB to 1 MiB; 16 KiB at the default budget).
+      this.sketch = new FrequencySketch(options.maxBytes / SMALL_ANSWER_BYTES);
       this.entries = new LRUCache<string, Entry>({
-        maxSize: options.maxBytes,
+        maxSize: Math.max(1, options.maxBytes - this.sketch.bytes),
         sizeCalculation: (entry, key) => ENTRY_OVERHEAD_BYTES + entry.answer.body.length + 2 * key.length + TAG_BYTES * entry.tags.length,
         ttl: options.ttlMs,
         dispose: (entry, key, reason) => {
@@ -196,6 +203,7 @@ export class AnswerCache {
   /** The kept answer to `key` that still holds at `now`. */
   get(key: string, now: number): Answer | undefined {
     if (!this.enabled) return undefined;
+    this.sketch!.increment(key);
     const answer = this.entries!.get(key)?.answer;
     if (answer === undefined || now >= answer.validUntil) {
       this.stats.misses += 1;
@@ -301,6 +309,10 @@ export class AnswerCache {
       return undefined;
     }
     if (!this.cache.unchangedSinceRead(reads)) return undefined;
+    if (!this.admits(key)) {
+      this.stats.refused += 1;
+      return undefined;
+    }
     const tags = [...reads.keys()];
     const entry: Entry = { answer: make(), tags };
     this.entries!.set(key, entry);
@@ -309,6 +321,21 @@ export class AnswerCache {
     this.index.add(key, tags);
     this.stats.stored += 1;
     return entry.answer;
+  }
+
+  /**
+   * Whether an answer to `key` may be kept: always while there is room for one more answer of the
+   * average size, and when the cache is full only if its key was asked for more often lately than
+   * the least recently used answer's, which it would evict (TinyLFU's admission, as the entity
+   * cache's). When more viewers ask than the answers held, the answers stay in place instead of
+   * each request's being made, kept and evicted unread.
+   */
+  private admits(key: string): boolean {
+    const entries = this.entries!;
+    const average = entries.size === 0 ? 0 : entries.calculatedSize / entries.size;
+    if (entries.calculatedSize + average <= entries.maxSize || entries.has(key)) return true;
+    const victim = entries.rkeys().next();
+    return victim.done === true || this.sketch!.admits(key, victim.value);
   }
 
   clear(): void {

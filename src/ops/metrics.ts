@@ -185,6 +185,7 @@ export function createMetrics(): Metrics {
       mirrored('api_answer_cache_shared_total', 'GraphQL misses that waited for the same answer being computed for another request.', () => answers().stats.shared);
       mirrored('api_answer_cache_stored_total', 'GraphQL answers kept.', () => answers().stats.stored);
       mirrored('api_answer_cache_first_asked_total', 'GraphQL answers not kept because their key was asked for the first time lately.', () => answers().stats.firstAsked);
+      mirrored('api_answer_cache_refused_total', 'GraphQL answers not kept because the cache was full and their key was asked for no more often lately than the answer they would evict.', () => answers().stats.refused);
       mirrored('api_answer_cache_dropped_total', 'Kept GraphQL answers dropped because something they were computed from changed.', () => answers().stats.dropped);
       mirrored('api_answer_cache_evictions_total', 'Kept GraphQL answers evicted to stay within ANSWER_CACHE_MAX_BYTES.', () => answers().stats.evictions);
       gauge('api_answer_cache_entries', 'GraphQL answers kept.', () => answers().size);
