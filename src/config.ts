@@ -255,7 +255,7 @@ export type Config = {
   /** The entity cache (0 entries or 0 bytes: no cache). */
   cache: { maxEntries: number; maxBytes: number; recordBytes: number; ttlMs: number };
   /** GraphQL answers kept whole (`db/answer-cache.ts`; 0 bytes: none kept). Dropped with the entity cache's entries. */
-  answerCache: { maxBytes: number; ttlMs: number };
+  answerCache: { maxBytes: number; ttlMs: number; borrowSpareEntries: boolean };
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
   /** auto: pretty on a terminal outside production (when pino-pretty is installed), JSON otherwise. */
   logFormat: 'auto' | 'json' | 'pretty';
@@ -380,7 +380,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFa
     },
     export: { maxConcurrent: e.EXPORT_MAX_CONCURRENT, stallMs: e.EXPORT_STALL_MS, rateCost: e.EXPORT_RATE_COST },
     cache: { maxEntries: e.CACHE_MAX_ENTRIES, maxBytes: memory.shares.entityCache, recordBytes: memory.recordBytes, ttlMs: e.CACHE_TTL_SECONDS * 1000 },
-    answerCache: { maxBytes: memory.shares.answerCache, ttlMs: e.CACHE_TTL_SECONDS * 1000 },
+    // Answers borrow what the entity cache's entries leave unused only when neither bound was set by hand.
+    answerCache: { maxBytes: memory.shares.answerCache, ttlMs: e.CACHE_TTL_SECONDS * 1000, borrowSpareEntries: e.CACHE_MAX_BYTES === undefined && e.ANSWER_CACHE_MAX_BYTES === undefined },
     corsOrigins: e.CORS_ORIGINS.trim() === '*' ? '*' : e.CORS_ORIGINS.split(',').map((o) => o.trim()).filter(Boolean),
   };
 }

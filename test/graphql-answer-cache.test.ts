@@ -528,3 +528,55 @@ describe('answers kept once the cache is full', () => {
     expect(await ask(answers, viewers[0]!, reads)).toBe('computed');
   });
 });
+
+describe('answers borrowing what the entity cache leaves unused', () => {
+  const now = () => Date.now();
+  const body = 'x'.repeat(600);
+  const OWN = 4096 + 10_000;
+
+  async function setup(borrowSpareEntries: boolean) {
+    const feed = new ManualFeed();
+    // No records: every entry is on the heap, and the entity cache's bytes are its entries'.
+    const entities = new EntityCache(feed, { maxEntries: 1000, maxBytes: 96 * 1024, recordBytes: 0, ttlMs: 60_000 });
+    const answers = new AnswerCache(entities, { maxBytes: OWN, ttlMs: 60_000, borrowSpareEntries });
+    await entities.through('held', { tags: ['unrelated'], read: async () => 1 });
+    const reads = new ReadSet();
+    entities.recording(reads).hit({ namespace: '', tags: () => ['unrelated'] }, 'held');
+    const ask = async (who: string) =>
+      answers.serve(
+        { key: `1\nMe\n${who}\n`, viewer: who, context: { reads: { tags: reads.tags, reusable: () => true }, viewerKey: async () => who }, fresh: () => { throw new Error('not asked'); }, now },
+        () => 'kept' as const,
+        async (_context, keep) => (keep?.(() => answerOf(body, { label: 'me', retrievals: [], validUntil: Number.POSITIVE_INFINITY })), 'computed' as const),
+      );
+    return { entities, answers, ask };
+  }
+
+  it('hold more answers while the entries leave room, and give it back as the entries grow: the two never hold more than both bounds', async () => {
+    const lone = await setup(false);
+    const { entities, answers, ask } = await setup(true);
+    const viewers = Array.from({ length: 60 }, (_, i) => `jwt:child:USR_${i}`);
+    for (const who of viewers) {
+      for (const cache of [lone, { ask }]) {
+        await cache.ask(who);
+        await cache.ask(who);
+      }
+    }
+    const bound = OWN + entities.entryBytesBound;
+    // Without borrowing, the answers stay within their own bound; borrowing, they hold every viewer's.
+    expect(lone.answers.bytes).toBeLessThanOrEqual(OWN);
+    expect(answers.bytes).toBeGreaterThan(OWN);
+    expect(answers.size).toBe(viewers.length);
+    expect(answers.size).toBeGreaterThan(lone.answers.size);
+    for (const who of viewers) expect(await ask(who)).toBe('kept');
+    // The entries fill their bound: at every step the answers make room, the least recently used first.
+    for (let i = 0; entities.spareEntryBytes > 2_000 && i < 500; i++) {
+      await entities.through(`row-${i}`, { tags: [`row-${i}`], read: async () => 'y'.repeat(1_500) });
+      expect(answers.bytes + entities.bytes).toBeLessThanOrEqual(bound);
+    }
+    expect(entities.spareEntryBytes).toBeLessThanOrEqual(2_000);
+    expect(answers.bytes).toBeLessThanOrEqual(OWN + 2_000);
+    expect(answers.stats.evictions).toBeGreaterThan(0);
+    expect(await ask(viewers[viewers.length - 1]!)).toBe('kept');
+    expect(await ask(viewers[0]!)).toBe('computed');
+  });
+});

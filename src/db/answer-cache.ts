@@ -28,6 +28,12 @@ export type AnswerCacheOptions = {
   maxBytes: number;
   /** A safety net only, as the entity cache's. */
   ttlMs: number;
+  /**
+   * Whether answers may also hold what the entity cache's entries leave unused of their bound,
+   * giving it back as the entries grow: the two together never hold more than both bounds. Set
+   * when both bounds are the memory budget's shares, not ones an operator set.
+   */
+  borrowSpareEntries?: boolean;
 };
 
 /** The cache's own bytes per entry (its LRU slot, the entry and answer objects, the buffer's header). */
@@ -150,6 +156,9 @@ export class AnswerCache {
   private readonly asked = new AskedKeys(KEYS_REMEMBERED);
   /** How often keys were asked for lately: whether a new answer may evict the least recently used (`admits`). */
   private readonly sketch: FrequencySketch | undefined;
+  /** The bytes of the answers' own bound (without what they may borrow). */
+  private readonly ownBytes: number = 0;
+  private readonly borrows: boolean;
   private readonly unlisten: () => void;
   readonly stats = { hits: 0, misses: 0, shared: 0, stored: 0, firstAsked: 0, refused: 0, dropped: 0, evictions: 0 };
 
@@ -157,11 +166,15 @@ export class AnswerCache {
     private readonly cache: EntityCache,
     options: AnswerCacheOptions = ANSWER_CACHE_DEFAULTS,
   ) {
+    this.borrows = options.borrowSpareEntries === true && options.maxBytes > 0;
+    const borrowable = this.borrows ? cache.entryBytesBound : 0;
     if (options.maxBytes > 0) {
-      // The sketch's counters take their part of the bound (4 KiB to 1 MiB; 16 KiB at the default budget).
-      this.sketch = new FrequencySketch(options.maxBytes / SMALL_ANSWER_BYTES);
+      // The sketch's counters take their part of the bound (4 KiB to 1 MiB; 128 KiB at the default
+      // budget, sized for the answers that fit in what may be borrowed too).
+      this.sketch = new FrequencySketch((options.maxBytes + borrowable) / SMALL_ANSWER_BYTES);
+      this.ownBytes = Math.max(1, options.maxBytes - this.sketch.bytes);
       this.entries = new LRUCache<string, Entry>({
-        maxSize: Math.max(1, options.maxBytes - this.sketch.bytes),
+        maxSize: this.ownBytes + borrowable,
         sizeCalculation: (entry, key) => ENTRY_OVERHEAD_BYTES + entry.answer.body.length + 2 * key.length + TAG_BYTES * entry.tags.length,
         ttl: options.ttlMs,
         dispose: (entry, key, reason) => {
@@ -178,7 +191,21 @@ export class AnswerCache {
         }
       },
       cleared: () => this.clear(),
+      stored: this.borrows ? () => this.giveBack() : undefined,
     });
+  }
+
+  /** The most bytes the answers may hold now: their own bound, and what the entity cache's entries leave unused if they borrow it. */
+  private limit(): number {
+    return this.borrows ? this.ownBytes + this.cache.spareEntryBytes : this.entries!.maxSize;
+  }
+
+  /** Evicts the least recently used answers until they fit in what they may hold now (the entries grew, or an answer was kept). */
+  private giveBack(): void {
+    const entries = this.entries;
+    if (!entries) return;
+    const limit = this.limit();
+    while (entries.size > 0 && entries.calculatedSize > limit) entries.pop();
   }
 
   /** Whether answers are kept and served now. */
@@ -316,7 +343,8 @@ export class AnswerCache {
     const tags = [...reads.keys()];
     const entry: Entry = { answer: make(), tags };
     this.entries!.set(key, entry);
-    // Larger than the whole bound: not kept.
+    if (this.borrows) this.giveBack();
+    // Larger than the whole bound (or than what may be held now): not kept.
     if (this.entries!.peek(key) !== entry) return undefined;
     this.index.add(key, tags);
     this.stats.stored += 1;
@@ -333,7 +361,7 @@ export class AnswerCache {
   private admits(key: string): boolean {
     const entries = this.entries!;
     const average = entries.size === 0 ? 0 : entries.calculatedSize / entries.size;
-    if (entries.calculatedSize + average <= entries.maxSize || entries.has(key)) return true;
+    if (entries.calculatedSize + average <= this.limit() || entries.has(key)) return true;
     const victim = entries.rkeys().next();
     return victim.done === true || this.sketch!.admits(key, victim.value);
   }

@@ -137,8 +137,11 @@ export const MISS: unique symbol = Symbol('miss');
 /** The read-through calls of the cache, as loaders and services use them. */
 export type CacheReader = Pick<EntityCache, 'through' | 'throughMany' | 'hit'>;
 
-/** Told of every invalidation: what keeps answers built on the cache's entries (`answer-cache.ts`). */
-export type InvalidationListener = { invalidated(tag: string): void; cleared(): void };
+/**
+ * Told of every invalidation: what keeps answers built on the cache's entries (`answer-cache.ts`);
+ * and, if it borrows the entries' spare bytes, of every entry stored (`stored`), to give some back.
+ */
+export type InvalidationListener = { invalidated(tag: string): void; cleared(): void; stored?(): void };
 
 /** The most keys one statement reads for the misses of many requests (more make several). */
 const BATCH_MAX_KEYS = 256;
@@ -266,6 +269,16 @@ export class EntityCache {
     this.ring?.shrinkTo(this.ring.bytes * kept);
   }
 
+  /** The most estimated bytes the entries (on the heap, beside the records) may hold. */
+  get entryBytesBound(): number {
+    return this.entries?.maxSize ?? 0;
+  }
+
+  /** Of `entryBytesBound`, what the entries leave unused now: what the kept answers may borrow. */
+  get spareEntryBytes(): number {
+    return this.entries ? Math.max(0, this.entries.maxSize - this.entries.calculatedSize) : 0;
+  }
+
   /** Estimated bytes held now (never above the configured bound). */
   get bytes(): number {
     return (this.entries?.calculatedSize ?? 0) + (this.ring?.bytes ?? 0);
@@ -344,7 +357,9 @@ export class EntityCache {
     if (!this.entries) return;
     // An entry larger than the whole bound is not stored (and any older one under the key is dropped).
     this.entries.set(key, entry);
-    if (this.entries.peek(key) === entry) this.byTag.add(key, entry.tags);
+    if (this.entries.peek(key) !== entry) return;
+    this.byTag.add(key, entry.tags);
+    for (const listener of this.listeners) listener.stored?.();
   }
 
   /**
