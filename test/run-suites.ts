@@ -119,7 +119,7 @@ async function onThrowawayCluster(label: string, binDir: string, env: NodeJS.Pro
 }
 
 if (!passesAsked.includes('postgres')) {
-  console.log('\n(the PostgreSQL pass is not asked for: TEST_DATABASES=pglite)');
+  console.log(`\n(the PostgreSQL pass is not asked for: TEST_DATABASES=${passesAsked.join(',')})`);
 } else if (process.env.TEST_DATABASE_URL) {
   totals.push(await runVitest('PostgreSQL (TEST_DATABASE_URL)', { ...baseEnv, TEST_DATABASE_URL: process.env.TEST_DATABASE_URL }));
 } else {
