@@ -169,7 +169,7 @@ export class AnswerCache {
     this.borrows = options.borrowSpareEntries === true && options.maxBytes > 0;
     const borrowable = this.borrows ? cache.entryBytesBound : 0;
     if (options.maxBytes > 0) {
-      // The sketch's counters take their part of the bound (4 KiB to 1 MiB; 128 KiB at the default
+      // The sketch's counters take their part of the bound (4 KiB to 1 MiB; 64 KiB at the default
       // budget, sized for the answers that fit in what may be borrowed too).
       this.sketch = new FrequencySketch((options.maxBytes + borrowable) / SMALL_ANSWER_BYTES);
       this.ownBytes = Math.max(1, options.maxBytes - this.sketch.bytes);
@@ -197,7 +197,7 @@ export class AnswerCache {
 
   /** The most bytes the answers may hold now: their own bound, and what the entity cache's entries leave unused if they borrow it. */
   private limit(): number {
-    return this.borrows ? this.ownBytes + this.cache.spareEntryBytes : this.entries!.maxSize;
+    return this.borrows ? this.ownBytes + this.cache.spareEntryBytes : this.ownBytes;
   }
 
   /** Evicts the least recently used answers until they fit in what they may hold now (the entries grew, or an answer was kept). */
