@@ -5,7 +5,7 @@ import {
   type Credentials,
   type Viewer,
 } from './auth/authenticate.js';
-import { secretShownTo } from './auth/authorize.js';
+import { isParentByJwt, secretShownTo } from './auth/authorize.js';
 import type { Config } from './config.js';
 import type { Answer } from './db/answer-cache.js';
 import type { Database } from './db/database.js';
@@ -60,6 +60,14 @@ export type RequestContext = {
    * how it signed in. Answers kept for reuse are kept under it. Not recorded on the request's record.
    */
   viewerKey: () => Promise<string | undefined>;
+  /**
+   * Who shares an answer that shows the caller's organization alone (its details as the caller may
+   * see them), when the credentials verify (as `viewerKey` verifies them): the parent itself by
+   * JWT, shown the signing secret, or else every other reader of that organization (its children,
+   * the parent by public key), shown it masked. Undefined when the credentials do not verify.
+   * Never equal to a viewer's key.
+   */
+  organizationAudience: () => Promise<string | undefined>;
   /**
    * What serving a kept answer does beside sending it, as the operation that computed it did: the
    * viewer recorded, the label recorded, the retrievals it shows counted.
@@ -199,6 +207,11 @@ export function createRequestContext(deps: AppDependencies, source: RequestSourc
     viewerKey: () =>
       organizationCaller().then(
         (viewer) => viewerKeyOf((keyed = viewer)),
+        () => undefined,
+      ),
+    organizationAudience: () =>
+      organizationCaller().then(
+        (viewer) => `organization:${viewer.organization.parentId}:${isParentByJwt((keyed = viewer)) ? 'owner' : 'reader'}`,
         () => undefined,
       ),
     replay: async (answer, into) => {

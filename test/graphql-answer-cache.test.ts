@@ -72,6 +72,48 @@ describe('GraphQL answers kept whole', () => {
     expect(byJwt.data).toEqual({ organization: { credentials: { jwtSecret: org.organization.jwtSecret } } });
   });
 
+  it("shares an answer that shows the organization alone among its readers, not with its parent by JWT nor with another organization's", async () => {
+    const own = await createOrganization(database());
+    const other = await createOrganization(database());
+    const children = await Promise.all(['shared-a', 'shared-b', 'shared-c'].map((username) => createChild(database(), own.parent, { username })));
+    const [a, b, c] = await Promise.all(children.map((child) => tokenFor(child, own)));
+    const stranger = await tokenFor(await createChild(database(), other.parent, { username: 'shared-elsewhere' }), other);
+    const parentToken = await tokenFor(own.parent, own);
+    const query = '{ organization { organizationName credentials { publicKey jwtSecret } } }';
+    type Details = { organization: { organizationName: string; credentials: { publicKey: string; jwtSecret: string } } };
+    const masked = { organizationName: own.organization.name, credentials: { publicKey: own.parent.publicKey, jwtSecret: '********' } };
+    // Known as the organization's alone once run; kept once its readers' key is asked for twice.
+    for (const token of [a, a, b]) expect((await server().graphql<Details>(query, { token })).data?.organization).toEqual(masked);
+    const [hits, ran] = [stats().hits, executions()];
+    for (const token of [c, b, a]) expect((await server().graphql<Details>(query, { token })).data?.organization).toEqual(masked);
+    expect((await server().graphql<Details>(query, { publicKey: own.parent.publicKey })).data?.organization).toEqual(masked);
+    expect(stats().hits - hits).toBe(4);
+    expect(executions() - ran).toBe(0);
+    // The parent by JWT is shown the secret: never the readers' answer, nor they its.
+    for (let i = 0; i < 3; i++) expect((await server().graphql<Details>(query, { token: parentToken })).data?.organization.credentials.jwtSecret).toBe(own.organization.jwtSecret);
+    expect((await server().graphql<Details>(query, { token: c })).data?.organization).toEqual(masked);
+    // Another organization's reader: its own organization.
+    for (let i = 0; i < 3; i++) expect((await server().graphql<Details>(query, { token: stranger })).data?.organization.organizationName).toBe(other.organization.name);
+    // Asking for anything else beside it keeps the answer per viewer.
+    const both = '{ organization { organizationName } me { username } }';
+    for (let i = 0; i < 3; i++) {
+      for (const [token, username] of [[a, 'shared-a'], [b, 'shared-b'], [c, 'shared-c']] as const) {
+        expect((await server().graphql<{ me: { username: string } }>(both, { token })).data?.me.username).toBe(username);
+      }
+    }
+    // A change to the organization reaches every reader.
+    await announced(() => outside(`UPDATE "Organization" SET name = 'Shared Renamed' WHERE "parentId" = $1`, [own.parent.id]));
+    for (const token of [a, b, c]) expect((await server().graphql<Details>(query, { token })).data?.organization.organizationName).toBe('Shared Renamed');
+    // REST's organization details are shared the same way.
+    const details = (token: string) => rest(server(), '/auth/organization-details', { token });
+    for (const token of [a, a]) expect((await details(token)).body.data.organizationName).toBe('Shared Renamed');
+    const restHits = stats().hits;
+    for (const token of [b, c]) expect((await details(token)).body.data.credentials.jwtSecret).toBe('********');
+    expect(stats().hits - restHits).toBe(2);
+    expect((await details(parentToken)).body.data.credentials.jwtSecret).toBe(own.organization.jwtSecret);
+    expect((await details(stranger)).body.data.organizationName).toBe(other.organization.name);
+  });
+
   it('serves the same bytes and headers as the answer first computed, by POST and by GET', async () => {
     const token = await tokenFor(org.parent, org);
     const query = 'query Profile($n: Int) { me { userID ... on ParentAccount { creditBalance packagesHistory { transactionId } } } childAccounts(first: $n) { edges { node { username } } } }';

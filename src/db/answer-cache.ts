@@ -103,8 +103,13 @@ export type Keep = (answer: () => Answer, name?: () => string | undefined) => An
 export type ServeRequest<C extends ServingContext> = {
   /** The answer's key, when known before computing; undefined: named by `keep`, if at all. */
   key: string | undefined;
-  /** The key of the viewer the request's credentials name; undefined: nothing is kept or shared. */
+  /**
+   * The key of the viewer the request's credentials name (or of the readers its answer is shared
+   * by, see `viewerOf`); undefined: nothing is kept or shared.
+   */
   viewer: string | undefined;
+  /** `viewer` for a context verified again; the context's `viewerKey` unless said. */
+  viewerOf?: (context: C) => Promise<string | undefined>;
   context: C;
   /** A new context, verified again: for a request whose credentials changed while it waited. */
   fresh: () => C;
@@ -264,7 +269,7 @@ export class AnswerCache {
       computation = claimed.computation;
       if (claimed.readAgain) {
         context = request.fresh();
-        sameViewer = (await context.viewerKey()) === viewer;
+        sameViewer = (await (request.viewerOf?.(context) ?? context.viewerKey())) === viewer;
       }
     } else if (viewer !== undefined) {
       // A key not known yet: nobody waits for this computation, and `keep` names it.

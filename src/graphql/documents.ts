@@ -1,4 +1,4 @@
-import type { DocumentNode, GraphQLError, VariableDefinitionNode } from 'graphql';
+import { getOperationAST, Kind, type DocumentNode, type GraphQLError, type VariableDefinitionNode } from 'graphql';
 import type { CompiledQuery } from 'graphql-jit';
 import { LRUCache } from 'lru-cache';
 
@@ -44,7 +44,13 @@ export type PlannedQuery = {
  * plans of its operations that run compiled, and their names (by the operation name sent, see
  * `operationKey`), for the spans of their kept answers.
  */
-export type DocumentNotes = { id: number; plans: Map<string, PlannedQuery>; names: Map<string, string | undefined> };
+export type DocumentNotes = {
+  id: number;
+  plans: Map<string, PlannedQuery>;
+  names: Map<string, string | undefined>;
+  /** By operation: whether its answers show the caller's organization alone (`showsOrganizationOnly`). */
+  organizationOnly: Map<string, boolean>;
+};
 
 type Entry = {
   document?: DocumentNode;
@@ -132,7 +138,7 @@ export class DocumentCache {
   noted(text: string): DocumentNotes {
     const notes = this.entries.get(text)?.notes;
     if (notes !== undefined) return notes;
-    const made: DocumentNotes = { id: ++this.ids, plans: new Map(), names: new Map() };
+    const made: DocumentNotes = { id: ++this.ids, plans: new Map(), names: new Map(), organizationOnly: new Map() };
     this.update(text, (entry) => (entry.notes = made));
     return made;
   }
@@ -145,4 +151,23 @@ export class DocumentCache {
   get size(): number {
     return this.entries.size;
   }
+}
+
+/**
+ * Whether every answer to the operation shows the caller's organization alone: a query whose root
+ * selects `organization` (under any alias, with any selection below it) and nothing else but
+ * `__typename`. Its answer is the same for every reader of the organization, but for the secret
+ * shown to its parent by JWT alone (`RequestContext.organizationAudience`); a fragment at the root
+ * is not looked into (such an answer is kept per viewer).
+ */
+export function showsOrganizationOnly(document: DocumentNode, operationName: string | null | undefined): boolean {
+  const operation = getOperationAST(document, operationName);
+  if (operation?.operation !== 'query') return false;
+  let organization = false;
+  for (const selection of operation.selectionSet.selections) {
+    if (selection.kind !== Kind.FIELD) return false;
+    if (selection.name.value === 'organization') organization = true;
+    else if (selection.name.value !== '__typename') return false;
+  }
+  return organization;
 }

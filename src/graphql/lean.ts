@@ -5,7 +5,7 @@ import type { Exchange } from '../http/exchange.js';
 import { endSpan, recording, startOperationSpan } from '../ops/tracing.js';
 import { regularMediaType, sendAnswer, sendResult, serialiseResult, type RegularMediaType } from './http.js';
 import { resolvePersistedOperation, type GraphQLParams, type PersistedRule } from './persisted.js';
-import type { PlannedQuery } from './documents.js';
+import { showsOrganizationOnly, type PlannedQuery } from './documents.js';
 import type { GraphQLPipeline } from './pipeline.js';
 import { wantsEventStream, type EventStreams } from './event-stream.js';
 import { operationKey } from './observe.js';
@@ -18,11 +18,12 @@ import { fromQueryString, isJsonBody, parseJson, RecentBodies, wellFormed } from
  * GraphiQL, event streams and multipart answers, form bodies, batches, and every malformed request
  * (so that its refusals are Yoga's own, word for word).
  *
- * A query's answer is kept (`db/answer-cache.ts`) under its document, variables and viewer when it
- * has no errors and was computed from the cache's entries alone, and served again, as the bytes
- * first sent, while none of them changed: the credentials are verified again for every request
- * (the viewer is part of the key), the retrievals it shows are counted again, and nothing else of
- * the pipeline runs.
+ * A query's answer is kept (`db/answer-cache.ts`) under its document, variables and viewer (or,
+ * for an operation that shows the organization alone, the organization's readers the viewer is
+ * one of) when it has no errors and was computed from the cache's entries alone, and served
+ * again, as the bytes first sent, while none of them changed: the credentials are verified again
+ * for every request (the viewer is part of the key), the retrievals it shows are counted again,
+ * and nothing else of the pipeline runs.
  */
 
 /** An execution's result, whether its operation was a query, and the operation's name in the document. */
@@ -171,13 +172,16 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
       return true;
     }
     const context = pipeline.context(exchange);
-    const viewer = await context.viewerKey();
     const query = params.query;
     const document = documents.notes(query);
+    const operation = operationKey(params.operationName);
+    // An operation that shows the organization alone is kept once for its readers, not per viewer.
+    const organizationOnly = document?.organizationOnly.get(operation) === true;
+    const viewer = organizationOnly ? await context.organizationAudience() : await context.viewerKey();
     const key = viewer === undefined || document === undefined ? undefined : answerKey(document.id, params, viewer);
     const served = async (answer: Answer, context: RequestContext) => {
       // A kept answer: its span says so, and has nothing under it.
-      if (recording()) endSpan(startOperationSpan('query', document?.names.get(operationKey(params.operationName)) ?? params.operationName, 'kept', answer.label));
+      if (recording()) endSpan(startOperationSpan('query', document?.names.get(operation) ?? params.operationName, 'kept', answer.label));
       await context.replay(answer, exchange.record);
       sendAnswer(exchange, answer, taken.mediaType);
       return true;
@@ -189,17 +193,29 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
         answerOf(serialiseResult(outcome.result), { label: exchange.record.operation, retrievals: [...context.retrieved], validUntil: context.reads.validUntil });
       let kept: Answer | undefined;
       if (keep && keepable(outcome, exchange)) {
+        // What the operation's answers are for: the viewer, or the organization's readers.
+        let alone = organizationOnly;
+        let audience = viewer;
+        if (document?.organizationOnly.has(operation) !== true) {
+          const parsed = documents.parsed.get(query);
+          alone = parsed !== undefined && showsOrganizationOnly(parsed, params.operationName);
+          if (alone) audience = await context.organizationAudience();
+        }
         // A document is given an id once an answer to it may be kept; its key is named then.
         kept = keep(make, () => {
           const known = documents.noted(query);
-          known.names.set(operationKey(params.operationName), outcome.name);
-          return key ?? answerKey(known.id, params, viewer!);
+          known.names.set(operation, outcome.name);
+          known.organizationOnly.set(operation, alone);
+          // The key asked for, unless it was the viewer's and the answers turn out to be the readers'.
+          if (key !== undefined && alone === organizationOnly) return key;
+          return audience === undefined ? undefined : answerKey(known.id, params, audience);
         });
       }
       if (kept) sendAnswer(exchange, kept, taken.mediaType);
       else sendResult(exchange, outcome.result, taken.mediaType);
       return true;
     };
-    return answers.serve({ key, viewer, context, fresh: () => pipeline.context(exchange), now }, served, compute);
+    const viewerOf = organizationOnly ? (fresh: RequestContext) => fresh.organizationAudience() : undefined;
+    return answers.serve({ key, viewer, viewerOf, context, fresh: () => pipeline.context(exchange), now }, served, compute);
   };
 }

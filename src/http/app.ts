@@ -123,7 +123,7 @@ export function createApp(built: Dependencies): App {
   const checkHead = headChecker(config.limits);
   const { limits } = config;
 
-  const rest = (path: string, operation: RestOperation): Route => ({
+  const rest = (path: string, operation: RestOperation, shared: { sharedByOrganization?: boolean } = {}): Route => ({
     path,
     label: path,
     methods: READ_ONLY,
@@ -131,7 +131,7 @@ export function createApp(built: Dependencies): App {
     limited: true,
     shed: true,
     handle: (exchange) =>
-      answerRest(exchange, operation, () => createRequestContext(deps, exchange), { maxQueryParameters: limits.maxQueryParameters, logger, answers, now: clock }),
+      answerRest(exchange, operation, () => createRequestContext(deps, exchange), { maxQueryParameters: limits.maxQueryParameters, logger, answers, now: clock, ...shared }),
   });
   const probe = (path: string, handle: Route['handle']): Route => ({ path, label: path, methods: READ_ONLY, protocol: 'rest', limited: false, shed: false, handle });
 
@@ -147,7 +147,8 @@ export function createApp(built: Dependencies): App {
   const routes: Route[] = [
     // The four documented paths (api-spec, Endpoints).
     rest('/auth/user-profile', (context) => userProfile(context)),
-    rest('/auth/organization-details', (context) => organizationDetails(context)),
+    // The same answer for every reader of an organization but its parent by JWT (decisions §3).
+    rest('/auth/organization-details', (context) => organizationDetails(context), { sharedByOrganization: true }),
     rest('/auth/child-accounts', (context, parameters) => childAccounts(context, parameters)),
     rest('/parent/credit-analysis', (context) => creditAnalysis(context)),
     // Beside them: the whole child list as a file, rate limited as the many requests it costs.

@@ -45,13 +45,28 @@ export async function answerRest(
   operation: RestOperation,
   /** The request's context; called again for a new one when the first one's reads went stale. */
   contextFor: () => RequestContext,
-  options: { maxQueryParameters: number; logger: Logger; answers?: AnswerCache; now: () => number },
+  options: {
+    maxQueryParameters: number;
+    logger: Logger;
+    answers?: AnswerCache;
+    now: () => number;
+    /** The path's answer shows the caller's organization alone: kept once for its readers (`RequestContext.organizationAudience`). */
+    sharedByOrganization?: boolean;
+  },
 ): Promise<void> {
-  const { answers, now, logger } = options;
+  const { answers, now, logger, sharedByOrganization } = options;
   const context = contextFor();
-  // A success kept whole (db/answer-cache.ts) under the path, the query string as sent and the viewer.
-  const viewer = answers?.enabled ? await context.viewerKey() : undefined;
-  const request = { key: viewer === undefined ? undefined : `${exchange.path}?${exchange.query}\n${viewer}`, viewer, context, fresh: contextFor, now };
+  // A success kept whole (db/answer-cache.ts) under the path, the query string as sent and the
+  // viewer, or the organization's readers the answer is the same for.
+  const viewer = !answers?.enabled ? undefined : sharedByOrganization ? await context.organizationAudience() : await context.viewerKey();
+  const request = {
+    key: viewer === undefined ? undefined : `${exchange.path}?${exchange.query}\n${viewer}`,
+    viewer,
+    viewerOf: sharedByOrganization ? (fresh: RequestContext) => fresh.organizationAudience() : undefined,
+    context,
+    fresh: contextFor,
+    now,
+  };
   const served = async (kept: Answer, context: RequestContext) => {
     await context.replay(kept, exchange.record);
     exchange.sendRevalidated(JSON_TYPE, kept.body, (kept.etag ??= entityTag(kept.body)));
