@@ -505,6 +505,56 @@ describe('callers missing the same answer', () => {
     expect(callers.computing()[0]!.readAgain).toBe(false);
   });
 
+  it("verify a caller handed an organization's readers' computation again as a reader: it keeps the answer for the same readers, nothing for another organization's", async () => {
+    const readers = 'organization:USR_p:reader';
+    const shared = `1\nOrganization\n${readers}\n`;
+    for (const [freshReaders, keeps] of [[readers, true], ['organization:USR_q:reader', false]] as const) {
+      const { answers, readNow, signIn } = await setup();
+      /** One request asking as `readers`, a child by its own key; verified again, it reads as `again`. */
+      const asking = (again: string) => {
+        let finish: ((text: string, reads: ReadonlyMap<string, TagRead>) => Answer | undefined) | undefined;
+        let served: string | undefined;
+        type Context = ServingContext & { reads: { tags: ReadonlyMap<string, TagRead> }; readers: () => Promise<string | undefined> };
+        const context = (as: string): Context => ({ reads: { tags: readNow(), reusable: () => true }, viewerKey: async () => 'jwt:child:USR_c', readers: async () => as });
+        const done = answers.serve(
+          { key: shared, viewer: readers, viewerOf: (fresh) => fresh.readers(), context: context(readers), fresh: () => context(again), now },
+          (answer) => void (served = answer.body.toString()),
+          (computing, keep) =>
+            new Promise<void>((resolve) => {
+              finish = (text, reads) => {
+                computing.reads.tags = reads;
+                const kept = keep ? keep(made(text)) : undefined;
+                resolve();
+                return kept;
+              };
+            }),
+        );
+        return { done, finish: (text: string, reads: ReadonlyMap<string, TagRead>) => finish!(text, reads), computing: () => finish !== undefined, served: () => served };
+      };
+      // The key asked for before: answers to it are kept.
+      const first = asking(readers);
+      await settle();
+      first.finish('first', readNow());
+      await first.done;
+      const owner = asking(readers);
+      await settle();
+      const reads = readNow();
+      const waiter = asking(freshReaders);
+      await settle();
+      // The owner's answer predates a sign-in: not kept, and the waiter computes, verified again.
+      signIn();
+      expect(owner.finish('before', reads)).toBeUndefined();
+      await owner.done;
+      await settle();
+      expect(waiter.computing()).toBe(true);
+      expect(waiter.finish('after', readNow()) !== undefined, freshReaders).toBe(keeps);
+      await waiter.done;
+      const next = asking(readers);
+      await settle();
+      expect(next.served(), freshReaders).toBe(keeps ? 'after' : undefined);
+    }
+  });
+
   it('a computation that throws ends, and the next caller computes instead of waiting for it forever', async () => {
     const { answers, readNow } = await setup();
     const failing = answers.serve({ key, viewer, context: { reads: { tags: readNow(), reusable: () => true }, viewerKey: async () => viewer }, fresh: () => { throw new Error('not asked'); }, now }, () => 'served', async () => {
