@@ -112,6 +112,11 @@ function viewerKeyOf(viewer: Viewer): string {
   return `${viewer.via}:${viewer.kind}:${viewer.account.id}`;
 }
 
+/** The readers an answer showing the organization alone is kept for (`RequestContext.organizationAudience`). */
+function audienceOf(viewer: Viewer): string {
+  return `organization:${viewer.organization.parentId}:${isParentByJwt(viewer) ? 'owner' : 'reader'}`;
+}
+
 /** What a request context is made from: the credentials as sent, the request id, and its record. */
 export type RequestSource = {
   credentials: Credentials;
@@ -185,6 +190,12 @@ export function createRequestContext(deps: AppDependencies, source: RequestSourc
   const jwtCaller = () => (jwt ??= authenticateJwt(credentials, auth));
   // With an Authorization header only the JWT is tried (decisions §3): the same viewer.
   const organizationCaller = () => (organization ??= hasAuthorization ? jwtCaller() : authenticateForOrganization(credentials, auth));
+  // The verified caller, named as `name` names it (and remembered for `verifiedJwt`); undefined when it does not verify.
+  const keyedAs = (name: (viewer: Viewer) => string): Promise<string | undefined> =>
+    organizationCaller().then(
+      (viewer) => name((keyed = viewer)),
+      () => undefined,
+    );
   const noted = (viewer: Viewer): Viewer => {
     record.caller = viewer.kind;
     record.organizationId = viewer.organization.parentId;
@@ -204,16 +215,8 @@ export function createRequestContext(deps: AppDependencies, source: RequestSourc
     live: deps.live,
     reads,
     retrieved: counted,
-    viewerKey: () =>
-      organizationCaller().then(
-        (viewer) => viewerKeyOf((keyed = viewer)),
-        () => undefined,
-      ),
-    organizationAudience: () =>
-      organizationCaller().then(
-        (viewer) => `organization:${viewer.organization.parentId}:${isParentByJwt((keyed = viewer)) ? 'owner' : 'reader'}`,
-        () => undefined,
-      ),
+    viewerKey: () => keyedAs(viewerKeyOf),
+    organizationAudience: () => keyedAs(audienceOf),
     replay: async (answer, into) => {
       await context.organizationViewer();
       into.operation = answer.label;

@@ -250,7 +250,7 @@ export function createMetrics(): Metrics {
       });
       new Gauge({
         name: 'api_memory_share_used_bytes',
-        help: "What each structure holds now (estimated bytes; streams as open streams x 10 KiB). The answers' may pass their share by what the entity cache's entries leave unused, when both are the budget's shares.",
+        help: "What each structure holds now (estimated bytes; streams as open streams x 10 KiB). The answers may pass their share by what the entity cache's entries leave unused, when both are the budget's shares.",
         labelNames: ['share'],
         registers: [registry],
         collect() {
