@@ -76,7 +76,7 @@ describe('GraphQL answers kept whole', () => {
     const own = await createOrganization(database());
     const other = await createOrganization(database());
     const children = await Promise.all(['shared-a', 'shared-b', 'shared-c'].map((username) => createChild(database(), own.parent, { username })));
-    const [a, b, c] = await Promise.all(children.map((child) => tokenFor(child, own)));
+    const [a, b, c] = (await Promise.all(children.map((child) => tokenFor(child, own)))) as [string, string, string];
     const stranger = await tokenFor(await createChild(database(), other.parent, { username: 'shared-elsewhere' }), other);
     const parentToken = await tokenFor(own.parent, own);
     const query = '{ organization { organizationName credentials { publicKey jwtSecret } } }';
