@@ -1,12 +1,14 @@
 // One benchmark run through autocannon's API, for the rows that need more than its command line:
 // a different bearer token on every request, picked at random from a file (one per line), as many
 // distinct users send them. Prints autocannon's result as JSON, as `autocannon -j` does.
-// With `prime`, each token is sent exactly once, in order (a server that has seen every user).
+// With `prime`, each token is sent exactly once, in order (a server that has seen every user); with
+// `from` and `to` too, those of the tokens from `from` up to `to` (a slice of that pass).
 import { readFileSync } from 'node:fs';
 import autocannon from 'autocannon';
 
 const options = JSON.parse(process.argv[2]);
-const tokens = readFileSync(options.tokensFile, 'utf8').split('\n').filter(Boolean);
+const all = readFileSync(options.tokensFile, 'utf8').split('\n').filter(Boolean);
+const tokens = options.prime ? all.slice(options.from ?? 0, options.to ?? all.length) : all;
 const headers = options.headers ?? {};
 let next = 0;
 const pick = options.prime ? () => tokens[next++ % tokens.length] : () => tokens[Math.floor(Math.random() * tokens.length)];

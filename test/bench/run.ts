@@ -56,6 +56,13 @@ const { values: args } = parseArgs({
      * make the median one of several processes. Not with --profile (one profile a process).
      */
     restart: { type: 'boolean', default: false },
+    /**
+     * Each row's measured run is cut into this many slices, with a slice of the floor before each
+     * and after the last (the sign-in writer paused in them): the row's ratio to the floor is over
+     * those slices, so that a machine whose speed drifts weighs on both alike (a floor measured
+     * once a round, minutes before a row, drifted from it by up to 1.7x here). 1: one slice.
+     */
+    slices: { type: 'string', default: '4' },
   },
 });
 if (args.restart && Number(args.streams) > 0) throw new Error('--restart and --streams do not go together: the streams are opened once, on the first server');
@@ -67,14 +74,17 @@ const duration = Number(args.duration);
 const connections = Number(args.connections);
 const users = Number(args.users);
 const signinsPerSecond = Number(args.signins);
+const slices = Math.max(1, Math.floor(Number(args.slices)));
 /** What GraphQL clients send (graphql-request, urql, recent Apollo Client). */
 const CLIENT_ACCEPT = 'application/graphql-response+json, application/json;q=0.9';
 const CLOCK_TICK_US = 1_000_000 / Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim() || 100);
 
 /** The process's CPU time so far in clock ticks: in user space and in the kernel (system calls, the network stack). */
-function cpuTicks(pid: number): { user: number; system: number } {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return { user: Number(fields[11]), system: Number(fields[12]) };
+function cpuTicks(pid: number): { user: number; system: number; main: number } {
+  const read = (file: string) => readFileSync(file, 'utf8').split(') ')[1]!.split(' ');
+  const [fields, main] = [read(`/proc/${pid}/stat`), read(`/proc/${pid}/task/${pid}/stat`)];
+  // Of which the main thread's (JavaScript), the rest the collector's helpers and libuv's pool.
+  return { user: Number(fields[11]), system: Number(fields[12]), main: Number(main[11]) + Number(main[12]) };
 }
 function rssMb(pid: number, field: 'VmRSS' | 'VmHWM'): number {
   const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((l) => l.startsWith(field))!;
@@ -116,10 +126,13 @@ type Scenario = {
   compared?: boolean;
 };
 
-function autocannon(s: Scenario, seconds: number, prime = false): { rps: number; p50: number; p99: number; requests: number; non2xx: number } {
+type Run = { rps: number; p50: number; p99: number; requests: number; seconds: number; non2xx: number };
+
+/** `prime`: each of the tokens once, in order (those from `prime.from` up to `prime.to`). */
+function autocannon(s: Scenario, seconds: number, prime?: { from: number; to: number }): Run {
   let argv: string[];
   if (s.tokensFile) {
-    const options = { url: s.url, method: s.method, headers: s.headers, body: s.body, tokensFile: s.tokensFile, connections: s.connections ?? connections, duration: seconds, prime };
+    const options = { url: s.url, method: s.method, headers: s.headers, body: s.body, tokensFile: s.tokensFile, connections: s.connections ?? connections, duration: seconds, prime: prime !== undefined, ...prime };
     argv = [path.join(root, 'test', 'bench', 'load.mjs'), JSON.stringify(options)];
   } else {
     argv = [path.join(root, 'node_modules', 'autocannon', 'autocannon.js'), '-j', '-c', String(s.connections ?? connections), '-d', String(seconds), '-m', s.method ?? 'GET'];
@@ -130,7 +143,9 @@ function autocannon(s: Scenario, seconds: number, prime = false): { rps: number;
   const run = spawnSync(process.execPath, argv, { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
   const result = JSON.parse(run.stdout);
   return {
-    rps: result.requests.average,
+    // Over the run's own length (a short run's per-second samples leave its last part out).
+    rps: result.requests.total / Math.max(0.01, result.duration),
+    seconds: result.duration,
     p50: result.latency.p50,
     p99: result.latency.p99,
     requests: result.requests.total,
@@ -196,6 +211,8 @@ try {
   mkdirSync(benchDir, { recursive: true });
   const tokensFile = path.join(benchDir, 'tokens.txt');
   const childIdsFile = path.join(benchDir, 'child-ids.txt');
+  /** The callers the many-users rows draw from (fewer than --users when fewer children are active). */
+  let population = 0;
   if (users > 0) {
     const reader = new pg.Client({ connectionString: databaseUrl });
     await reader.connect();
@@ -229,6 +246,7 @@ try {
       );
     }
     writeFileSync(tokensFile, `${tokens.join('\n')}\n`);
+    population = tokens.length;
     console.log(`${tokens.length.toLocaleString('en')} tokens minted in ${((performance.now() - minting) / 1000).toFixed(1)} s`);
   }
 
@@ -399,7 +417,7 @@ try {
 
   const stats = new pg.Client({ connectionString: databaseUrl });
   await stats.connect();
-  type Row = { scenario: string; measuredUs: [number, number]; rps: number; p50: number; p99: number; cpuUsPerRequest: number; gcShare?: number; systemUsPerRequest: number; dbTxPerRequest: number; peakRssMb: number; ratioToFloor: number; non2xx: number; cacheHitRatio?: number; answerHitRatio?: number; executionsPerRequest?: number; target?: number };
+  type Row = { scenario: string; measuredUs: [number, number]; rps: number; p50: number; p99: number; cpuUsPerRequest: number; gcShare?: number; systemUsPerRequest: number; otherThreadsUsPerRequest: number; dbTxPerRequest: number; peakRssMb: number; ratioToFloor: number; floorRps: number; non2xx: number; cacheHitRatio?: number; answerHitRatio?: number; executionsPerRequest?: number; target?: number };
   /** The server's entity-cache lookups so far, from its /metrics. */
   /** The server's metrics; asked again once if a kept-alive connection was closed under the request (the server's idle timeout). */
   const metricsOf = async (server: string): Promise<string> => {
@@ -449,40 +467,79 @@ try {
     const writer = scenario.signins
       ? spawn(process.execPath, [path.join(root, 'test', 'bench', 'signins.mjs')], {
           env: { ...env, CHILD_IDS_FILE: childIdsFile, SIGNINS_PER_SECOND: String(signinsPerSecond) },
-          stdio: ['ignore', 'ignore', 'pipe'],
+          stdio: ['pipe', 'ignore', 'pipe'],
         })
       : undefined;
     let written = '';
     writer?.stderr!.on('data', (chunk) => (written += chunk));
+    const floorScenario = scenarios[0]!;
+    const bracketed = !scenario.name.startsWith('floor') && slices > 1;
+    /** A slice of the floor beside this row, with the sign-in writer paused (the floor is measured without it). */
+    const floorSlice = (seconds: number): Run => {
+      writer?.stdin!.write('pause\n');
+      const run = autocannon(floorScenario, seconds);
+      writer?.stdin!.write('resume\n');
+      return run;
+    };
+    const overRuns = (runs: Run[]) => runs.reduce((sum, run) => sum + run.requests, 0) / Math.max(0.01, runs.reduce((sum, run) => sum + run.seconds, 0));
     // Many users: first every user once, as a server that has been up a while has seen them
     // (what is measured is the steady state, with the cache's hit ratio printed), then the warm-up.
     if (scenario.tokensFile) {
-      const primed = autocannon(scenario, 0, true);
+      // In slices too, the floor measured before each and after the last.
+      const before = bracketed ? [floorSlice(duration / slices)] : [];
+      const passes: Run[] = [];
+      for (let slice = 0, parts = bracketed ? slices : 1; slice < parts; slice++) {
+        passes.push(autocannon(scenario, 0, { from: Math.floor((population * slice) / parts), to: Math.floor((population * (slice + 1)) / parts) }));
+        if (bracketed) before.push(floorSlice(duration / slices));
+      }
+      const primed = { rps: overRuns(passes), requests: passes.reduce((sum, run) => sum + run.requests, 0), non2xx: passes.reduce((sum, run) => sum + run.non2xx, 0) };
       // How full the entity cache is after them, of its share of the memory budget.
       const text = await metricsOf(server);
       const share = (name: string) => Number(new RegExp(`^${name}\\{share="entityCache"\\} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
       const full = Math.round((100 * share('api_memory_share_used_bytes')) / share('api_memory_share_bytes'));
-      // The cold pass: each caller's first request, on a server that has not seen it.
-      const cold = floorRps > 0 ? `, x${(primed.rps / floorRps).toFixed(2)} the floor` : '';
-      console.log(`  (primed: each of the ${users.toLocaleString('en')} users once, ${primed.requests} requests, ${primed.non2xx} not 2xx, ${Math.round(primed.rps)} req/s${cold}; the entity cache ${full} % of its share)`);
+      // The cold pass: each caller's first request, on a server that has not seen it (against the floor just before and after it).
+      const floorNow = bracketed ? overRuns(before) : floorRps;
+      const cold = floorNow > 0 ? `, x${(primed.rps / floorNow).toFixed(2)} the floor` : '';
+      console.log(`  (primed: each of the ${population.toLocaleString('en')} users once, ${primed.requests} requests, ${primed.non2xx} not 2xx, ${Math.round(primed.rps)} req/s${cold}; the entity cache ${full} % of its share)`);
     }
     autocannon(scenario, Number(args.warmup));
     const ofApp = pid === app.pid || pid === other?.pid;
-    const [ticks, tx] = [cpuTicks(pid), await transactions(stats, dbName)];
-    const lookups = ofApp ? await cacheLookups(server) : undefined;
-    const started = Number(process.hrtime.bigint() / 1000n);
-    const result = autocannon(scenario, duration);
-    const window: [number, number] = [started, Number(process.hrtime.bigint() / 1000n)];
-    if (pid === app.pid) measured.push(window);
-    const [ticksAfter, txAfter] = [cpuTicks(pid), await transactions(stats, dbName)];
-    const lookupsAfter = ofApp ? await cacheLookups(server) : undefined;
-    const hits = lookups && lookupsAfter ? lookupsAfter.hits - lookups.hits : 0;
-    const misses = lookups && lookupsAfter ? lookupsAfter.misses - lookups.misses : 0;
-    const answerHits = lookups && lookupsAfter ? lookupsAfter.answerHits - lookups.answerHits : 0;
-    const answerMisses = lookups && lookupsAfter ? lookupsAfter.answerMisses - lookups.answerMisses : 0;
-    const executions = lookups && lookupsAfter ? lookupsAfter.executions - lookups.executions : 0;
-    const cpuSeconds = ((ticksAfter.user + ticksAfter.system - ticks.user - ticks.system) * CLOCK_TICK_US) / 1e6;
-    const gcShare = lookups && lookupsAfter && cpuSeconds > 0 ? Number(((lookupsAfter.gcSeconds - lookups.gcSeconds) / cpuSeconds).toFixed(2)) : undefined;
+    // The row's slices, each measured on its own: the server's CPU, the database's transactions
+    // and the cache's lookups summed over them alone, not over the floor's slices between them.
+    const runs: Run[] = [];
+    const floors: Run[] = bracketed ? [floorSlice(duration / slices)] : [];
+    const sum = { user: 0, system: 0, main: 0, tx: 0, hits: 0, misses: 0, answerHits: 0, answerMisses: 0, executions: 0, gcSeconds: 0 };
+    let window: [number, number] | undefined;
+    for (let slice = 0; slice < (bracketed ? slices : 1); slice++) {
+      const [ticks, tx] = [cpuTicks(pid), await transactions(stats, dbName)];
+      const lookups = ofApp ? await cacheLookups(server) : undefined;
+      const started = Number(process.hrtime.bigint() / 1000n);
+      runs.push(autocannon(scenario, bracketed ? duration / slices : duration));
+      const ended = Number(process.hrtime.bigint() / 1000n);
+      window = [window?.[0] ?? started, ended];
+      if (pid === app.pid) measured.push([started, ended]);
+      const [ticksAfter, txAfter] = [cpuTicks(pid), await transactions(stats, dbName)];
+      const lookupsAfter = ofApp ? await cacheLookups(server) : undefined;
+      sum.user += ticksAfter.user - ticks.user;
+      sum.system += ticksAfter.system - ticks.system;
+      sum.main += ticksAfter.main - ticks.main;
+      // Each statement outside a transaction is one; the stats query itself adds one per reading.
+      sum.tx += txAfter - tx - 1;
+      if (lookups && lookupsAfter) for (const key of ['hits', 'misses', 'answerHits', 'answerMisses', 'executions', 'gcSeconds'] as const) sum[key] += lookupsAfter[key] - lookups[key];
+      if (bracketed) floors.push(floorSlice(duration / slices));
+    }
+    const requests = runs.reduce((total, run) => total + run.requests, 0);
+    const result = {
+      rps: overRuns(runs),
+      requests,
+      // The slices' latencies: the middle of their medians, the worst of their 99th percentiles.
+      p50: median(runs.map((run) => run.p50)),
+      p99: Math.max(...runs.map((run) => run.p99)),
+      non2xx: runs.reduce((total, run) => total + run.non2xx, 0),
+    };
+    const { hits, misses, answerHits, answerMisses, executions } = sum;
+    const cpuSeconds = ((sum.user + sum.system) * CLOCK_TICK_US) / 1e6;
+    const gcShare = ofApp && cpuSeconds > 0 ? Number((sum.gcSeconds / cpuSeconds).toFixed(2)) : undefined;
     if (writer) {
       writer.kill('SIGTERM');
       await new Promise((resolve) => writer.on('exit', resolve));
@@ -490,21 +547,25 @@ try {
       console.log(`  (sign-in writer: ${report.written ?? '?'} sign-ins in ${report.seconds?.toFixed(1) ?? '?'} s; its transactions count in "db tx")`);
     }
     if (scenario.name.startsWith('floor')) floorRps = result.rps;
+    // The floor beside the row: its slices between the row's, or the round's.
+    const floorBeside = bracketed ? overRuns(floors) : floorRps;
     const row: Row = {
       scenario: scenario.name,
-      measuredUs: window,
+      measuredUs: window!,
       rps: Math.round(result.rps),
       p50: result.p50,
       p99: result.p99,
-      cpuUsPerRequest: Math.round(((ticksAfter.user + ticksAfter.system - ticks.user - ticks.system) * CLOCK_TICK_US) / Math.max(1, result.requests)),
+      cpuUsPerRequest: Math.round(((sum.user + sum.system) * CLOCK_TICK_US) / Math.max(1, result.requests)),
       // Of which in the kernel: the same read and write a request on every path (strace -c), so rows compare best on the rest.
-      systemUsPerRequest: Math.round(((ticksAfter.system - ticks.system) * CLOCK_TICK_US) / Math.max(1, result.requests)),
-      // Each statement outside a transaction is one; the stats query itself adds one per reading.
-      dbTxPerRequest: Number(((txAfter - tx - 1) / Math.max(1, result.requests)).toFixed(2)),
+      systemUsPerRequest: Math.round((sum.system * CLOCK_TICK_US) / Math.max(1, result.requests)),
+      // Outside the main thread: the collector's helper threads (concurrent marking, sweeping) and libuv's pool.
+      otherThreadsUsPerRequest: Math.round(((sum.user + sum.system - sum.main) * CLOCK_TICK_US) / Math.max(1, result.requests)),
+      dbTxPerRequest: Number((sum.tx / Math.max(1, result.requests)).toFixed(2)),
       peakRssMb: rssMb(pid, 'VmHWM'),
       // The collector's pauses over the server's CPU in the row.
       ...(gcShare === undefined ? {} : { gcShare }),
-      ratioToFloor: Number((result.rps / floorRps).toFixed(2)),
+      ratioToFloor: Number((result.rps / floorBeside).toFixed(2)),
+      floorRps: Math.round(floorBeside),
       non2xx: result.non2xx,
       ...(hits + misses > 0 ? { cacheHitRatio: Number((hits / (hits + misses)).toFixed(2)) } : {}),
       // GraphQL requests answered with a kept answer, of those that looked for one.
@@ -529,8 +590,12 @@ try {
     }
   }
   for (const row of rows) console.log(format(row));
+  /** Whether the row's ratio is to the floor's slices beside it (see --slices). */
+  function sliced(row: Row): boolean {
+    return slices > 1 && !row.scenario.startsWith('floor');
+  }
   function format(row: Row): string {
-    return `${row.scenario.padEnd(38)} ${String(row.rps).padStart(6)} req/s  p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${String(row.cpuUsPerRequest).padStart(5)} µs CPU (${String(row.systemUsPerRequest).padStart(3)} sys)  ${String(row.dbTxPerRequest).padStart(5)} db tx  ${String(row.peakRssMb).padStart(4)} MB  ${row.gcShare === undefined ? '   -' : row.gcShare.toFixed(2)} gc  ${row.cacheHitRatio === undefined ? '   -' : row.cacheHitRatio.toFixed(2)} hit  ${row.answerHitRatio === undefined ? '   -' : row.answerHitRatio.toFixed(2)} kept  ${row.executionsPerRequest === undefined ? '   -' : row.executionsPerRequest.toFixed(2)} exec  x${row.ratioToFloor.toFixed(2)}${row.target ? ` (target ${row.target})` : ''}${row.non2xx ? `  non-2xx ${row.non2xx}` : ''}`;
+    return `${row.scenario.padEnd(38)} ${String(row.rps).padStart(6)} req/s  p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${String(row.cpuUsPerRequest).padStart(5)} µs CPU (${String(row.systemUsPerRequest).padStart(3)} sys, ${String(row.otherThreadsUsPerRequest).padStart(3)} off-main)  ${String(row.dbTxPerRequest).padStart(5)} db tx  ${String(row.peakRssMb).padStart(4)} MB  ${row.gcShare === undefined ? '   -' : row.gcShare.toFixed(2)} gc  ${row.cacheHitRatio === undefined ? '   -' : row.cacheHitRatio.toFixed(2)} hit  ${row.answerHitRatio === undefined ? '   -' : row.answerHitRatio.toFixed(2)} kept  ${row.executionsPerRequest === undefined ? '   -' : row.executionsPerRequest.toFixed(2)} exec  x${row.ratioToFloor.toFixed(2)}${sliced(row) ? ` of ${row.floorRps}` : ''}${row.target ? ` (target ${row.target})` : ''}${row.non2xx ? `  non-2xx ${row.non2xx}` : ''}`;
   }
   const row = (name: string) => rows.find((r) => r.scenario === name);
   /**

@@ -1,8 +1,18 @@
 // The sign-in service, as it writes: for a random child, its counters and last login, its
 // parent's organization-wide counters, the organization's balance (credits spent) and this
 // month's usage row, in one transaction, SIGNINS_PER_SECOND times a second.
+// A line "pause" on its standard input pauses it, "resume" resumes it, paced from then on (the
+// benchmark's floor slices are measured without it).
 import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
 import pg from 'pg';
+
+let paused = false;
+let resumed = false;
+const commands = createInterface({ input: process.stdin }).on('line', (line) => {
+  paused = line === 'pause';
+  resumed ||= line === 'resume';
+});
 
 const ids = readFileSync(process.env.CHILD_IDS_FILE, 'utf8').split('\n').filter(Boolean);
 const rate = Number(process.env.SIGNINS_PER_SECOND);
@@ -26,14 +36,27 @@ process.on('SIGTERM', () => {
   stopping = true;
 });
 const started = Date.now();
+// Paced from here: the start, or the last resumption.
+let [since, writtenBefore, pausedMs, pausedAt] = [started, 0, 0, 0];
 while (!stopping) {
-  // Paced to the rate over the whole run, not per write: a slow write is caught up after.
-  const due = Math.floor(((Date.now() - started) / 1000) * rate);
-  while (written < due && !stopping) {
-    await client.query(signIn, [ids[Math.floor(Math.random() * ids.length)]]);
-    written += 1;
+  if (paused) {
+    pausedAt ||= Date.now();
+  } else {
+    if (resumed) {
+      [since, writtenBefore, resumed] = [Date.now(), written, false];
+      if (pausedAt) [pausedMs, pausedAt] = [pausedMs + Date.now() - pausedAt, 0];
+    }
+    // Paced to the rate since then, not per write: a slow write is caught up after.
+    const due = writtenBefore + Math.floor(((Date.now() - since) / 1000) * rate);
+    while (written < due && !stopping && !paused) {
+      await client.query(signIn, [ids[Math.floor(Math.random() * ids.length)]]);
+      written += 1;
+    }
   }
   await new Promise((resolve) => setTimeout(resolve, 5));
 }
 await client.end();
-process.stderr.write(`${JSON.stringify({ written, seconds: (Date.now() - started) / 1000 })}\n`);
+commands.close();
+process.stdin.destroy();
+// The seconds it wrote in, its pauses left out.
+process.stderr.write(`${JSON.stringify({ written, seconds: (Date.now() - started - pausedMs - (pausedAt ? Date.now() - pausedAt : 0)) / 1000 })}\n`);
