@@ -436,6 +436,12 @@ try {
     const gcSeconds = [...text.matchAll(/^nodejs_gc_duration_seconds_sum\{[^}]*\} (\S+)$/gm)].reduce((sum, match) => sum + Number(match[1]), 0);
     return { hits: read('api_cache_hits_total'), misses: read('api_cache_misses_total'), answerHits: read('api_answer_cache_hits_total'), answerMisses: read('api_answer_cache_misses_total'), executions, gcSeconds };
   };
+  const floorScenario = scenarios.find((s) => s.name.startsWith('floor'))!;
+  /** Whether a row is measured between slices of the floor, its ratio to them (see --slices). */
+  const sliced = (name: string) => slices > 1 && !name.startsWith('floor');
+  const total = (runs: Run[], figure: 'requests' | 'seconds' | 'non2xx') => runs.reduce((sum, run) => sum + run[figure], 0);
+  /** Requests a second over several runs: their requests over their seconds. */
+  const overRuns = (runs: Run[]) => total(runs, 'requests') / Math.max(0.01, total(runs, 'seconds'));
   const rows: Row[] = [];
   /** The measured runs of the server's rows, in µs of the monotonic clock the CPU profile's timestamps use. */
   const measured: [number, number][] = [];
@@ -472,8 +478,7 @@ try {
       : undefined;
     let written = '';
     writer?.stderr!.on('data', (chunk) => (written += chunk));
-    const floorScenario = scenarios[0]!;
-    const bracketed = !scenario.name.startsWith('floor') && slices > 1;
+    const bracketed = sliced(scenario.name);
     /** A slice of the floor beside this row, with the sign-in writer paused (the floor is measured without it). */
     const floorSlice = (seconds: number): Run => {
       writer?.stdin!.write('pause\n');
@@ -481,7 +486,6 @@ try {
       writer?.stdin!.write('resume\n');
       return run;
     };
-    const overRuns = (runs: Run[]) => runs.reduce((sum, run) => sum + run.requests, 0) / Math.max(0.01, runs.reduce((sum, run) => sum + run.seconds, 0));
     // Many users: first every user once, as a server that has been up a while has seen them
     // (what is measured is the steady state, with the cache's hit ratio printed), then the warm-up.
     if (scenario.tokensFile) {
@@ -492,7 +496,7 @@ try {
         passes.push(autocannon(scenario, 0, { from: Math.floor((population * slice) / parts), to: Math.floor((population * (slice + 1)) / parts) }));
         if (bracketed) before.push(floorSlice(duration / slices));
       }
-      const primed = { rps: overRuns(passes), requests: passes.reduce((sum, run) => sum + run.requests, 0), non2xx: passes.reduce((sum, run) => sum + run.non2xx, 0) };
+      const primed = { rps: overRuns(passes), requests: total(passes, 'requests'), non2xx: total(passes, 'non2xx') };
       // How full the entity cache is after them, of its share of the memory budget.
       const text = await metricsOf(server);
       const share = (name: string) => Number(new RegExp(`^${name}\\{share="entityCache"\\} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
@@ -528,14 +532,13 @@ try {
       if (lookups && lookupsAfter) for (const key of ['hits', 'misses', 'answerHits', 'answerMisses', 'executions', 'gcSeconds'] as const) sum[key] += lookupsAfter[key] - lookups[key];
       if (bracketed) floors.push(floorSlice(duration / slices));
     }
-    const requests = runs.reduce((total, run) => total + run.requests, 0);
     const result = {
       rps: overRuns(runs),
-      requests,
+      requests: total(runs, 'requests'),
       // The slices' latencies: the middle of their medians, the worst of their 99th percentiles.
       p50: median(runs.map((run) => run.p50)),
       p99: Math.max(...runs.map((run) => run.p99)),
-      non2xx: runs.reduce((total, run) => total + run.non2xx, 0),
+      non2xx: total(runs, 'non2xx'),
     };
     const { hits, misses, answerHits, answerMisses, executions } = sum;
     const cpuSeconds = ((sum.user + sum.system) * CLOCK_TICK_US) / 1e6;
@@ -590,12 +593,8 @@ try {
     }
   }
   for (const row of rows) console.log(format(row));
-  /** Whether the row's ratio is to the floor's slices beside it (see --slices). */
-  function sliced(row: Row): boolean {
-    return slices > 1 && !row.scenario.startsWith('floor');
-  }
   function format(row: Row): string {
-    return `${row.scenario.padEnd(38)} ${String(row.rps).padStart(6)} req/s  p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${String(row.cpuUsPerRequest).padStart(5)} µs CPU (${String(row.systemUsPerRequest).padStart(3)} sys, ${String(row.otherThreadsUsPerRequest).padStart(3)} off-main)  ${String(row.dbTxPerRequest).padStart(5)} db tx  ${String(row.peakRssMb).padStart(4)} MB  ${row.gcShare === undefined ? '   -' : row.gcShare.toFixed(2)} gc  ${row.cacheHitRatio === undefined ? '   -' : row.cacheHitRatio.toFixed(2)} hit  ${row.answerHitRatio === undefined ? '   -' : row.answerHitRatio.toFixed(2)} kept  ${row.executionsPerRequest === undefined ? '   -' : row.executionsPerRequest.toFixed(2)} exec  x${row.ratioToFloor.toFixed(2)}${sliced(row) ? ` of ${row.floorRps}` : ''}${row.target ? ` (target ${row.target})` : ''}${row.non2xx ? `  non-2xx ${row.non2xx}` : ''}`;
+    return `${row.scenario.padEnd(38)} ${String(row.rps).padStart(6)} req/s  p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${String(row.cpuUsPerRequest).padStart(5)} µs CPU (${String(row.systemUsPerRequest).padStart(3)} sys, ${String(row.otherThreadsUsPerRequest).padStart(3)} off-main)  ${String(row.dbTxPerRequest).padStart(5)} db tx  ${String(row.peakRssMb).padStart(4)} MB  ${row.gcShare === undefined ? '   -' : row.gcShare.toFixed(2)} gc  ${row.cacheHitRatio === undefined ? '   -' : row.cacheHitRatio.toFixed(2)} hit  ${row.answerHitRatio === undefined ? '   -' : row.answerHitRatio.toFixed(2)} kept  ${row.executionsPerRequest === undefined ? '   -' : row.executionsPerRequest.toFixed(2)} exec  x${row.ratioToFloor.toFixed(2)}${sliced(row.scenario) ? ` of ${row.floorRps}` : ''}${row.target ? ` (target ${row.target})` : ''}${row.non2xx ? `  non-2xx ${row.non2xx}` : ''}`;
   }
   const row = (name: string) => rows.find((r) => r.scenario === name);
   /**

@@ -7,12 +7,6 @@ import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import pg from 'pg';
 
-let paused = false;
-let resumed = false;
-const commands = createInterface({ input: process.stdin }).on('line', (line) => {
-  paused = line === 'pause';
-  resumed ||= line === 'resume';
-});
 
 const ids = readFileSync(process.env.CHILD_IDS_FILE, 'utf8').split('\n').filter(Boolean);
 const rate = Number(process.env.SIGNINS_PER_SECOND);
@@ -36,22 +30,20 @@ process.on('SIGTERM', () => {
   stopping = true;
 });
 const started = Date.now();
-// Paced from here: the start, or the last resumption.
-let [since, writtenBefore, pausedMs, pausedAt] = [started, 0, 0, 0];
+// Paced from `since` (the start, or the last resumption), when `writtenBefore` were written.
+let [since, writtenBefore] = [started, 0];
+// Paused since `pausedAt`; `pausedMs` in the pauses that ended.
+let [paused, pausedAt, pausedMs] = [false, 0, 0];
+const commands = createInterface({ input: process.stdin }).on('line', (line) => {
+  if (line === 'pause' && !paused) [paused, pausedAt] = [true, Date.now()];
+  if (line === 'resume' && paused) [paused, pausedMs, since, writtenBefore] = [false, pausedMs + Date.now() - pausedAt, Date.now(), written];
+});
 while (!stopping) {
-  if (paused) {
-    pausedAt ||= Date.now();
-  } else {
-    if (resumed) {
-      [since, writtenBefore, resumed] = [Date.now(), written, false];
-      if (pausedAt) [pausedMs, pausedAt] = [pausedMs + Date.now() - pausedAt, 0];
-    }
-    // Paced to the rate since then, not per write: a slow write is caught up after.
-    const due = writtenBefore + Math.floor(((Date.now() - since) / 1000) * rate);
-    while (written < due && !stopping && !paused) {
-      await client.query(signIn, [ids[Math.floor(Math.random() * ids.length)]]);
-      written += 1;
-    }
+  // Paced to the rate since then, not per write: a slow write is caught up after.
+  const due = writtenBefore + Math.floor(((Date.now() - since) / 1000) * rate);
+  while (written < due && !stopping && !paused) {
+    await client.query(signIn, [ids[Math.floor(Math.random() * ids.length)]]);
+    written += 1;
   }
   await new Promise((resolve) => setTimeout(resolve, 5));
 }
@@ -59,4 +51,4 @@ await client.end();
 commands.close();
 process.stdin.destroy();
 // The seconds it wrote in, its pauses left out.
-process.stderr.write(`${JSON.stringify({ written, seconds: (Date.now() - started - pausedMs - (pausedAt ? Date.now() - pausedAt : 0)) / 1000 })}\n`);
+process.stderr.write(`${JSON.stringify({ written, seconds: (Date.now() - started - pausedMs - (paused ? Date.now() - pausedAt : 0)) / 1000 })}\n`);
