@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from 'vitest';
-import { OffsetIndex, RecordRing, RING_INDEX_BYTES } from '../src/db/record-ring.js';
+import { OffsetIndex, RecordRing, RING_INDEX_BYTES, RING_MAX_BYTES } from '../src/db/record-ring.js';
 import { compactAccount, READ_ACCOUNT_COLUMNS, type AccountRow } from '../src/db/accounts.js';
 import { compactToken } from '../src/auth/authenticate.js';
 import { enumOf, enumText, enumValues, FIELD, numberOf, numberText, optionalOf, optionalText } from '../src/db/compact-text.js';
@@ -101,6 +101,17 @@ describe('the record ring', () => {
     // First in, first out: the newest are held.
     expect(ring.get('account:USR_999')).toBe('value 999');
     expect(ring.get('account:USR_0')).toBeUndefined();
+  });
+
+  it('asked for more than 2 GiB, holds 2 GiB less one at most, and what it stores reads back', () => {
+    // Node 20's Buffer#write wrote nothing into a longer buffer: every record read back as NULs.
+    // The buffer and the index are mapped lazily: only the pages written are touched.
+    const ring = new RecordRing(3 * 2 ** 30, 60_000);
+    expect(ring.capacity).toBeGreaterThan(2 ** 30);
+    expect(ring.capacity + ring.maxRecords * RING_INDEX_BYTES).toBeLessThanOrEqual(RING_MAX_BYTES);
+    const token = compactToken.encode({ subject: 'USR_1', parentId: 'USR_0', exp: 1_900_000_000, iat: 1_800_000_000, nbf: undefined });
+    expect(ring.set('token:abc', token, ['org:1'])).toBe(true);
+    expect(ring.get('token:abc')).toBe(token);
   });
 
   it('names the oldest record held as the victim of a full ring, and none while it has room', () => {

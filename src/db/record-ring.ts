@@ -27,6 +27,12 @@ const align = (bytes: number) => (bytes + 7) & ~7;
  * 170 bytes on average (a user's two: an account's of about 310, a verified token's of about 130).
  */
 const INDEX_SHARE = 0.06;
+/**
+ * The most bytes a ring holds (2 GiB less one): Node 20's `Buffer#write` writes nothing into a
+ * buffer longer than 2^31 bytes when it is not given the length, and offsets are 32-bit. A
+ * budget's records beyond it go to the heap (`ops/memory-budget.ts`).
+ */
+export const RING_MAX_BYTES = 2 ** 31 - 1;
 /** An index slot: a key hash and an offset, 4 bytes each. */
 const SLOT_BYTES = 8;
 /** The index's slots at most in use (open addressing stays short-probed below it). */
@@ -138,6 +144,7 @@ export class RecordRing {
     bytes: number,
     private readonly ttlMs: number,
   ) {
+    bytes = Math.min(bytes, RING_MAX_BYTES);
     const slots = Math.max(0, Math.floor((bytes * INDEX_SHARE) / SLOT_BYTES));
     const capacity = Math.max(0, Math.floor((bytes - slots * SLOT_BYTES) / 8) * 8);
     this.buffer = Buffer.allocUnsafeSlow(capacity);
@@ -209,7 +216,8 @@ export class RecordRing {
    */
   set(key: string, value: string, tags: readonly string[], hash = RecordRing.hash(key)): boolean {
     const keyBytes = Buffer.byteLength(key);
-    const length = HEADER_BYTES + keyBytes + Buffer.byteLength(value);
+    const valueBytes = Buffer.byteLength(value);
+    const length = HEADER_BYTES + keyBytes + valueBytes;
     const capacity = this.capacity;
     if (keyBytes >= PADDING || align(length) > capacity || this.maxRecords === 0) return false;
     // The record under this hash goes first (this key's, or another's: a cache may forget), before
@@ -238,7 +246,7 @@ export class RecordRing {
     buffer.writeUInt32LE(this.seconds(), at + OFFSET.writtenAt);
     buffer.writeUInt16LE(keyBytes, at + OFFSET.keyBytes);
     buffer.write(key, at + HEADER_BYTES, keyBytes, 'utf8');
-    buffer.write(value, at + HEADER_BYTES + keyBytes, 'utf8');
+    buffer.write(value, at + HEADER_BYTES + keyBytes, valueBytes, 'utf8');
     this.writeAt += align(length);
     this.index.set(hash, at);
     if (set) set.holders += 1;

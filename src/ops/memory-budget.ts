@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import v8 from 'node:v8';
+import { RING_MAX_BYTES } from '../db/record-ring.js';
 
 /*
  * One memory budget, from which every bound that holds memory follows (see `ops/README.md`,
@@ -160,7 +161,8 @@ export function memoryBudget(budgetMiB: number | undefined, explicit: ExplicitBo
         ? [facts.containerLimitBytes, 'container limit']
         : [DEFAULT_BUDGET_BYTES, 'default'];
   // The records first (outside the heap), then the heap from what they leave.
-  const recordBytes = Math.floor(explicit.cacheMaxBytes !== undefined ? explicit.cacheMaxBytes * RECORDS_SHARE : budgetBytes * RECORDS_FRACTION);
+  // At most what one ring holds (2 GiB less one): the heap takes the rest.
+  const recordBytes = Math.min(RING_MAX_BYTES, Math.floor(explicit.cacheMaxBytes !== undefined ? explicit.cacheMaxBytes * RECORDS_SHARE : budgetBytes * RECORDS_FRACTION));
   const { heapBytes, oldSpaceMiB, oldGenerationBytes, accountedBytes, working } = heapLayout(budgetBytes - recordBytes, facts.heapLimitBytes);
   const base = BASE_HEAP_BYTES + (explicit.traced ? TRACING_HEAP_BYTES : 0);
   const streamBytes = explicit.traced ? TRACED_STREAM_BYTES : STREAM_BYTES;
