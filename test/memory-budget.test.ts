@@ -8,7 +8,8 @@ import { baseEnv, expectOneLine, root, run } from './helpers/processes.js';
 import type { IncomingMessage } from 'node:http';
 import { loadConfig } from '../src/config.js';
 import { RateLimiter } from '../src/http/rate-limit.js';
-import { STREAM_BYTES, TRACED_STREAM_BYTES, TRACING_HEAP_BYTES } from '../src/ops/memory-budget.js';
+import { memoryBudget, STREAM_BYTES, TRACED_STREAM_BYTES, TRACING_HEAP_BYTES } from '../src/ops/memory-budget.js';
+import { RING_MAX_BYTES } from '../src/db/record-ring.js';
 
 const CREDIT = 'subscription { creditAnalysisChanged { creditBalance } }';
 
@@ -174,5 +175,23 @@ describe(`the memory budget (${testMode})`, () => {
     // A budget that fits untraced may not fit traced: the refusal names the least that does.
     expect(() => loadConfig({ MEMORY_BUDGET_MB: '166' })).not.toThrow();
     expect(() => loadConfig({ MEMORY_BUDGET_MB: '166', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' })).toThrow(/raise MEMORY_BUDGET_MB to at least \d+/);
+  });
+
+  it("gives the cache's records 14 % of a budget and 40 % of what it has above 190 MB, never more than one ring holds", () => {
+    const records = (mebibytes: number) => loadConfig({ MEMORY_BUDGET_MB: String(mebibytes) }).memory.recordBytes;
+    expect(records(170)).toBe(Math.floor(170 * 2 ** 20 * 0.14));
+    expect(records(250)).toBe(Math.floor(250 * 2 ** 20 * 0.14 + (250 * 2 ** 20 - 190_000_000) * 0.4));
+    // The default budget: about 139,000 users at 425 bytes.
+    expect(memoryBudget(undefined, {}, { containerLimitBytes: undefined, heapLimitBytes: 2 ** 32 }).recordBytes).toBe(59_000_000);
+    // Past what one ring holds, the heap takes the rest.
+    const large = loadConfig({ MEMORY_BUDGET_MB: '20000' }).memory;
+    expect(large.recordBytes).toBe(RING_MAX_BYTES);
+    expect(large.oldSpaceMiB).toBeGreaterThan(8000);
+    expect(loadConfig({ MEMORY_BUDGET_MB: '20000', CACHE_MAX_BYTES: String(2 ** 32) }).memory.recordBytes).toBe(RING_MAX_BYTES);
+    // Explicit streams that do not fit beside the grown records keep them at 14 %: 10,000 streams need what they needed.
+    const streams = { LIVE_MAX_STREAMS: '10000' };
+    expect(loadConfig({ MEMORY_BUDGET_MB: '426', ...streams }).memory.recordBytes).toBe(Math.floor(426 * 2 ** 20 * 0.14));
+    expect(() => loadConfig({ MEMORY_BUDGET_MB: '425', ...streams })).toThrow(/raise MEMORY_BUDGET_MB to at least 426$/);
+    expect(loadConfig({ MEMORY_BUDGET_MB: '1000', ...streams }).memory.recordBytes).toBe(Math.floor(1000 * 2 ** 20 * 0.14 + (1000 * 2 ** 20 - 190_000_000) * 0.4));
   });
 });
