@@ -134,6 +134,34 @@ describe('the record ring', () => {
     expect(ring.get(`account:USR_${i - 1}`)).toBe(value);
   });
 
+  it('drops the records it would no longer serve rather than naming them the victim of a full ring', () => {
+    vi.useFakeTimers({ now: 1_000_000 });
+    try {
+      const ring = new RecordRing(8192, 10_000);
+      const value = 'x'.repeat(200);
+      // The oldest half carry a tag that is then invalidated; the next ones pass their time to live.
+      let i = 0;
+      for (; i < 8; i++) ring.set(`account:USR_${i}`, value, ['org:stale']);
+      vi.setSystemTime(1_000_000 + 5_000);
+      while (ring.victim(240) === undefined) ring.set(`account:USR_${i++}`, value, []);
+      const full = i;
+      ring.invalidate('org:stale');
+      // The stale ones go, and their room is enough: no victim.
+      expect(ring.victim(240)).toBeUndefined();
+      expect(ring.size).toBe(full - 8);
+      while (ring.victim(240) === undefined) ring.set(`account:USR_${i++}`, value, []);
+      expect(ring.victim(240)).toBe(RecordRing.hash('account:USR_8'));
+      // Once those written later are past their time to live too, none is left to defend its room.
+      vi.setSystemTime(1_000_000 + 16_000);
+      expect(ring.victim(240)).toBeUndefined();
+      expect(ring.size).toBe(0);
+      ring.set('account:USR_new', value, []);
+      expect(ring.get('account:USR_new')).toBe(value);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
   it('agrees with a map of what it was told, through random stores, drops and invalidations across many laps', () => {
     for (const seed of [1, 2, 3]) {
       const next = random(seed);

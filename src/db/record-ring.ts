@@ -295,8 +295,12 @@ export class RecordRing {
   }
 
   /**
-   * The offset of the oldest record still held, the oldest position first passed over the gap at
-   * the buffer's end, padding, and records dropped or replaced; undefined when none is held.
+   * The offset of the oldest record still held and served, the oldest position first passed over
+   * the gap at the buffer's end, padding, records dropped or replaced, and records that would no
+   * longer be served (past their time to live, or stale by their tags), which are dropped: such a
+   * record is never a victim that admission weighs a new one against (the oldest records are the
+   * first to pass their time to live, and a burst of them would otherwise keep out the very users
+   * whose records they were); undefined when none is held.
    */
   private oldestHeld(): number | undefined {
     const capacity = this.capacity;
@@ -306,7 +310,11 @@ export class RecordRing {
         this.readAt += capacity - at;
         continue;
       }
-      if (this.buffer.readUInt16LE(at + OFFSET.keyBytes) !== PADDING && this.index.get(this.buffer.readInt32LE(at + OFFSET.hash)) === at) return at;
+      const hash = this.buffer.readInt32LE(at + OFFSET.hash);
+      if (this.buffer.readUInt16LE(at + OFFSET.keyBytes) !== PADDING && this.index.get(hash) === at) {
+        if (this.current(at)) return at;
+        this.unlink(hash, at);
+      }
       this.readAt += align(this.buffer.readUInt32LE(at + OFFSET.length));
     }
     return undefined;
