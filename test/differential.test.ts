@@ -54,7 +54,7 @@ describe(`REST and GraphQL agree (${testMode})`, () => {
       const row = await database().prisma.organization.findUniqueOrThrow({ where: { parentId: org.parent.userID } });
       const sample = await database().prisma.account.findMany({ where: { parentId: org.parent.userID }, take: 6, orderBy: { id: 'asc' } });
       for (const account of [{ id: org.parent.userID }, ...sample]) {
-        tokens.set(account.id, await mintAccessToken({ secret: row.jwtSecret, kid: org.parent.publicKey, subject: account.id, ttlSeconds: 600 }));
+        tokens.set(account.id, await mintAccessToken({ secret: row.jwtSecret, kid: org.parent.publicKey, subject: account.id, ttlSeconds: 600, now }));
       }
     }
   });
