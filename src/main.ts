@@ -23,6 +23,7 @@ const FINAL_FLUSH_MS = 2000;
 
 let app: App | undefined;
 let database: Database | undefined;
+let stopping = false;
 
 /** A failed start: one readable line (the stack only with LOG_LEVEL=debug), exit status 1. */
 function failStart(error: unknown): never {
@@ -109,6 +110,11 @@ try {
 const graphiqlHeaders = demo && config.env === 'development' ? JSON.stringify({ Authorization: `Bearer ${demo.parent.token}` }, null, 2) : undefined;
 // The process's objects, built in order; the app closes them in the order `dependencies.ts` states.
 app = createApp(buildDependencies({ config, database, logger, graphiqlHeaders }));
+// The signals drain from here on: before "listening on" is printed, as whatever reads that line may
+// signal at once, while the banner below still awaits its query. (Before the app, Node's default
+// ends the process: there is nothing to drain yet.)
+process.on('SIGTERM', () => void shutdown('SIGTERM', 0));
+process.on('SIGINT', () => void shutdown('SIGINT', 0));
 const address = server.address();
 const port = typeof address === 'object' && address ? address.port : config.port;
 const base = `http://${config.host === '0.0.0.0' ? 'localhost' : config.host}:${port}`;
@@ -154,7 +160,6 @@ async function seedDemo(on: Database): Promise<DemoAccess | undefined> {
   return demoModule.seedDemoIfEmpty(on, config);
 }
 
-let stopping = false;
 /**
  * Readiness turns 503 at once and, for SHUTDOWN_DELAY_MS, the listener still accepts and serves
  * (load balancers notice and stop sending); then stop accepting, let in-flight requests finish,
@@ -201,5 +206,3 @@ async function shutdown(reason: string, exitCode: number): Promise<void> {
   clearTimeout(deadline);
   process.exit(cut ? 1 : exitCode);
 }
-process.on('SIGTERM', () => void shutdown('SIGTERM', 0));
-process.on('SIGINT', () => void shutdown('SIGINT', 0));

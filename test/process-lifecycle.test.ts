@@ -135,6 +135,24 @@ describe(`process lifecycle (${testMode})`, () => {
 
   // Without the drain delay, so that the timeline below is the shutdown's own. (On PostgreSQL this
   // once exited 0: the normal path, released by the deadline's cutting, raced the deadline's exit.)
+  it('SIGTERM as soon as it says it listens (the demo banner still being written) drains and exits 0', async () => {
+    const own: TestDatabase | undefined = testMode === 'postgres' ? await createTestDatabase() : undefined;
+    const env = { SHUTDOWN_DELAY_MS: '0', SEED_DEMO_ON_START: 'true', LOG_LEVEL: 'info' };
+    const server = run('src/main.ts', baseEnv(own ? { DATABASE_URL: own.url, ...env } : { DATA_DIR: folder(), ...env }));
+    try {
+      // A client or an orchestrator may signal it once it has said so: the banner's organizations
+      // come from a query after that line, and a signal then must not find Node's default (death).
+      await listening(server);
+      server.child.kill('SIGTERM');
+      const exit = await server.exited;
+      expect(exit.code, server.output().slice(-600)).toBe(0);
+      expect(server.output()).toMatch(/SIGTERM: shutting down/);
+    } finally {
+      server.child.kill('SIGKILL');
+      await own?.close();
+    }
+  });
+
   it('past the shutdown deadline the retrieval counter is still flushed: no answered retrieval is lost', async () => {
     const own: TestDatabase | undefined = testMode === 'postgres' ? await createTestDatabase() : undefined;
     const dataDir = folder();
@@ -178,7 +196,7 @@ describe(`process lifecycle (${testMode})`, () => {
       const answers = await Promise.all(late.map((l) => l.answer));
       const exit = await server.exited;
       stuck.socket.destroy();
-      expect(exit.code, `stuck got: ${(await stuck.answer).slice(0, 300)} | output: ${server.output().slice(-600)}`).toBe(1);
+      expect(exit.code, `exit ${exit.code}; stuck got: ${(await stuck.answer).slice(0, 300)} | output: ${server.output().slice(-600)}`).toBe(1);
       const answered = answers.filter((a) => a.startsWith('HTTP/1.1 200')).length;
       // They were answered before the deadline cut the connections (else the test proves nothing).
       expect(answered, answers.map((a) => a.slice(0, 30)).join('|')).toBe(10);

@@ -131,7 +131,8 @@ async function verifyToken(token: string, deps: AuthDependencies, now: Date): Pr
     // jose's verdict; the signature by node:crypto for the plain HS256 tokens the API issues (the
     // token was found canonical and its header decoded above).
     const payload = await verifyHs256(token, key, options, header);
-    if (typeof payload.sub !== 'string' || payload.sub.length === 0) throw new UnauthorizedError();
+    // No account's id holds a NUL (PostgreSQL's text cannot): such a sub names no one, and is not looked up.
+    if (typeof payload.sub !== 'string' || payload.sub.length === 0 || payload.sub.includes('\0')) throw new UnauthorizedError();
     if (typeof payload.iat !== 'number' || typeof payload.exp !== 'number') throw new UnauthorizedError();
     // A token may not outlive the configured lifetime, whatever its exp says.
     if (!(payload.exp - payload.iat <= deps.jwt.maxLifetimeSeconds)) throw new UnauthorizedError();
