@@ -61,11 +61,6 @@ export class AskedKeys {
     this.slots = new Int32Array(2 ** Math.ceil(Math.log2(Math.max(1, size))));
   }
 
-  /** The table's bytes. */
-  get bytes(): number {
-    return this.slots.byteLength;
-  }
-
   /** Whether `key` was asked for since its slot last changed; remembers it either way. */
   ask(key: string): boolean {
     // Never 0 (an empty slot).
@@ -126,15 +121,8 @@ const NOTHING_READ: ReadonlyMap<string, TagRead> = new Map();
 /** Computations of one key a caller waits for in turn before it computes the answer itself. */
 const MAX_WAITS = 8;
 
-/**
- * Slots of the table of asked keys: at least this many (16 KiB), and twice the answers that fit
- * (32,768 at the default budget, 128 KiB). A key is recognised when its slot was not taken by
- * another key since it was last asked: with N keys asked at random between its asks, in S slots,
- * e^(-N/S) of the time. At 4,096 slots, 5,000 viewers asking at random were recognised 30 % of
- * the time, and half of them never had their answers kept while the bound had room for all.
- */
-const LEAST_KEYS_REMEMBERED = 4096;
-const KEYS_REMEMBERED_PER_ANSWER = 2;
+/** Slots of the table of asked keys (16 KiB), as many as the keys the list before it kept. */
+const KEYS_REMEMBERED = 4096;
 
 /**
  * 8 MiB: a few thousand answers, what the dashboards and users asking again and again need; beside
@@ -170,7 +158,7 @@ export class AnswerCache {
   private readonly entries: LRUCache<string, Entry> | undefined;
   private readonly index = new TagIndex();
   private readonly running = new Map<string, Promise<Answer | undefined>>();
-  private readonly asked: AskedKeys;
+  private readonly asked = new AskedKeys(KEYS_REMEMBERED);
   /** How often keys were asked for lately: whether a new answer may evict the least recently used (`admits`). */
   private readonly sketch: FrequencySketch | undefined;
   /** The bytes of the answers' own bound (without what they may borrow). */
@@ -185,14 +173,11 @@ export class AnswerCache {
   ) {
     this.borrows = options.borrowSpareEntries === true && options.maxBytes > 0;
     const borrowable = this.borrows ? cache.entryBytesBound : 0;
-    const answersThatFit = (options.maxBytes + borrowable) / SMALL_ANSWER_BYTES;
-    this.asked = new AskedKeys(options.maxBytes > 0 ? Math.max(LEAST_KEYS_REMEMBERED, answersThatFit * KEYS_REMEMBERED_PER_ANSWER) : 1);
     if (options.maxBytes > 0) {
-      // The sketch's counters (4 KiB to 1 MiB; 64 KiB at the default budget, sized for the answers
-      // that fit in what may be borrowed too) take their part of the bound, and so does the asked
-      // keys' table beyond its least (16 KiB, counted with the process's own objects).
-      this.sketch = new FrequencySketch(answersThatFit);
-      this.ownBytes = Math.max(1, options.maxBytes - this.sketch.bytes - (this.asked.bytes - LEAST_KEYS_REMEMBERED * Int32Array.BYTES_PER_ELEMENT));
+      // The sketch's counters take their part of the bound (4 KiB to 1 MiB; 64 KiB at the default
+      // budget, sized for the answers that fit in what may be borrowed too).
+      this.sketch = new FrequencySketch((options.maxBytes + borrowable) / SMALL_ANSWER_BYTES);
+      this.ownBytes = Math.max(1, options.maxBytes - this.sketch.bytes);
       this.entries = new LRUCache<string, Entry>({
         maxSize: this.ownBytes + borrowable,
         sizeCalculation: (entry, key) => ENTRY_OVERHEAD_BYTES + entry.answer.body.length + 2 * key.length + TAG_BYTES * entry.tags.length,
