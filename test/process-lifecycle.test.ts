@@ -133,8 +133,6 @@ describe(`process lifecycle (${testMode})`, () => {
     }
   });
 
-  // Without the drain delay, so that the timeline below is the shutdown's own. (On PostgreSQL this
-  // once exited 0: the normal path, released by the deadline's cutting, raced the deadline's exit.)
   it('SIGTERM as soon as it says it listens (the demo banner still being written) drains and exits 0', async () => {
     const own: TestDatabase | undefined = testMode === 'postgres' ? await createTestDatabase() : undefined;
     const env = { SHUTDOWN_DELAY_MS: '0', SEED_DEMO_ON_START: 'true', LOG_LEVEL: 'info' };
@@ -153,6 +151,8 @@ describe(`process lifecycle (${testMode})`, () => {
     }
   });
 
+  // Without the drain delay, so that the timeline below is the shutdown's own. (On PostgreSQL this
+  // once exited 0: the normal path, released by the deadline's cutting, raced the deadline's exit.)
   it('past the shutdown deadline the retrieval counter is still flushed: no answered retrieval is lost', async () => {
     const own: TestDatabase | undefined = testMode === 'postgres' ? await createTestDatabase() : undefined;
     const dataDir = folder();
