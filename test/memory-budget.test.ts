@@ -10,6 +10,7 @@ import { loadConfig } from '../src/config.js';
 import { RateLimiter } from '../src/http/rate-limit.js';
 import { memoryBudget, STREAM_BYTES, TRACED_STREAM_BYTES, TRACING_HEAP_BYTES } from '../src/ops/memory-budget.js';
 import { RING_MAX_BYTES } from '../src/db/record-ring.js';
+import { MemoryPressure } from '../src/ops/memory-pressure.js';
 
 const CREDIT = 'subscription { creditAnalysisChanged { creditBalance } }';
 
@@ -193,5 +194,33 @@ describe(`the memory budget (${testMode})`, () => {
     expect(loadConfig({ MEMORY_BUDGET_MB: '426', ...streams }).memory.recordBytes).toBe(Math.floor(426 * 2 ** 20 * 0.14));
     expect(() => loadConfig({ MEMORY_BUDGET_MB: '425', ...streams })).toThrow(/raise MEMORY_BUDGET_MB to at least 426$/);
     expect(loadConfig({ MEMORY_BUDGET_MB: '1000', ...streams }).memory.recordBytes).toBe(Math.floor(1000 * 2 ** 20 * 0.14 + (1000 * 2 ** 20 - 190_000_000) * 0.4));
+  });
+});
+
+describe('the live heap before V8 has collected in full', () => {
+  it('a heap in use near the budget shrinks the caches but refuses nothing until a full collection confirms it', () => {
+    const MIB = 1024 * 1024;
+    const heap = { bytes: 97 * MIB, collections: 0, read: () => heap.bytes };
+    const shrunk: number[] = [];
+    const pressure = new MemoryPressure({ oldGenerationBytes: 100 * MIB, maxRequests: 10, heap, shrink: (fraction) => shrunk.push(fraction) });
+    try {
+      // Garbage and all (a process started without the heap flag): the caches shrink once.
+      expect(pressure.sample()).toBe(1);
+      expect(pressure.refusesRequest()).toBeUndefined();
+      pressure.finished();
+      expect(pressure.admitsStream()).toBe(true);
+      expect(shrunk).toEqual([0.5]);
+      // A full collection that kept as much: requests are refused.
+      heap.collections = 1;
+      expect(pressure.sample()).toBe(3);
+      expect(pressure.refusesRequest()).toBe('memory');
+      // One that kept less: served again.
+      heap.bytes = 60 * MIB;
+      heap.collections = 2;
+      expect(pressure.sample()).toBe(0);
+      expect(pressure.refusesRequest()).toBeUndefined();
+    } finally {
+      pressure.close();
+    }
   });
 });

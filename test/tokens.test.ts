@@ -131,8 +131,14 @@ describe.skipIf(testMode !== 'pglite')('token beside a server running on the emb
       // Requests in flight while the command reads.
       let serving = true;
       const answered: number[] = [];
+      const others: string[] = [];
       const traffic = (async () => {
-        while (serving) answered.push((await fetch(`${base}/auth/organization-details`, { headers: { 'x-public-key': 'APK_x_1' } })).status);
+        while (serving) {
+          const response = await fetch(`${base}/auth/organization-details`, { headers: { 'x-public-key': 'APK_x_1' } });
+          answered.push(response.status);
+          if (response.status !== 404) others.push(`${response.status} ${await response.text()}`);
+          else await response.arrayBuffer();
+        }
       })();
       const listed = (await run(tsx, ['src/cli/token.ts', '--list'], { cwd: root, env })).stdout;
       const [, email, userID] = first.exec(listed) ?? [];
@@ -140,7 +146,7 @@ describe.skipIf(testMode !== 'pglite')('token beside a server running on the emb
       const token = (await run(tsx, ['src/cli/token.ts', email!], { cwd: root, env })).stdout.trim();
       serving = false;
       await traffic;
-      expect(new Set(answered)).toEqual(new Set([404]));
+      expect(new Set(answered), `${server.output()}\n${others.slice(0, 5).join('\n')}`).toEqual(new Set([404]));
       const profile = await fetch(`${base}/auth/user-profile`, { headers: { authorization: `Bearer ${token}` } });
       expect(profile.status).toBe(200);
       expect(((await profile.json()) as { data: { user: { userID: string } } }).data.user.userID).toBe(userID);

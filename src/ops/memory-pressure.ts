@@ -11,7 +11,11 @@ import { SHEDDING_THRESHOLDS } from './memory-budget.js';
  *
  * The live heap is what a full (mark-compact) collection left, or the heap in use if that is less:
  * the heap in use alone counts the garbage not yet collected, which under load fills the old
- * generation up to V8's next collection and would refuse requests with memory to spare.
+ * generation up to V8's next collection and would refuse requests with memory to spare. Before
+ * the first full collection there is only the heap in use, so it may shrink the caches but refuses
+ * nothing: a process started without the budget's heap flag (V8's own limit, gigabytes) can run a
+ * while on garbage before V8 collects in full, and a fresh server refused requests 503 with two
+ * thirds of its old generation live.
  */
 
 export type PressureLevel = 0 | 1 | 2 | 3;
@@ -29,12 +33,17 @@ export type MemoryPressureOptions = {
   shrink: (fraction: number) => void;
   /** The requests in progress the budget's working reserve holds. */
   maxRequests: number;
-  /** The live heap (tests pass their own). */
+  /** The live heap, as read after full collections (tests pass their own). */
   used?: () => number;
+  /** The heap as V8 shows it (tests pass their own); `used` wins when both are given. */
+  heap?: HeapReader;
 };
 
+/** The live heap and how many full collections it has seen. */
+export type HeapReader = { read(): number; readonly collections: number };
+
 /** The live heap as V8 shows it: what the last full collection kept, bounded by what is in use now. */
-class LiveHeap {
+class LiveHeap implements HeapReader {
   /** The heap in use right after the last full collection; undefined before the first one. */
   private afterFull: number | undefined;
   /** Full collections seen: a reading is fresh when this moved. */
@@ -71,13 +80,14 @@ export class MemoryPressure {
   private lastShrink = 0;
   /** The live heap's collections at the last shrink: a cache shrinks again only on a reading taken since. */
   private shrunkAt = -1;
-  private readonly live: LiveHeap | undefined;
+  private readonly live: HeapReader | undefined;
+  private readonly owned: LiveHeap | undefined;
   private readonly used: () => number;
 
   constructor(private readonly options: MemoryPressureOptions) {
     if (options.used) this.used = options.used;
     else {
-      const live = new LiveHeap();
+      const live = options.heap ?? (this.owned = new LiveHeap());
       this.live = live;
       this.used = () => live.read();
     }
@@ -95,6 +105,8 @@ export class MemoryPressure {
     let level = this.level;
     while (level < 3 && ratio >= THRESHOLDS[level]!) level = (level + 1) as PressureLevel;
     while (level > 0 && ratio < THRESHOLDS[level - 1]! - HYSTERESIS) level = (level - 1) as PressureLevel;
+    // Garbage and all until the first full collection: the caches may shrink, nothing is refused.
+    if (this.live?.collections === 0 && level > 1) level = 1;
     this.level = level;
     // Once a second at most, and only on a reading taken after the last shrink could show in it
     // (what a shrink frees shows after the next full collection).
@@ -140,6 +152,6 @@ export class MemoryPressure {
 
   close(): void {
     clearInterval(this.timer);
-    this.live?.close();
+    this.owned?.close();
   }
 }
