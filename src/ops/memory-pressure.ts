@@ -81,13 +81,12 @@ export class MemoryPressure {
   /** The live heap's collections at the last shrink: a cache shrinks again only on a reading taken since. */
   private shrunkAt = -1;
   private readonly live: HeapReader | undefined;
-  private readonly owned: LiveHeap | undefined;
   private readonly used: () => number;
 
   constructor(private readonly options: MemoryPressureOptions) {
     if (options.used) this.used = options.used;
     else {
-      const live = options.heap ?? (this.owned = new LiveHeap());
+      const live = options.heap ?? new LiveHeap();
       this.live = live;
       this.used = () => live.read();
     }
@@ -152,6 +151,7 @@ export class MemoryPressure {
 
   close(): void {
     clearInterval(this.timer);
-    this.owned?.close();
+    // Its own reader only: one a test passed is the test's.
+    if (this.live instanceof LiveHeap) this.live.close();
   }
 }
