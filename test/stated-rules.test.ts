@@ -57,30 +57,6 @@ describe(`stated rules (${testMode})`, () => {
     }
   });
 
-  it.skipIf(testMode !== 'pglite')('an unhandled rejection is logged and survived; an uncaught exception is logged and ends the process with status 1', async () => {
-    const dir = mkdtempSync(path.join(tmpdir(), 'faults-'));
-    folders.push(dir);
-    const survived = run('test/helpers/faulty-main.ts', baseEnv({ DATA_DIR: path.join(dir, 'a'), FAULT: 'rejection', LOG_LEVEL: 'error', LOG_FORMAT: 'json' }));
-    try {
-      const base = await listening(survived);
-      await expect.poll(() => survived.output(), { timeout: 10_000 }).toContain('unhandled rejection');
-      expect(survived.output()).toContain('a background task failed');
-      expect((await fetch(`${base}/healthz`)).status).toBe(200);
-      expect(survived.child.exitCode).toBeNull();
-    } finally {
-      survived.child.kill('SIGKILL');
-    }
-    const ended = run('test/helpers/faulty-main.ts', baseEnv({ DATA_DIR: path.join(dir, 'b'), FAULT: 'exception', LOG_LEVEL: 'error', LOG_FORMAT: 'json' }));
-    try {
-      const exit = await ended.exited;
-      expect(exit.code).toBe(1);
-      expect(ended.output()).toContain('uncaught exception; shutting down');
-      expect(ended.output()).toContain('a bug outside any request');
-    } finally {
-      ended.child.kill('SIGKILL');
-    }
-  }, 60_000);
-
   it('a bulk change of more than 500 rows in one statement empties the whole cache', async () => {
     const [seeded] = await seed(database(), { organizations: 1, childrenPerOrganization: 600, seed: 9, now: new Date() });
     const parentId = seeded!.parent.userID;

@@ -28,6 +28,7 @@ const open = (i, tries = 0) =>
         if (res.statusCode !== 200) {
           res.resume();
           failed += 1;
+          if (failed === 1) console.error(`a subscription answered ${res.statusCode}`);
           resolve();
           return;
         }
@@ -49,8 +50,9 @@ const open = (i, tries = 0) =>
         res.on('error', () => {});
       },
     );
-    req.on('error', () => {
+    req.on('error', (error) => {
       failed += 1;
+      if (failed === 1) console.error(`a subscription failed: ${error.message}`);
       resolve();
     });
     req.end(body);

@@ -7,9 +7,15 @@ import { fileURLToPath } from 'node:url';
 
 /* A throwaway PostgreSQL cluster on loopback, for the test command and the benchmark. */
 
+/** The server binaries the tests use: PG_BINDIR when it names some, else the machine's. */
 export function postgresBinDir(): string | undefined {
   const fromEnv = process.env.PG_BINDIR;
   if (fromEnv && existsSync(path.join(fromEnv, 'initdb'))) return fromEnv;
+  return installedPostgresBinDir();
+}
+
+/** The machine's own PostgreSQL server binaries (`pg_config --bindir`, or /usr/lib/postgresql). */
+export function installedPostgresBinDir(): string | undefined {
   const pgConfig = spawnSync('pg_config', ['--bindir'], { encoding: 'utf8' });
   const candidates: string[] = [];
   if (pgConfig.status === 0) candidates.push(pgConfig.stdout.trim());

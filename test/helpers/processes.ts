@@ -6,17 +6,23 @@ import { expect } from 'vitest';
 
 export const root = path.resolve(import.meta.dirname, '..', '..');
 
-export type Run = { child: ChildProcess; output: () => string; exited: Promise<{ code: number | null; at: number }> };
+/** `closed`: the process has exited and its output is all read. */
+export type Run = { child: ChildProcess; output: () => string; exited: Promise<{ code: number | null; at: number }>; closed: () => boolean };
 
-/** Node itself (from the sources: with tsx as a loader), so that signals reach the process and no wrapper. */
-export function run(script: string, env: NodeJS.ProcessEnv, args: string[] = [], options: { cwd?: string; tsx?: boolean; nodeArgs?: string[] } = {}): Run {
-  const loader = options.tsx === false ? [] : ['--import', 'tsx'];
-  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), ...loader, script, ...args], { cwd: options.cwd ?? root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+/**
+ * Node itself on a built script (`dist/main.js`, `dist/cli/token.js`: the test command builds
+ * once before the tiers run), so that signals reach the process and no wrapper, and no start
+ * compiles TypeScript.
+ */
+export function run(script: string, env: NodeJS.ProcessEnv, args: string[] = [], options: { cwd?: string; nodeArgs?: string[]; stdin?: boolean } = {}): Run {
+  const child = spawn(process.execPath, [...(options.nodeArgs ?? []), script, ...args], { cwd: options.cwd ?? root, env, stdio: [options.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'] });
   let output = '';
   child.stdout!.on('data', (chunk) => (output += chunk));
   child.stderr!.on('data', (chunk) => (output += chunk));
   const exited = new Promise<{ code: number | null; at: number }>((resolve) => child.on('exit', (code) => resolve({ code, at: Date.now() })));
-  return { child, output: () => output, exited };
+  let closed = false;
+  child.on('close', () => (closed = true));
+  return { child, output: () => output, exited, closed: () => closed };
 }
 
 export function baseEnv(extra: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
@@ -31,17 +37,41 @@ export async function listening(server: Run): Promise<string> {
 }
 
 /**
- * The first group of `pattern` once the process has printed it (its lines can arrive in several
- * chunks: what follows "listening on" may come a moment later).
+ * The first group of `pattern` once the process has printed it, checked at each chunk it writes
+ * (its lines can arrive in several chunks: what follows "listening on" may come a moment later).
+ * Fails when the process exits without printing it, or after a minute (a no-hang bound: a start
+ * prints its line within a few seconds on an idle machine).
  */
-export async function printed(server: Run, pattern: RegExp): Promise<string> {
-  for (let i = 0; i < 600; i++) {
-    const found = pattern.exec(server.output())?.[1];
-    if (found) return found;
-    if (server.child.exitCode !== null) break;
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  throw new Error(`the process did not print ${pattern}:\n${server.output()}`);
+export function printed(server: Run, pattern: RegExp): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const check = () => {
+      const found = pattern.exec(server.output())?.[1];
+      if (found === undefined) return false;
+      done();
+      resolve(found);
+      return true;
+    };
+    const gone = () => {
+      if (check()) return;
+      done();
+      reject(new Error(`the process ended without printing ${pattern}:\n${server.output()}`));
+    };
+    const timer = setTimeout(() => {
+      done();
+      reject(new Error(`the process did not print ${pattern} within 60 s:\n${server.output()}`));
+    }, 60_000);
+    const done = () => {
+      clearTimeout(timer);
+      server.child.stdout!.off('data', check);
+      server.child.stderr!.off('data', check);
+      server.child.off('close', gone);
+    };
+    // After the run's own listeners (registered first), so the output holds the chunk.
+    server.child.stdout!.on('data', check);
+    server.child.stderr!.on('data', check);
+    server.child.on('close', gone);
+    if (!check() && server.closed()) gone();
+  });
 }
 
 /** What a failed start printed: one line, no stack trace. */

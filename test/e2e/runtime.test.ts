@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { baseEnv, listening, root, run } from './helpers/processes.js';
+import { baseEnv, listening, root, run } from '../helpers/processes.js';
 
 /*
  * The Node.js release the suite runs on. CI runs the suite on the machine's Node and again on
@@ -26,7 +26,7 @@ describe('the Node.js release', () => {
   it('runs the server and the CLI', async () => {
     const dataDir = mkdtempSync(path.join(tmpdir(), 'runtime-'));
     folders.push(dataDir);
-    const server = run('src/main.ts', baseEnv({ DATA_DIR: dataDir }));
+    const server = run('dist/main.js', baseEnv({ DATA_DIR: dataDir }));
     try {
       const url = await listening(server);
       // prom-client's default metrics name the release the process runs on.
@@ -36,7 +36,7 @@ describe('the Node.js release', () => {
       server.child.kill('SIGTERM');
       await server.exited;
     }
-    const cli = run('src/cli/token.ts', baseEnv({ DATA_DIR: dataDir }), ['--list']);
+    const cli = run('dist/cli/token.js', baseEnv({ DATA_DIR: dataDir }), ['--list']);
     const exit = await cli.exited;
     expect(exit.code, cli.output()).toBe(0);
   }, 60_000);

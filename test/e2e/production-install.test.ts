@@ -3,9 +3,9 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openDatabase } from '../src/db/database.js';
-import { createEmptyDatabase, testMode } from './helpers/database.js';
-import { expectOneLine, listening, root, run } from './helpers/processes.js';
+import { openDatabase } from '../../src/db/database.js';
+import { createEmptyDatabase, testMode } from '../helpers/database.js';
+import { expectOneLine, listening, root, run } from '../helpers/processes.js';
 
 /**
  * A production deployment: the repository's files and the build (`npm run build`, with the
@@ -52,7 +52,7 @@ describe.skipIf(testMode !== 'postgres')('a production install (npm ci --omit=de
   it.each(['PostgreSQL', 'embedded'] as const)('%s: starts, migrates, seeds nothing, answers, and stops with status 0', async (kind) => {
     const empty = kind === 'PostgreSQL' ? await createEmptyDatabase() : undefined;
     const dataDir = path.join(app, `data-${kind}`);
-    const server = run('dist/main.js', env(empty ? { DATABASE_URL: empty.url } : { DATA_DIR: dataDir }), [], { cwd: app, tsx: false });
+    const server = run('dist/main.js', env(empty ? { DATABASE_URL: empty.url } : { DATA_DIR: dataDir }), [], { cwd: app });
     try {
       const base = await listening(server);
       const health = await fetch(`${base}/health`);
@@ -95,7 +95,7 @@ describe.skipIf(testMode !== 'postgres')('a production install (npm ci --omit=de
   });
 
   it('a demo asked for explicitly, without the development dependencies: exit 1 with one line saying so', async () => {
-    const server = run('dist/main.js', env({ DATA_DIR: path.join(app, 'data-demo'), SEED_DEMO_ON_START: 'true' }), [], { cwd: app, tsx: false });
+    const server = run('dist/main.js', env({ DATA_DIR: path.join(app, 'data-demo'), SEED_DEMO_ON_START: 'true' }), [], { cwd: app });
     try {
       const { code } = await server.exited;
       expect(code).toBe(1);

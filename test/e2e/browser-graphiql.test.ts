@@ -3,9 +3,9 @@ import { existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { chromium, type Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SIGN_IN_SQL, createChild, createOrganization, tokenFor } from './helpers/builders.js';
-import { startServer, type TestServer } from './helpers/app.js';
-import { testMode, useTestDatabase } from './helpers/database.js';
+import { SIGN_IN_SQL, createChild, createOrganization, tokenFor } from '../helpers/builders.js';
+import { startServer, type TestServer } from '../helpers/app.js';
+import { testMode, useTestDatabase } from '../helpers/database.js';
 
 /*
  * GraphiQL in a real browser (Debian's Chromium, driven by playwright-core with the system
@@ -22,7 +22,7 @@ function chromiumBinary(): string | undefined {
 const executable = chromiumBinary();
 const inCi = process.env.CI === 'true' || process.env.CI === '1';
 if (!executable && !inCi) console.warn('browser-graphiql: no Chromium on this machine; its test is skipped (apt-get install chromium)');
-export const ARTIFACTS = path.resolve(import.meta.dirname, 'artifacts');
+export const ARTIFACTS = path.resolve(import.meta.dirname, '..', 'artifacts');
 
 describe.skipIf(!executable && !inCi)(`GraphiQL in a browser (${testMode})`, () => {
   const database = useTestDatabase();

@@ -1,14 +1,14 @@
 import pg from 'pg';
 import { describe, expect, it, vi } from 'vitest';
-import type { ChangeFeed } from '../src/db/capture/feed.js';
-import { LogicalChangeFeed } from '../src/db/capture/logical.js';
-import { COUNT_TRIGGERS_SQL, installTriggers, NotifyChangeFeed } from '../src/db/capture/triggers.js';
-import { openDatabase } from '../src/db/database.js';
-import { migrate, readMigrations, type LocalMigration } from '../src/db/migrator.js';
-import { rest, startServer } from './helpers/app.js';
-import { createOrganization, tokenFor } from './helpers/builders.js';
-import { createEmptyDatabase, testMode, useTestDatabase } from './helpers/database.js';
-import { startStallingProxy } from './helpers/stalling-proxy.js';
+import type { ChangeFeed } from '../../src/db/capture/feed.js';
+import { LogicalChangeFeed } from '../../src/db/capture/logical.js';
+import { COUNT_TRIGGERS_SQL, installTriggers, NotifyChangeFeed } from '../../src/db/capture/triggers.js';
+import { openDatabase } from '../../src/db/database.js';
+import { migrate, readMigrations, type LocalMigration } from '../../src/db/migrator.js';
+import { rest, startServer } from '../helpers/app.js';
+import { createOrganization, tokenFor } from '../helpers/builders.js';
+import { createEmptyDatabase, testMode, useTestDatabase } from '../helpers/database.js';
+import { startStallingProxy } from '../helpers/stalling-proxy.js';
 
 describe.skipIf(testMode !== 'postgres')(`database stalls (${testMode})`, () => {
   const database = useTestDatabase();

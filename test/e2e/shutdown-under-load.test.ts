@@ -3,8 +3,8 @@ import { Agent, request } from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, testMode, type TestDatabase } from './helpers/database.js';
-import { baseEnv, listening, run } from './helpers/processes.js';
+import { createTestDatabase, testMode, type TestDatabase } from '../helpers/database.js';
+import { baseEnv, listening, run } from '../helpers/processes.js';
 
 /**
  * How a request ended for the client: answered (any status); refused (the listener was closed:
@@ -45,7 +45,7 @@ describe(`shutdown under load (${testMode})`, () => {
     const own = testMode === 'postgres' ? await createTestDatabase() : undefined;
     const dataDir = mkdtempSync(path.join(tmpdir(), 'shutdown-'));
     folders.push(dataDir);
-    const server = run('src/main.ts', baseEnv(own ? { DATABASE_URL: own.url, SHUTDOWN_DELAY_MS: '1000' } : { DATA_DIR: dataDir, SHUTDOWN_DELAY_MS: '1000' }));
+    const server = run('dist/main.js', baseEnv(own ? { DATABASE_URL: own.url, SHUTDOWN_DELAY_MS: '1000' } : { DATA_DIR: dataDir, SHUTDOWN_DELAY_MS: '1000' }));
     const base = await listening(server);
     return { base, stop: () => server.child.kill('SIGTERM'), exited: server.exited, own };
   }

@@ -1,18 +1,19 @@
+import { execFileSync } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { mintAccessToken } from '../src/auth/tokens.js';
-import { loadConfig } from '../src/config.js';
-import { openDatabase, type Database } from '../src/db/database.js';
-import { migrate } from '../src/db/migrator.js';
-import { seed } from '../src/dev/demo-data.js';
-import { RATE_LIMIT_KEY_BYTES } from '../src/ops/memory-budget.js';
-import { metricValue } from './helpers/app.js';
-import { createTestDatabase, testMode, type TestDatabase } from './helpers/database.js';
-import { baseEnv, listening, run, type Run } from './helpers/processes.js';
+import { mintAccessToken } from '../../src/auth/tokens.js';
+import { loadConfig } from '../../src/config.js';
+import { openDatabase, type Database } from '../../src/db/database.js';
+import { migrate } from '../../src/db/migrator.js';
+import { seed } from '../../src/dev/demo-data.js';
+import { RATE_LIMIT_KEY_BYTES, STREAM_BYTES, TRACED_STREAM_BYTES } from '../../src/ops/memory-budget.js';
+import { metricValue } from '../helpers/app.js';
+import { createTestDatabase, testMode, type TestDatabase } from '../helpers/database.js';
+import { baseEnv, expectOneLine, listening, root, run, type Run } from '../helpers/processes.js';
 
 /*
  * The memory budget on a real server, started as `npm start` starts it (the build, V8's heap
@@ -93,7 +94,7 @@ describe(`the memory budget on a real server (${testMode})`, () => {
     const { memory } = loadConfig(env, { containerLimitBytes: undefined, heapLimitBytes: Number.MAX_SAFE_INTEGER });
     expect(callers.length).toBeGreaterThan(memory.rateLimitKeys);
     // As `npm start` runs it: the build, with V8's old space from the budget.
-    const server: Run = run('dist/main.js', env, [], { tsx: false, nodeArgs: ['--max-semi-space-size=8', `--max-old-space-size=${memory.oldSpaceMiB}`] });
+    const server: Run = run('dist/main.js', env, [], { nodeArgs: ['--max-semi-space-size=8', `--max-old-space-size=${memory.oldSpaceMiB}`] });
     const alive = () => server.child.exitCode === null && server.child.signalCode === null;
     try {
       const url = await listening(server);
@@ -204,4 +205,39 @@ describe(`the memory budget on a real server (${testMode})`, () => {
       if (alive()) server.child.kill('SIGKILL');
     }
   }, 240_000);
+
+  it('a start whose bounds cannot fit the budget fails with one line naming them', async () => {
+    const started = run('dist/main.js', baseEnv({ MEMORY_BUDGET_MB: '200', CACHE_MAX_BYTES: '100000000', LIVE_MAX_STREAMS: '3000' }));
+    const { code } = await started.exited;
+    expect(code).toBe(2);
+    expectOneLine(started.output(), /^config: MEMORY_BUDGET_MB: CACHE_MAX_BYTES 95 MiB \(81 MiB of it outside the heap\), LIVE_MAX_STREAMS 3000 \(29 MiB\) need \d+ MiB of heap .* accounts for \d+ MiB of the heap beside 81 MiB of cache records: lower them, or raise MEMORY_BUDGET_MB to at least \d+$/);
+    // The least it names is enough.
+    const least = /at least (\d+)/.exec(started.output())![1]!;
+    expect(() => loadConfig({ MEMORY_BUDGET_MB: least, CACHE_MAX_BYTES: '100000000', LIVE_MAX_STREAMS: '3000' })).not.toThrow();
+    expect(() => loadConfig({ MEMORY_BUDGET_MB: String(Number(least) - 1), CACHE_MAX_BYTES: '100000000', LIVE_MAX_STREAMS: '3000' })).toThrow(/lower them/);
+  });
+
+  // The figure does not depend on the database (the benchmark opens its own embedded one).
+  // Traced, every stream sampled (its server and subscription spans stay open): the figure the budget counts when tracing is on.
+  for (const [traced, bound] of [
+    [false, STREAM_BYTES],
+    [true, TRACED_STREAM_BYTES],
+  ] as const) {
+    it(`an idle live stream holds at most ${bound / 1024} KiB of heap${traced ? ', traced' : ''}`, () => {
+      const env = { ...process.env };
+      for (const name of Object.keys(env)) if (name.startsWith('OTEL_')) delete env[name];
+      // Traced: exported nowhere (a closed port), as a collector that is down.
+      if (traced) env.OTEL_EXPORTER_OTLP_ENDPOINT = 'http://127.0.0.1:9';
+      const output = execFileSync(process.execPath, ['--import', 'tsx', 'test/bench/live.ts', '--streams', '1000', '--organizations', '25', '--heap-only'], {
+        cwd: root,
+        encoding: 'utf8',
+        timeout: 240_000,
+        env,
+      });
+      const perStream = Number(/heap: (-?\d+) bytes a stream/.exec(output)?.[1]);
+      expect(output).toMatch(/open streams: 1,000 /);
+      expect(perStream, output).toBeGreaterThan(2_000);
+      expect(perStream, output).toBeLessThanOrEqual(bound);
+    }, 300_000);
+  }
 });

@@ -1,12 +1,12 @@
 import path from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { SIGN_IN_SQL, createChild, createOrganization, tokenFor } from './helpers/builders.js';
-import { createEmptyDatabase, createTestDatabase, testMode, type TestDatabase } from './helpers/database.js';
-import { postgresBinDir } from './helpers/postgres-cluster.js';
-import { baseEnv, listening, root, run, type Run } from './helpers/processes.js';
-import { redisBinary, startRedis, type RedisServer } from './helpers/redis-server.js';
-import { startReplica, type Replica } from './helpers/replica.js';
+import { SIGN_IN_SQL, createChild, createOrganization, tokenFor } from '../helpers/builders.js';
+import { createEmptyDatabase, createTestDatabase, testMode, type TestDatabase } from '../helpers/database.js';
+import { postgresBinDir } from '../helpers/postgres-cluster.js';
+import { baseEnv, listening, root, run, type Run } from '../helpers/processes.js';
+import { redisBinary, startRedis, type RedisServer } from '../helpers/redis-server.js';
+import { startReplica, type Replica } from '../helpers/replica.js';
 
 /*
  * Several instances of the built server (`node dist/main.js`, as production runs it) on one
@@ -53,7 +53,7 @@ describe.skipIf(!runnable)(`several instances behind a balancer (${testMode})`, 
     });
 
   async function start(env: NodeJS.ProcessEnv): Promise<Instance> {
-    const server = run(path.join(root, 'dist', 'main.js'), env, [], { tsx: false });
+    const server = run(path.join(root, 'dist', 'main.js'), env);
     return { run: server, base: await listening(server) };
   }
 

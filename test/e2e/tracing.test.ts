@@ -3,15 +3,15 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mintAccessToken } from '../src/auth/tokens.js';
-import { openDatabase, type Database } from '../src/db/database.js';
-import { migrate } from '../src/db/migrator.js';
-import { seed } from '../src/dev/demo-data.js';
-import { EXPORT_PATH } from '../src/rest/export.js';
-import { createTestDatabase, testMode, type TestDatabase } from './helpers/database.js';
-import { metricValue } from './helpers/app.js';
-import { baseEnv, listening, run, type Run } from './helpers/processes.js';
-import { ancestors, attribute, Receiver, traceparent } from './helpers/otlp.js';
+import { mintAccessToken } from '../../src/auth/tokens.js';
+import { openDatabase, type Database } from '../../src/db/database.js';
+import { migrate } from '../../src/db/migrator.js';
+import { seed } from '../../src/dev/demo-data.js';
+import { EXPORT_PATH } from '../../src/rest/export.js';
+import { createTestDatabase, testMode, type TestDatabase } from '../helpers/database.js';
+import { metricValue } from '../helpers/app.js';
+import { baseEnv, listening, run, type Run } from '../helpers/processes.js';
+import { ancestors, attribute, Receiver, traceparent } from '../helpers/otlp.js';
 
 /*
  * OpenTelemetry traces from a real server, configured only by the standard OTEL_* variables, sent
@@ -78,7 +78,7 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
       if (left.child.exitCode === null) left.child.kill('SIGKILL');
       await left.exited;
     }
-    const server = run('src/main.ts', baseEnv({ ...where, PAGINATION_SECRET: seeded.paginationSecret, LOG_LEVEL: 'info', LOG_FORMAT: 'json', SHUTDOWN_DELAY_MS: '0', OTEL_BSP_SCHEDULE_DELAY: '100', ...otel }));
+    const server = run('dist/main.js', baseEnv({ ...where, PAGINATION_SECRET: seeded.paginationSecret, LOG_LEVEL: 'info', LOG_FORMAT: 'json', SHUTDOWN_DELAY_MS: '0', OTEL_BSP_SCHEDULE_DELAY: '100', ...otel }));
     servers.push(server);
     return { base: await listening(server), server };
   }

@@ -3,9 +3,16 @@ import { connect, createServer as createTcpServer, type Socket } from 'node:net'
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { openDatabase } from '../src/db/database.js';
-import { createTestDatabase, testMode, type TestDatabase } from './helpers/database.js';
-import { baseEnv, expectOneLine, listening, printed, run, type Run } from './helpers/processes.js';
+import { openDatabase } from '../../src/db/database.js';
+import { createTestDatabase, testMode, type TestDatabase } from '../helpers/database.js';
+import { metricValue } from '../helpers/app.js';
+import { baseEnv, expectOneLine, listening, printed, run, type Run } from '../helpers/processes.js';
+
+/**
+ * Requests in flight when SIGTERM arrives: as many as the default memory budget lets be in
+ * progress at once, nearly (176 at 250 MB; more are refused 503 "busy" before any work).
+ */
+const IN_FLIGHT = 160;
 
 
 describe(`process lifecycle (${testMode})`, () => {
@@ -21,7 +28,7 @@ describe(`process lifecycle (${testMode})`, () => {
 
   it('a database that cannot be reached: exit 1 within seconds, one readable line', async () => {
     const started = Date.now();
-    const server = run('src/main.ts', baseEnv({ DATABASE_URL: 'postgres://user:secret@127.0.0.1:1/none' }));
+    const server = run('dist/main.js', baseEnv({ DATABASE_URL: 'postgres://user:secret@127.0.0.1:1/none' }));
     const exit = await server.exited;
     expect(exit.code).toBe(1);
     expect(exit.at - started).toBeLessThan(20_000);
@@ -34,7 +41,7 @@ describe(`process lifecycle (${testMode})`, () => {
     try {
       const url = new URL(own.url!);
       url.pathname = '/no_such_database_here';
-      const server = run('src/main.ts', baseEnv({ DATABASE_URL: url.toString() }));
+      const server = run('dist/main.js', baseEnv({ DATABASE_URL: url.toString() }));
       expect((await server.exited).code).toBe(1);
       expectOneLine(server.output(), /^start failed: the database named in DATABASE_URL does not exist at /);
     } finally {
@@ -48,7 +55,7 @@ describe(`process lifecycle (${testMode})`, () => {
     const port = (holder.address() as { port: number }).port;
     try {
       const dataDir = folder();
-      const server = run('src/main.ts', baseEnv({ DATA_DIR: dataDir, PORT: String(port) }));
+      const server = run('dist/main.js', baseEnv({ DATA_DIR: dataDir, PORT: String(port) }));
       expect((await server.exited).code).toBe(1);
       expectOneLine(server.output(), new RegExp(`^start failed: port ${port} is in use on 127\\.0\\.0\\.1: .*PORT`));
     } finally {
@@ -58,7 +65,7 @@ describe(`process lifecycle (${testMode})`, () => {
 
   it('SIGTERM with a client holding unfinished headers: the connection is closed, the process exits 0 long before the deadline', async () => {
     const dataDir = folder();
-    const server = run('src/main.ts', baseEnv({ DATA_DIR: dataDir, SHUTDOWN_TIMEOUT_MS: '15000' }));
+    const server = run('dist/main.js', baseEnv({ DATA_DIR: dataDir, SHUTDOWN_TIMEOUT_MS: '15000' }));
     const base = await listening(server);
     const { port } = new URL(base);
     const slow = connect(Number(port), '127.0.0.1', () => slow.write('GET /auth/user-profile HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: '));
@@ -78,7 +85,7 @@ describe(`process lifecycle (${testMode})`, () => {
     await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
     const port = (probe.address() as { port: number }).port;
     await new Promise((resolve) => probe.close(resolve));
-    const server = run('src/main.ts', baseEnv({ DATA_DIR: folder(), PORT: String(port) }));
+    const server = run('dist/main.js', baseEnv({ DATA_DIR: folder(), PORT: String(port) }));
     const base = `http://127.0.0.1:${port}`;
     try {
       const seen: string[] = [];
@@ -108,7 +115,7 @@ describe(`process lifecycle (${testMode})`, () => {
 
   it('SIGTERM: readiness is 503 at once, the listener keeps serving for SHUTDOWN_DELAY_MS, then the process exits 0', async () => {
     const own = testMode === 'postgres' ? await createTestDatabase() : undefined;
-    const server = run('src/main.ts', baseEnv(own ? { DATABASE_URL: own.url, SHUTDOWN_DELAY_MS: '2000' } : { DATA_DIR: folder(), SHUTDOWN_DELAY_MS: '2000' }));
+    const server = run('dist/main.js', baseEnv(own ? { DATABASE_URL: own.url, SHUTDOWN_DELAY_MS: '2000' } : { DATA_DIR: folder(), SHUTDOWN_DELAY_MS: '2000' }));
     try {
       const base = await listening(server);
       expect((await fetch(`${base}/readyz`)).status).toBe(200);
@@ -136,7 +143,7 @@ describe(`process lifecycle (${testMode})`, () => {
   it('SIGTERM as soon as it says it listens (the demo banner still being written) drains and exits 0', async () => {
     const own: TestDatabase | undefined = testMode === 'postgres' ? await createTestDatabase() : undefined;
     const env = { SHUTDOWN_DELAY_MS: '0', SEED_DEMO_ON_START: 'true', LOG_LEVEL: 'info' };
-    const server = run('src/main.ts', baseEnv(own ? { DATABASE_URL: own.url, ...env } : { DATA_DIR: folder(), ...env }));
+    const server = run('dist/main.js', baseEnv(own ? { DATABASE_URL: own.url, ...env } : { DATA_DIR: folder(), ...env }));
     try {
       // A client or an orchestrator may signal it once it has said so: the banner's organizations
       // come from a query after that line, and a signal then must not find Node's default (death).
@@ -157,7 +164,7 @@ describe(`process lifecycle (${testMode})`, () => {
     const own: TestDatabase | undefined = testMode === 'postgres' ? await createTestDatabase() : undefined;
     const dataDir = folder();
     const env = baseEnv(own ? { DATABASE_URL: own.url, SHUTDOWN_TIMEOUT_MS: '6000', SHUTDOWN_DELAY_MS: '0', SEED_DEMO_ON_START: 'true' } : { DATA_DIR: dataDir, SHUTDOWN_TIMEOUT_MS: '6000', SHUTDOWN_DELAY_MS: '0', SEED_DEMO_ON_START: 'true' });
-    const server = run('src/main.ts', env);
+    const server = run('dist/main.js', env);
     try {
       const base = await listening(server);
       const key = await printed(server, /public key (APK_\S+)/);
@@ -217,36 +224,37 @@ describe(`process lifecycle (${testMode})`, () => {
     }
   });
 
-  it.skipIf(testMode !== 'pglite')('the embedded folder has one owner: a second process that writes refuses at once with one line; a dead owner is replaced', async () => {
+  it('the embedded folder has one owner: a second process that writes refuses at once with one line; a dead owner is replaced', async () => {
     const dataDir = folder();
-    const server = run('src/main.ts', baseEnv({ DATA_DIR: dataDir }));
+    const server = run('dist/main.js', baseEnv({ DATA_DIR: dataDir }));
     await listening(server);
     const pid = server.child.pid!;
     const env = baseEnv({ DATA_DIR: dataDir });
     // token only reads: it goes through the server's database instead (tokens.test.ts).
-    const reader = run('src/cli/token.ts', env, ['someone@example.com']);
+    const reader = run('dist/cli/token.js', env, ['someone@example.com']);
     expect((await reader.exited).code).toBe(1);
     expectOneLine(reader.output(), /^token: no account with userID or email "someone@example.com"$/);
     for (const [script, args, command] of [
-      ['src/cli/seed.ts', ['--orgs', '1', '--children', '1'], 'npm run db:seed'],
-      ['src/cli/migrate.ts', [], 'npm run db:migrate'],
+      ['dist/cli/seed.js', ['--orgs', '1', '--children', '1'], 'npm run db:seed'],
+      ['dist/cli/migrate.js', [], 'npm run db:migrate'],
     ] as const) {
       const second = run(script, env, [...args]);
       expect((await second.exited).code).toBe(1);
       expectOneLine(second.output(), new RegExp(`^${command}: .* is in use by the server \\(pid ${pid}\\): stop it, or use DATABASE_URL$`));
     }
-    const another = run('src/main.ts', baseEnv({ DATA_DIR: dataDir }));
+    const another = run('dist/main.js', baseEnv({ DATA_DIR: dataDir }));
     expect((await another.exited).code).toBe(1);
     expectOneLine(another.output(), /^start failed: .* is in use by the server/);
     // A crash leaves the owner file behind: the next process sees its owner is gone and goes on.
     server.child.kill('SIGKILL');
     await server.exited;
-    const after = run('src/cli/migrate.ts', env);
+    const after = run('dist/cli/migrate.js', env);
     expect((await after.exited).code, after.output()).toBe(0);
     expect(after.output()).toMatch(/up to date/);
   });
+
   it('stderr closed by its reader: lines are dropped, the process stays idle, SIGTERM still ends it in time', async () => {
-    const server = run('src/main.ts', baseEnv({ DATA_DIR: folder(), LOG_LEVEL: 'info', SHUTDOWN_DELAY_MS: '0', SHUTDOWN_TIMEOUT_MS: '5000' }));
+    const server = run('dist/main.js', baseEnv({ DATA_DIR: folder(), LOG_LEVEL: 'info', SHUTDOWN_DELAY_MS: '0', SHUTDOWN_TIMEOUT_MS: '5000' }));
     try {
       const base = await listening(server);
       // The reader goes away (a log shipper restarting, `| head -1`): the next line written fails.
@@ -276,4 +284,83 @@ describe(`process lifecycle (${testMode})`, () => {
       server.child.kill('SIGKILL');
     }
   });
+
+  it(`SIGTERM: ${IN_FLIGHT} requests in flight all complete, the counter is flushed, the process exits 0`, async () => {
+    const dataDir = folder();
+    const own = testMode === 'postgres' ? await createTestDatabase() : undefined;
+    const server = run('dist/main.js', baseEnv({ ...(own ? { DATABASE_URL: own.url } : { DATA_DIR: dataDir }), LOG_LEVEL: 'info', SEED_DEMO_ON_START: 'true' }));
+    try {
+      const base = await listening(server);
+      const token = await printed(server, /parent token \(24 h\): (\S+)/);
+      const key = await printed(server, /public key (APK_\S+)/);
+      // IN_FLIGHT requests truly in flight: each has sent its headers and half of its body when the
+      // signal arrives, and sends the rest once the server says it is shutting down.
+      const { port } = new URL(base);
+      const body = JSON.stringify({ query: '{ organization { organizationName } }' });
+      const head = `POST /graphql HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAuthorization: Bearer ${token}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n`;
+      const half = Math.floor(body.length / 2);
+      const sockets = await Promise.all(
+        Array.from({ length: IN_FLIGHT }, () =>
+          new Promise<{ socket: Socket; answer: Promise<string> }>((resolve, reject) => {
+            const socket = connect(Number(port), '127.0.0.1', () => {
+              socket.write(head + body.slice(0, half));
+              resolve({ socket, answer });
+            });
+            let received = '';
+            const answer = new Promise<string>((done) => {
+              socket.on('data', (chunk) => { received += chunk; });
+              socket.on('close', () => done(received));
+              socket.on('error', () => done(received));
+            });
+            socket.on('error', reject);
+          }),
+        ),
+      );
+      // Every one of them counted in progress by the server before the signal.
+      await expect.poll(async () => metricValue(await (await fetch(`${base}/metrics`)).text(), 'api_memory_requests_in_progress'), { timeout: 30_000, interval: 50 }).toBe(IN_FLIGHT);
+      server.child.kill('SIGTERM');
+      await printed(server, /(SIGTERM: shutting down)/);
+      for (const { socket } of sockets) socket.write(body.slice(half));
+      const answers = await Promise.all(sockets.map((s) => s.answer));
+      expect(answers.filter((a) => !a.startsWith('HTTP/1.1 200')).map((a) => a.slice(0, 40))).toEqual([]);
+      expect((await server.exited).code, server.output()).toBe(0);
+      const check = own ?? (await openDatabase({ dataDir }));
+      try {
+        const rows = await check.sql.query<{ n: string }>(
+          `SELECT "detailsRetrievalCount"::text AS n FROM "Organization" o JOIN "Account" a ON a.id = o."parentId" WHERE a."publicKey" = $1`,
+          [key],
+        );
+        expect(rows[0]!.n).toBe(String(IN_FLIGHT));
+      } finally {
+        if (!own) await check.close();
+      }
+    } finally {
+      server.child.kill('SIGKILL');
+      await own?.close();
+    }
+  });
+
+  it('an unhandled rejection is logged and survived; an uncaught exception is logged and ends the process with status 1', async () => {
+    const dir = folder();
+    const survived = run('test/helpers/faulty-main.mjs', baseEnv({ DATA_DIR: path.join(dir, 'a'), FAULT: 'rejection', LOG_LEVEL: 'error', LOG_FORMAT: 'json' }));
+    try {
+      const base = await listening(survived);
+      await expect.poll(() => survived.output(), { timeout: 10_000 }).toContain('unhandled rejection');
+      expect(survived.output()).toContain('a background task failed');
+      expect((await fetch(`${base}/healthz`)).status).toBe(200);
+      expect(survived.child.exitCode).toBeNull();
+    } finally {
+      survived.child.kill('SIGKILL');
+    }
+    const ended = run('test/helpers/faulty-main.mjs', baseEnv({ DATA_DIR: path.join(dir, 'b'), FAULT: 'exception', LOG_LEVEL: 'error', LOG_FORMAT: 'json' }));
+    try {
+      const exit = await ended.exited;
+      expect(exit.code).toBe(1);
+      expect(ended.output()).toContain('uncaught exception; shutting down');
+      expect(ended.output()).toContain('a bug outside any request');
+    } finally {
+      ended.child.kill('SIGKILL');
+    }
+  }, 60_000);
+
 });

@@ -1,10 +1,10 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { expectError, rest, startServer, type TestServer } from './helpers/app.js';
-import { createChild, createOrganization, tokenFor } from './helpers/builders.js';
-import { testMode, useTestDatabase } from './helpers/database.js';
-import { postgresBinDir } from './helpers/postgres-cluster.js';
-import { startReplica, type Replica } from './helpers/replica.js';
+import { expectError, rest, startServer, type TestServer } from '../helpers/app.js';
+import { createChild, createOrganization, tokenFor } from '../helpers/builders.js';
+import { testMode, useTestDatabase } from '../helpers/database.js';
+import { postgresBinDir } from '../helpers/postgres-cluster.js';
+import { startReplica, type Replica } from '../helpers/replica.js';
 
 /*
  * DATABASE_REPLICA_URL against a real streaming replica of the test cluster (pg_basebackup -R),

@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from '../src/config.js';
-import { rest, startServer, type TestServer } from './helpers/app.js';
-import { createOrganization, tokenFor } from './helpers/builders.js';
-import { testMode, useTestDatabase } from './helpers/database.js';
-import { redisBinary, startRedis, type RedisServer } from './helpers/redis-server.js';
+import { ConfigError, loadConfig } from '../../src/config.js';
+import { rest, startServer, type TestServer } from '../helpers/app.js';
+import { createOrganization, tokenFor } from '../helpers/builders.js';
+import { testMode, useTestDatabase } from '../helpers/database.js';
+import { redisBinary, startRedis, type RedisServer } from '../helpers/redis-server.js';
 
 /*
  * RATE_LIMIT_STORE=redis: the limits held across instances by a Redis-protocol server (Debian's
