@@ -1,15 +1,9 @@
-import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer as createTcpServer, connect, type Server as TcpServer, type Socket } from 'node:net';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { openDatabase } from '../src/db/database.js';
 import { createOrganization, tokenFor } from './helpers/builders.js';
 import { rest, startServer } from './helpers/app.js';
-import { createTestDatabase, testMode, useTestDatabase } from './helpers/database.js';
-
-const root = path.resolve(import.meta.dirname, '..');
+import { testMode, useTestDatabase } from './helpers/database.js';
 
 /** A TCP forwarder that can be cut and restored, standing for a database that goes away and comes back. */
 async function startProxy(target: { host: string; port: number }) {
@@ -38,12 +32,6 @@ async function startProxy(target: { host: string; port: number }) {
     restore: listen,
   };
 }
-
-/**
- * Requests in flight when SIGTERM arrives: as many as the default memory budget lets be in
- * progress at once, nearly (176 at 250 MB; more are refused 503 "busy" before any work).
- */
-const IN_FLIGHT = 160;
 
 describe(`faults (${testMode})`, () => {
   const database = useTestDatabase();
@@ -87,7 +75,7 @@ describe(`faults (${testMode})`, () => {
     }
   });
 
-  it.skipIf(testMode !== 'postgres')('database gone: 503 within 2 s on every path and not ready, the process stays up, and it recovers by itself', async () => {
+  it.skipIf(testMode !== 'postgres')('database gone: 503 at once on every path and not ready, the process stays up, and it recovers by itself', async () => {
     const url = new URL(database().url!);
     const proxy = await startProxy({ host: url.hostname, port: Number(url.port) });
     const viaProxy = new URL(url);
@@ -105,29 +93,19 @@ describe(`faults (${testMode})`, () => {
         const r = await rest(server, p, { token });
         expect(r.status, p).toBe(503);
         expect(r.body.error.code).toBe('SERVICE_UNAVAILABLE');
+        // No hang: the cut proxy refuses at once (a few milliseconds idle); 2 s is far beyond that.
         expect(Date.now() - started).toBeLessThan(2000);
       }
       // Excess requests while it is gone fail fast too, none hangs.
       const burst = await Promise.all(Array.from({ length: 40 }, () => rest(server, '/auth/user-profile', { token })));
       expect(burst.every((r) => r.status === 503)).toBe(true);
-      // Readiness says so (its answer is kept a second), liveness does not.
-      await new Promise((r) => setTimeout(r, 1100));
-      expect((await rest(server, '/readyz')).body).toEqual({ status: 'unavailable', reason: 'database unavailable' });
+      // Readiness says so once its kept answer (a second) has passed, liveness does not.
+      await expect.poll(async () => (await rest(server, '/readyz')).body, { timeout: 15_000, interval: 100 }).toEqual({ status: 'unavailable', reason: 'database unavailable' });
       expect((await rest(server, '/healthz')).status).toBe(200);
       await proxy.restore();
-      let status = 0;
-      for (let attempt = 0; attempt < 20 && status !== 200; attempt++) {
-        status = (await rest(server, '/auth/user-profile', { token })).status;
-        if (status !== 200) await new Promise((r) => setTimeout(r, 250));
-      }
-      expect(status).toBe(200);
+      await expect.poll(async () => (await rest(server, '/auth/user-profile', { token })).status, { timeout: 30_000, interval: 100 }).toBe(200);
       // And back to ready.
-      let ready = 0;
-      for (let attempt = 0; attempt < 20 && ready !== 200; attempt++) {
-        ready = (await rest(server, '/readyz')).status;
-        if (ready !== 200) await new Promise((r) => setTimeout(r, 250));
-      }
-      expect(ready).toBe(200);
+      await expect.poll(async () => (await rest(server, '/readyz')).status, { timeout: 30_000, interval: 100 }).toBe(200);
     } finally {
       await server.close();
       await db.close();
@@ -147,7 +125,8 @@ describe(`faults (${testMode})`, () => {
       const results = await Promise.all(Array.from({ length: 20 }, () => rest(server, '/auth/user-profile', { token })));
       expect(results.map((r) => r.status)).toEqual(Array(20).fill(503));
       expect(results.every((r) => r.body.error.code === 'SERVICE_UNAVAILABLE')).toBe(true);
-      expect(Date.now() - started).toBeLessThan(2000);
+      // No hang: each waits for the 300 ms connect timeout (idle: about that); 10x it.
+      expect(Date.now() - started).toBeLessThan(3000);
       release();
       await held;
       expect((await rest(server, '/auth/user-profile', { token })).status).toBe(200);

@@ -63,13 +63,13 @@ describe(`resource limits (${testMode})`, () => {
     }
   });
 
-  it('10,000 random kids and public keys cost one query each at most once; repeated, none', async () => {
+  it('2,000 random kids and public keys, refused once, are refused again without a query', async () => {
     const feed = database().changeFeed();
     await feed.started();
     const cache = new EntityCache(feed, undefined, database().sql);
     const deps = (): AuthDependencies => ({ loaders: createLoaders(database().prisma, cache), cache, jwt: { maxLifetimeSeconds: 86_400, maxTokenBytes: 4096 }, now: () => new Date() });
-    const kids = Array.from({ length: 10_000 }, (_, i) => `APK_${randomBytes(6).toString('hex')}_${i}`);
-    const tokens = await Promise.all(kids.slice(0, 2000).map((kid) => mintAccessToken({ secret: 'x'.repeat(40), kid, subject: 'USR_x', ttlSeconds: 60 })));
+    const kids = Array.from({ length: 2_000 }, (_, i) => `APK_${randomBytes(6).toString('hex')}_${i}`);
+    const tokens = await Promise.all(kids.map((kid) => mintAccessToken({ secret: 'x'.repeat(40), kid, subject: 'USR_x', ttlSeconds: 60 })));
     const refuse = async (work: () => Promise<unknown>) => expect(work()).rejects.toMatchObject({ code: expect.any(String) });
     for (const key of kids) await refuse(() => authenticateForOrganization({ publicKey: key }, deps()));
     for (const token of tokens) await refuse(() => authenticateJwt({ authorization: `Bearer ${token}` }, deps()));
