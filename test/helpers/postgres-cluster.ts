@@ -54,6 +54,10 @@ export function postgresMajor(binDir: string): number {
   return Number(/\(PostgreSQL\) (\d+)/.exec(printed)?.[1] ?? 0);
 }
 
+/**
+ * A port no one listens on now. Another process may take it before the caller binds it: callers
+ * that start a server on it go through `onFreePort`, which tries another when it was taken.
+ */
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
@@ -62,6 +66,29 @@ export function freePort(): Promise<number> {
       server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
     });
   });
+}
+
+/** What a server that could not bind its port says (PostgreSQL's log, Redis' output, Node's error). */
+export const PORT_TAKEN = /Address already in use|EADDRINUSE|could not create any TCP\/IP sockets/;
+
+/**
+ * Starts a server on a free port (PostgreSQL and Redis cannot bind port 0 and say which they
+ * got): when `start` fails because the port was taken meanwhile (`taken` says so of its error),
+ * on another one, up to five times.
+ */
+export async function onFreePort<T>(start: (port: number) => Promise<T>, taken: (error: unknown) => boolean): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await start(await freePort());
+    } catch (error) {
+      if (attempt >= 5 || !taken(error)) throw error;
+    }
+  }
+}
+
+/** Whether a start of PostgreSQL failed on a taken port: said in the log it was started with. */
+export function portTakenIn(log: string): (error: unknown) => boolean {
+  return () => existsSync(log) && PORT_TAKEN.test(readFileSync(log, 'utf8'));
 }
 
 export type Cluster = {
@@ -107,13 +134,16 @@ export async function startCluster(binDir: string, options: { logical?: boolean;
   const dir = clusterFolder('pg-test-');
   const dataDir = path.join(dir, 'data');
   const as = asClusterOwner;
-  const port = await freePort();
   as(path.join(binDir, 'initdb'), ['-D', dataDir, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--no-sync']);
-  as(path.join(binDir, 'pg_ctl'), [
-    '-D', dataDir, '-l', path.join(dir, 'server.log'), '-w', '-t', '60',
-    '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1${durability} -c max_connections=300${logical ? ' -c wal_level=logical -c max_replication_slots=100 -c max_wal_senders=100' : ''}`,
-    'start',
-  ]);
+  const log = path.join(dir, 'server.log');
+  const port = await onFreePort(async (port) => {
+    as(path.join(binDir, 'pg_ctl'), [
+      '-D', dataDir, '-l', log, '-w', '-t', '60',
+      '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1${durability} -c max_connections=300${logical ? ' -c wal_level=logical -c max_replication_slots=100 -c max_wal_senders=100' : ''}`,
+      'start',
+    ]);
+    return port;
+  }, portTakenIn(log));
   return {
     url: `postgres://postgres@127.0.0.1:${port}/postgres`,
     dataDir,

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { freePort } from './postgres-cluster.js';
+import { onFreePort, PORT_TAKEN } from './postgres-cluster.js';
 
 /*
  * A throwaway Redis-protocol server on loopback (Debian's redis-server or valkey-server), for the
@@ -42,11 +42,20 @@ async function waitForPong(port: number, deadline: number): Promise<void> {
 
 export async function startRedis(binary: string): Promise<RedisServer> {
   const dir = mkdtempSync(path.join(tmpdir(), 'redis-test-'));
-  const port = await freePort();
-  const child: ChildProcess = spawn(binary, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--daemonize', 'no'], {
-    stdio: 'ignore',
-  });
-  await waitForPong(port, Date.now() + 10_000);
+  let child!: ChildProcess;
+  const port = await onFreePort(
+    async (port) => {
+      let said = '';
+      child = spawn(binary, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--daemonize', 'no'], { stdio: ['ignore', 'pipe', 'pipe'] });
+      child.stdout!.on('data', (chunk) => (said += chunk));
+      child.stderr!.on('data', (chunk) => (said += chunk));
+      const exited = new Promise<never>((_, reject) => child.once('exit', () => reject(new Error(`the Redis-protocol server exited: ${said}`))));
+      exited.catch(() => {});
+      await Promise.race([waitForPong(port, Date.now() + 10_000), exited]);
+      return port;
+    },
+    (error) => PORT_TAKEN.test(String(error)),
+  );
   return {
     url: `redis://127.0.0.1:${port}`,
     port,

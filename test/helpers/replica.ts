@@ -1,7 +1,7 @@
 import { existsSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import pg from 'pg';
-import { asClusterOwner, clusterFolder, freePort } from './postgres-cluster.js';
+import { asClusterOwner, clusterFolder, onFreePort, portTakenIn } from './postgres-cluster.js';
 
 /*
  * A streaming replica of a throwaway cluster, as production runs one: `pg_basebackup -R` from the
@@ -38,15 +38,21 @@ export async function startReplica(binDir: string, primaryUrl: string, primaryDa
     if (!primaryDataDir) throw new Error(`${binDir} has no pg_basebackup, and the primary's data folder is not known`);
     await copyRunningCluster(primaryUrl, primaryDataDir, dataDir);
   }
-  const port = await freePort();
+  let port = 0;
+  const log = path.join(dir, 'server.log');
   const start = (settings = '') =>
     as(path.join(binDir, 'pg_ctl'), [
-      '-D', dataDir, '-l', path.join(dir, 'server.log'), '-w', '-t', '60',
+      '-D', dataDir, '-l', log, '-w', '-t', '60',
       // The primary's settings where a standby must match or exceed them (see `startCluster`).
       '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c hot_standby=on -c hot_standby_feedback=on -c wal_level=logical -c fsync=off -c max_connections=300 -c max_wal_senders=100 -c max_replication_slots=100 ${settings}`.trim(),
       'start',
     ]);
-  start();
+  // Later starts (a restart) keep the port the first one found free.
+  port = await onFreePort(async (free) => {
+    port = free;
+    start();
+    return free;
+  }, portTakenIn(log));
   const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
   const admin = async (sql: string) => {
     const client = new pg.Client({ connectionString: url });
