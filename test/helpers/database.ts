@@ -109,3 +109,28 @@ export function useOutsideWriter(database: () => TestDatabase): (sql: string, pa
     await client!.query(sql, params);
   };
 }
+
+let shared: Promise<TestDatabase> | undefined;
+
+/**
+ * The database of a file that tests one surface (`rest.test.ts`, `graphql.test.ts`): every
+ * describe block of the file reads and writes the same migrated copy, each test with the
+ * organizations it builds. The file closes it after its last test (`closeSharedDatabase`).
+ */
+export function useSharedDatabase(): () => TestDatabase {
+  let database: TestDatabase | undefined;
+  beforeAll(async () => {
+    shared ??= createTestDatabase();
+    database = await shared;
+  });
+  return () => {
+    if (!database) throw new Error('the shared database is opened in beforeAll');
+    return database;
+  };
+}
+
+export async function closeSharedDatabase(): Promise<void> {
+  const closing = shared;
+  shared = undefined;
+  await (await closing)?.close();
+}

@@ -1,8 +1,8 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import type { Account } from '../src/generated/prisma/client.js';
-import { createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
-import { useServer } from './helpers/app.js';
-import { testMode, useTestDatabase } from './helpers/database.js';
+import type { Account } from '../../src/generated/prisma/client.js';
+import { createChild, createOrganization, tokenFor, type BuiltOrganization } from '../helpers/builders.js';
+import { useServer } from '../helpers/app.js';
+import { testMode, useSharedDatabase } from '../helpers/database.js';
 
 const DAY = 86_400_000;
 const now = new Date('2026-06-15T12:00:00.000Z');
@@ -24,7 +24,7 @@ const QUERY = `query($search: String, $startDate: String, $endDate: String, $lim
 }`;
 
 describe(`GraphQL childAccounts (${testMode})`, () => {
-  const database = useTestDatabase();
+  const database = useSharedDatabase();
   const server = useServer(database, { now: () => now });
   let org: BuiltOrganization;
   let token: string;

@@ -1,14 +1,14 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import type { Account } from '../src/generated/prisma/client.js';
-import { MASKED_SECRET } from '../src/services/get-organization-details.js';
-import { createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
-import { expectError, rest, useServer } from './helpers/app.js';
-import { testMode, useTestDatabase } from './helpers/database.js';
+import type { Account } from '../../src/generated/prisma/client.js';
+import { MASKED_SECRET } from '../../src/services/get-organization-details.js';
+import { createChild, createOrganization, tokenFor, type BuiltOrganization } from '../helpers/builders.js';
+import { expectError, rest, useServer } from '../helpers/app.js';
+import { testMode, useSharedDatabase } from '../helpers/database.js';
 
 const PATH = '/auth/organization-details';
 
 describe(`GET ${PATH} (${testMode})`, () => {
-  const database = useTestDatabase();
+  const database = useSharedDatabase();
   const server = useServer(database);
   let org: BuiltOrganization;
   let child: Account;

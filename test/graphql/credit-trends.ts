@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { forecastCredits } from '../src/domain/forecast.js';
-import { createChild, createOrganization, tokenFor } from './helpers/builders.js';
-import { useServer } from './helpers/app.js';
-import { testMode, useTestDatabase } from './helpers/database.js';
+import { forecastCredits } from '../../src/domain/forecast.js';
+import { createChild, createOrganization, tokenFor } from '../helpers/builders.js';
+import { useServer } from '../helpers/app.js';
+import { testMode, useSharedDatabase } from '../helpers/database.js';
 
 const now = new Date('2026-06-11T06:00:00.000Z');
 const DAY = 86_400_000;
@@ -12,7 +12,7 @@ const month = (iso: string) => new Date(`${iso}T00:00:00.000Z`);
 type ForecastAnswer = { lowAt: string | null; criticalAt: string | null; depletedAt: string | null; dailyBurn: number; basis: string };
 
 describe(`credit forecast and usage history (${testMode})`, () => {
-  const database = useTestDatabase();
+  const database = useSharedDatabase();
   const server = useServer(database, { now: () => now });
 
   const forecastOf = async (token: string) => {

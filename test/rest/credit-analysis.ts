@@ -1,14 +1,14 @@
 import { describe, expect, it } from 'vitest';
-import { createChild, createOrganization, tokenFor } from './helpers/builders.js';
-import { expectError, rest, useServer } from './helpers/app.js';
-import { testMode, useTestDatabase } from './helpers/database.js';
-import { typeOf } from './rest-user-profile.test.js';
+import { createChild, createOrganization, tokenFor } from '../helpers/builders.js';
+import { expectError, rest, useServer } from '../helpers/app.js';
+import { testMode, useSharedDatabase } from '../helpers/database.js';
+import { typeOf } from './user-profile.js';
 
 const PATH = '/parent/credit-analysis';
 const now = new Date('2026-04-16T00:00:00.000Z');
 
 describe(`GET ${PATH} (${testMode})`, () => {
-  const database = useTestDatabase();
+  const database = useSharedDatabase();
   const server = useServer(database, { now: () => now });
 
   it('the bare analysis object, every field with its type and value', async () => {

@@ -1,12 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { createOrganization, tokenFor } from './helpers/builders.js';
-import { expectError, rest, startServer, useServer } from './helpers/app.js';
-import { testMode, useTestDatabase } from './helpers/database.js';
+import { createOrganization, tokenFor } from '../helpers/builders.js';
+import { expectError, rest, startServer, useServer } from '../helpers/app.js';
+import { testMode, useSharedDatabase } from '../helpers/database.js';
 
 const PATHS = ['/auth/user-profile', '/auth/organization-details', '/auth/child-accounts', '/parent/credit-analysis'];
 
 describe(`REST behaviour common to every path (${testMode})`, () => {
-  const database = useTestDatabase();
+  const database = useSharedDatabase();
   const server = useServer(database);
 
   it('an unknown path: 404 NOT_FOUND in the envelope', async () => {
@@ -78,7 +78,7 @@ describe(`REST behaviour common to every path (${testMode})`, () => {
   });
 
   it('the database unreachable: 503 SERVICE_UNAVAILABLE on every path, quickly', async () => {
-    const { openDatabase } = await import('../src/db/database.js');
+    const { openDatabase } = await import('../../src/db/database.js');
     const down = await openDatabase({ url: 'postgres://nobody@127.0.0.1:9/none', connectTimeoutMs: 500 });
     const broken = await startServer(down);
     try {

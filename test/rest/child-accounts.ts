@@ -1,14 +1,14 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import { createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
-import { expectError, rest, useServer } from './helpers/app.js';
-import { testMode, useTestDatabase } from './helpers/database.js';
+import { createChild, createOrganization, tokenFor, type BuiltOrganization } from '../helpers/builders.js';
+import { expectError, rest, useServer } from '../helpers/app.js';
+import { testMode, useSharedDatabase } from '../helpers/database.js';
 
 const PATH = '/auth/child-accounts';
 const now = new Date('2026-06-15T12:00:00.000Z');
 const DAY = 86_400_000;
 
 describe(`GET ${PATH} (${testMode})`, () => {
-  const database = useTestDatabase();
+  const database = useSharedDatabase();
   const server = useServer(database, { now: () => now });
   let org: BuiltOrganization;
   let token: string;

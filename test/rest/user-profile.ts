@@ -1,9 +1,9 @@
 import { Agent, request } from 'node:http';
 import { beforeAll, describe, expect, it } from 'vitest';
-import type { Account } from '../src/generated/prisma/client.js';
-import { createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
-import { expectError, rest, useServer } from './helpers/app.js';
-import { testMode, useTestDatabase } from './helpers/database.js';
+import type { Account } from '../../src/generated/prisma/client.js';
+import { createChild, createOrganization, tokenFor, type BuiltOrganization } from '../helpers/builders.js';
+import { expectError, rest, useServer } from '../helpers/app.js';
+import { testMode, useSharedDatabase } from '../helpers/database.js';
 
 /** The spec's User table: field, type (null allowed where the spec says so). */
 const USER_FIELDS: [string, string][] = [
@@ -37,7 +37,7 @@ function expectType(value: unknown, spec: string, field: string) {
 }
 
 describe(`GET /auth/user-profile (${testMode})`, () => {
-  const database = useTestDatabase();
+  const database = useSharedDatabase();
   const server = useServer(database);
   let org: BuiltOrganization;
   let child: Account;

@@ -1,16 +1,16 @@
 import { SignJWT, base64url } from 'jose';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { secretKey } from '../src/domain/signing-keys.js';
-import { MASKED_SECRET } from '../src/services/get-organization-details.js';
-import type { Account } from '../src/generated/prisma/client.js';
-import { createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
-import { useServer } from './helpers/app.js';
-import { testMode, useTestDatabase } from './helpers/database.js';
+import { secretKey } from '../../src/domain/signing-keys.js';
+import { MASKED_SECRET } from '../../src/services/get-organization-details.js';
+import type { Account } from '../../src/generated/prisma/client.js';
+import { createChild, createOrganization, tokenFor, type BuiltOrganization } from '../helpers/builders.js';
+import { useServer } from '../helpers/app.js';
+import { testMode, useSharedDatabase } from '../helpers/database.js';
 
 const now = () => Math.floor(Date.now() / 1000);
 
 describe(`GraphQL authentication and authorization (${testMode})`, () => {
-  const database = useTestDatabase();
+  const database = useSharedDatabase();
   const server = useServer(database);
   let org: BuiltOrganization;
   let other: BuiltOrganization;

@@ -1,11 +1,11 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
-import { printedSchema } from '../src/graphql/schema.js';
-import { seed } from '../src/dev/demo-data.js';
-import { CREDIT_COSTS } from '../src/domain/catalogue.js';
-import { createChild, createOrganization, tokenFor } from './helpers/builders.js';
-import { useServer } from './helpers/app.js';
-import { testMode, useTestDatabase } from './helpers/database.js';
+import { printedSchema } from '../../src/graphql/schema.js';
+import { seed } from '../../src/dev/demo-data.js';
+import { CREDIT_COSTS } from '../../src/domain/catalogue.js';
+import { createChild, createOrganization, tokenFor } from '../helpers/builders.js';
+import { useServer } from '../helpers/app.js';
+import { testMode, useSharedDatabase } from '../helpers/database.js';
 
 const now = new Date('2026-06-11T06:00:00.000Z');
 const DAY = 86_400_000;
@@ -16,7 +16,7 @@ const ANALYSIS = `{ creditAnalysis { creditBalance totalFreeUsers totalChildAcco
   packageHistory { packageType purchaseDate creditsAdded freeUsersAdded price transactionId } } }`;
 
 describe(`GraphQL organization and creditAnalysis (${testMode})`, () => {
-  const database = useTestDatabase();
+  const database = useSharedDatabase();
   const server = useServer(database, { now: () => now });
 
   it('organization: every field for the parent, as stored', async () => {
@@ -175,7 +175,7 @@ describe(`GraphQL organization and creditAnalysis (${testMode})`, () => {
   });
 
   it('schema.graphql is the printed schema (npm run schema:print rewrites it)', () => {
-    expect(readFileSync(new URL('../schema.graphql', import.meta.url), 'utf8')).toBe(printedSchema());
+    expect(readFileSync(new URL('../../schema.graphql', import.meta.url), 'utf8')).toBe(printedSchema());
   });
 
   it('unexpected failures are masked: no stack, no SQL, code INTERNAL_ERROR or SERVICE_UNAVAILABLE', async () => {

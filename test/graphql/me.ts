@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { createChild, createOrganization, tokenFor } from './helpers/builders.js';
-import { useServer } from './helpers/app.js';
-import { testMode, useTestDatabase } from './helpers/database.js';
+import { createChild, createOrganization, tokenFor } from '../helpers/builders.js';
+import { useServer } from '../helpers/app.js';
+import { testMode, useSharedDatabase } from '../helpers/database.js';
 
 const ACCOUNT_FIELDS = `userID username email publicKey accountType parentAccount accountStatus emailVerified
   createdAt updatedAt lastLogin organizationName domainRestrictionEnabled emailVerificationRequired
@@ -15,7 +15,7 @@ const PARENT_FIELDS = `organizationUrl authUrls { signin signup } creditBalance 
 const ME = `{ me { __typename ${ACCOUNT_FIELDS} ... on ParentAccount { ${PARENT_FIELDS} } } }`;
 
 describe(`GraphQL me (${testMode})`, () => {
-  const database = useTestDatabase();
+  const database = useSharedDatabase();
   const server = useServer(database);
 
   it('GraphiQL is served from the package (no CDN) outside production', async () => {
