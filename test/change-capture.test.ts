@@ -1,25 +1,19 @@
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LogicalChangeFeed, SENDER_TIMEOUT_MS } from '../src/db/capture/logical.js';
-import { PostgresChangeFeed } from '../src/db/capture/select.js';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { COUNT_TRIGGERS_SQL, installTriggers } from '../src/db/capture/triggers.js';
-import { openDatabase, type Database } from '../src/db/database.js';
-import { migrate } from '../src/db/migrator.js';
-import { rest, startServer, useServer, type TestServer } from './helpers/app.js';
+import { rest, startServer, useServer } from './helpers/app.js';
 import { createChild, createOrganization, SIGN_IN_SQL, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { testMode, useOutsideWriter, useTestDatabase } from './helpers/database.js';
-import { postgresBinDir, startCluster } from './helpers/postgres-cluster.js';
-import { baseEnv, listening, run } from './helpers/processes.js';
 import { shown } from './helpers/shown.js';
 import { apiSlots } from './helpers/slots.js';
-import { startStallingProxy } from './helpers/stalling-proxy.js';
 
 /*
  * The caches learn of committed changes from the database itself: on PostgreSQL from the logical
  * replication stream (nothing runs in the writers' transactions), on the embedded database and on
  * a server without logical replication from announcement triggers. Every change here is made by
- * another client, as the sign-in service or an operator at psql makes it, and timed from the
- * moment its COMMIT returned to the first answer that shows it.
+ * another client, as the sign-in service or an operator at psql makes it, and waited for until
+ * an answer shows it (how soon is a figure of `npm run bench:writes`). The stream behind a
+ * stalling proxy, a killed server and clusters of their own are in e2e/change-capture.test.ts.
  */
 
 describe(`change capture (${testMode})`, () => {

@@ -6,7 +6,7 @@ import { testMode, useTestDatabase } from './helpers/database.js';
 import type { IncomingMessage } from 'node:http';
 import { loadConfig } from '../src/config.js';
 import { RateLimiter } from '../src/http/rate-limit.js';
-import { memoryBudget, STREAM_BYTES, TRACED_STREAM_BYTES, TRACING_HEAP_BYTES } from '../src/ops/memory-budget.js';
+import { memoryBudget, TRACED_STREAM_BYTES, TRACING_HEAP_BYTES } from '../src/ops/memory-budget.js';
 import { RING_MAX_BYTES } from '../src/db/record-ring.js';
 import { MemoryPressure } from '../src/ops/memory-pressure.js';
 

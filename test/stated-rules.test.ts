@@ -1,24 +1,16 @@
-import { mkdtempSync, rmSync } from 'node:fs';
 import { connect } from 'node:net';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { mintAccessToken } from '../src/auth/tokens.js';
 import { seed } from '../src/dev/demo-data.js';
 import { expectError, rest, startServer, useServer } from './helpers/app.js';
 import { createChild, createOrganization, tokenFor } from './helpers/builders.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
 import { parseAnswer } from './helpers/raw-http.js';
-import { baseEnv, listening, run } from './helpers/processes.js';
 
 /** Rules the documentation states, each held to what a caller or an operator sees. */
 describe(`stated rules (${testMode})`, () => {
   const database = useTestDatabase();
   const server = useServer(database);
-  const folders: string[] = [];
-  afterAll(() => {
-    for (const dir of folders) rmSync(dir, { recursive: true, force: true });
-  });
 
   it('JWT_ISSUER and JWT_AUDIENCE: when set, a token must carry both, as configured', async () => {
     const org = await createOrganization(database());

@@ -1,12 +1,11 @@
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LogicalChangeFeed, SENDER_TIMEOUT_MS } from '../../src/db/capture/logical.js';
 import { PostgresChangeFeed } from '../../src/db/capture/select.js';
-import { COUNT_TRIGGERS_SQL, installTriggers } from '../../src/db/capture/triggers.js';
+import { COUNT_TRIGGERS_SQL } from '../../src/db/capture/triggers.js';
 import { openDatabase, type Database } from '../../src/db/database.js';
 import { migrate } from '../../src/db/migrator.js';
 import { rest, startServer, useServer, type TestServer } from '../helpers/app.js';
-import { createChild, createOrganization, SIGN_IN_SQL, tokenFor, type BuiltOrganization } from '../helpers/builders.js';
+import { createChild, createOrganization, tokenFor, type BuiltOrganization } from '../helpers/builders.js';
 import { testMode, useOutsideWriter, useTestDatabase } from '../helpers/database.js';
 import { postgresBinDir, startCluster } from '../helpers/postgres-cluster.js';
 import { baseEnv, listening, run } from '../helpers/processes.js';
@@ -27,18 +26,10 @@ describe.runIf(testMode === 'postgres')(`change capture behind a stalling proxy 
   const server = useServer(database);
   const outside = useOutsideWriter(database);
   let org: BuiltOrganization;
-  let childToken: string;
   let parentToken: string;
-  let childId: string;
-  const profile = (token: string) => rest(server(), '/auth/user-profile', { token });
-  const details = () => rest(server(), '/auth/organization-details', { token: parentToken });
 
   beforeAll(async () => {
-    org = await createOrganization(database(), { organization: { creditBalance: 1_000_000 } });
-    const children = [];
-    for (let i = 0; i < 5; i++) children.push(await createChild(database(), org.parent));
-    childId = children[0]!.id;
-    childToken = await tokenFor(children[0]!, org);
+    org = await createOrganization(database());
     parentToken = await tokenFor(org.parent, org);
     await server().app.deps.cache.caughtUp();
   });

@@ -6,7 +6,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../../src/db/database.js';
 import { createTestDatabase, testMode, type TestDatabase } from '../helpers/database.js';
 import { metricValue } from '../helpers/app.js';
-import { baseEnv, expectOneLine, listening, printed, run, type Run } from '../helpers/processes.js';
+import { baseEnv, expectOneLine, listening, printed, run } from '../helpers/processes.js';
 
 /**
  * Requests in flight when SIGTERM arrives: as many as the default memory budget lets be in
