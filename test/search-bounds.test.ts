@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { expectError, metricValue, rest, startServer, type TestServer } from './helpers/app.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
+import { Searches, SearchShareSpentError } from '../src/db/search-reads.js';
 
 /*
  * No organization's searches hold the database for the others: a search statement stops at
@@ -203,5 +204,33 @@ describe(`searches are bounded in time and in number (${testMode})`, () => {
     } finally {
       await Promise.all([pages.close(), counts.close()]);
     }
+  });
+});
+
+describe('the searches\' time share, on a clock of its own', () => {
+  it('a statement\'s time is taken from the share; spent, the next search is refused with the wait until it fills, and admitted once that has passed', async () => {
+    let clock = 0;
+    // Each statement "takes" 100 ms of the clock.
+    const statement = { query: async () => ((clock += 100), []) };
+    const searches = new Searches({ timeoutMs: 1000, maxConcurrent: 4, maxPerOrganization: 4, maxTimePercent: 10 }, statement, statement, [], () => clock);
+    // The share holds 10 % of a 2 s window, 200 ms, and fills at 10 % of the clock: three
+    // statements of 100 ms overdraw it to -80 ms.
+    for (let i = 0; i < 3; i++) await searches.of('org-a').primary.query('SELECT 1');
+    const refused = await searches.of('org-b').primary.query('SELECT 1').catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(SearchShareSpentError);
+    // 80 ms to fill at 10 %: back above zero in 0.8 s, said as 1 s.
+    expect((refused as SearchShareSpentError).retryAfterSeconds).toBe(1);
+    clock += 700;
+    await expect(searches.of('org-b').primary.query('SELECT 1')).rejects.toBeInstanceOf(SearchShareSpentError);
+    clock += 200;
+    await expect(searches.of('org-b').primary.query('SELECT 1')).resolves.toEqual([]);
+    // Once admitted, a search's further statements finish it, whatever the share says; the next
+    // search is refused.
+    clock += 2000;
+    const search = searches.of('org-c');
+    await search.primary.query('SELECT 1');
+    for (let i = 0; i < 3; i++) await search.stale.query('SELECT 1');
+    await expect(searches.of('org-d').primary.query('SELECT 1')).rejects.toBeInstanceOf(SearchShareSpentError);
+    expect(searches.stats.refused).toBe(3);
   });
 });

@@ -82,9 +82,11 @@ export class Searches {
     private readonly stale: ReadQuery,
     private readonly primary: Pick<SqlDriver, 'query'>,
     private readonly closing: BoundedReads[] = [],
+    /** A monotonic clock in milliseconds (tests drive the share with their own). */
+    private readonly now: () => number = () => performance.now(),
   ) {
     this.budgetMs = this.capacityMs;
-    this.filledAt = performance.now();
+    this.filledAt = this.now();
   }
 
   private get capacityMs(): number {
@@ -93,7 +95,7 @@ export class Searches {
 
   /** The budget as of now. */
   private fill(): number {
-    const now = performance.now();
+    const now = this.now();
     this.budgetMs = Math.min(this.capacityMs, this.budgetMs + ((now - this.filledAt) * this.bounds.maxTimePercent) / 100);
     this.filledAt = now;
     return this.budgetMs;
@@ -131,7 +133,7 @@ export class Searches {
     search.admitted = true;
     this.running += 1;
     this.byOrganization.set(organizationId, mine + 1);
-    const started = performance.now();
+    const started = this.now();
     try {
       return await statement();
     } catch (error) {
@@ -144,7 +146,7 @@ export class Searches {
     } finally {
       if (shared) {
         this.fill();
-        this.budgetMs -= performance.now() - started;
+        this.budgetMs -= this.now() - started;
       }
       this.running -= 1;
       const left = (this.byOrganization.get(organizationId) ?? 1) - 1;
