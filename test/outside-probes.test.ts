@@ -2,7 +2,7 @@ import { connect, type Socket } from 'node:net';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
-import { createChild, createOrganization, manyChildren, tokenFor, type BuiltOrganization } from './helpers/builders.js';
+import { createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { rest, useServer, type TestServer } from './helpers/app.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
 
@@ -14,7 +14,6 @@ import { testMode, useTestDatabase } from './helpers/database.js';
 
 const CREDIT = 'subscription { creditAnalysisChanged { creditBalance } }';
 const ORGANIZATION = 'subscription { organizationChanged { organizationName } }';
-const EXPORT_PATH = '/auth/parent/child-accounts/export';
 
 setFlagsFromString('--expose-gc');
 const collect = runInNewContext('gc') as () => void;
@@ -44,26 +43,6 @@ function openStream(server: TestServer, token: string, query: string): Promise<{
       `GET /graphql?query=${encodeURIComponent(query)} HTTP/1.1\r\nHost: ${url.host}\r\nAccept: text/event-stream\r\nAuthorization: Bearer ${token}\r\n\r\n`,
     );
   });
-}
-
-/** RFC 4180 records: quoted fields may hold commas, quotes (doubled) and line breaks. */
-function parseCsv(text: string): string[][] {
-  const records: string[][] = [];
-  let record: string[] = [];
-  let field = '';
-  let quoted = false;
-  for (let i = 0; i < text.length; i++) {
-    const c = text[i]!;
-    if (quoted) {
-      if (c === '"' && text[i + 1] === '"') (field += '"'), i++;
-      else if (c === '"') quoted = false;
-      else field += c;
-    } else if (c === '"') quoted = true;
-    else if (c === ',') record.push(field), (field = '');
-    else if (c === '\r' && text[i + 1] === '\n') record.push(field), records.push(record), (record = []), (field = ''), i++;
-    else field += c;
-  }
-  return records;
 }
 
 const liveGauge = async (server: TestServer) => Number(/^api_live_subscriptions (\d+)$/m.exec((await server.app.metricsText()).text)?.[1] ?? NaN);
@@ -331,69 +310,5 @@ describe(`conditional requests, probed from outside (${testMode})`, () => {
     // Over the head bound: 431, as any large header.
     const huge = await rest(server(), '/auth/user-profile', { token, headers: { 'if-none-match': `"${'a'.repeat(70_000)}"` } });
     expect(huge.status).toBe(431);
-  });
-});
-
-describe(`the export, probed from outside (${testMode})`, () => {
-  const database = useTestDatabase();
-  // A long stall bound: a slot freed in less than that was freed by the abort itself.
-  const server = useServer(database, { env: { EXPORT_STALL_MS: '60000', EXPORT_RATE_COST: '1' } });
-
-  it("an aborted download frees the organization's slot at once, not after the stall bound", async () => {
-    const built = await createOrganization(database());
-    await manyChildren(database(), built, 30_000, 'abort', 400);
-    const token = await tokenFor(built.parent, built);
-    const url = new URL(server().url);
-    for (const hangUp of [(socket: Socket) => socket.destroy(), (socket: Socket) => socket.resetAndDestroy()]) {
-      const socket = connect(Number(url.port), url.hostname);
-      socket.on('error', () => {});
-      const started = new Promise<void>((resolve) => socket.once('data', () => resolve()));
-      socket.write(`GET ${EXPORT_PATH}?format=csv HTTP/1.1\r\nHost: ${url.host}\r\nAuthorization: Bearer ${token}\r\n\r\n`);
-      await started;
-      socket.pause();
-      await expect.poll(() => server().app.exports.running(), { timeout: 5_000 }).toBe(1);
-      const at = Date.now();
-      hangUp(socket);
-      await expect.poll(() => server().app.exports.running(), { timeout: 10_000, interval: 20 }).toBe(0);
-      // At once (milliseconds idle), not after the 60 s stall bound.
-      expect(Date.now() - at).toBeLessThan(5_000);
-      const again = await fetch(`${server().url}${EXPORT_PATH}?format=ndjson&search=abort`, { headers: { authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(30_000) });
-      expect(again.status).toBe(200);
-      await again.body?.cancel();
-      await expect.poll(() => server().app.exports.running(), { timeout: 10_000 }).toBe(0);
-    }
-  }, 120_000);
-
-  it("filters never reach another organization's rows", async () => {
-    const [mine, theirs] = [await createOrganization(database()), await createOrganization(database())];
-    const at = new Date('2025-03-10T12:00:00.000Z');
-    const own = await createChild(database(), mine.parent, { username: 'twin-mine', email: 'twin-mine@example.com', createdAt: at });
-    await createChild(database(), theirs.parent, { username: 'twin-theirs', email: 'twin-theirs@example.com', createdAt: at });
-    const token = await tokenFor(mine.parent, mine);
-    for (const query of ['search=twin', 'search=twin-theirs', 'startDate=2025-03-10&endDate=2025-03-10', 'search=%25', 'search=_', `search=${theirs.parent.id}`]) {
-      const answer = await fetch(`${server().url}${EXPORT_PATH}?format=ndjson&${query}`, { headers: { authorization: `Bearer ${token}` } });
-      expect(answer.status, query).toBe(200);
-      const rows = (await answer.text()).split('\n').filter(Boolean).map((line) => JSON.parse(line) as { username: string });
-      expect(rows.every((row) => row.username !== 'twin-theirs'), query).toBe(true);
-      if (query === 'search=twin') expect(rows.map((row) => row.username)).toEqual([own.username]);
-    }
-  });
-
-  it('CSV neutralises every value that starts with a formula character; NDJSON keeps the values as they are', async () => {
-    const built = await createOrganization(database());
-    const names = ['=1+1', '+1+1', '-1+1', '@SUM(A1)', '\tTAB', '\rCR'];
-    for (const [i, username] of names.entries()) {
-      await createChild(database(), built.parent, { username, email: `${['=', '+', '-', '@', '\t', '\r'][i]}mail${i}@example.com`, createdAt: new Date(Date.UTC(2025, 0, 1 + i)) });
-    }
-    const token = await tokenFor(built.parent, built);
-    const csv = await (await fetch(`${server().url}${EXPORT_PATH}?format=csv`, { headers: { authorization: `Bearer ${token}` } })).text();
-    const fields = parseCsv(csv).slice(1).flat();
-    for (const value of [...names, ...names.map((_, i) => `${['=', '+', '-', '@', '\t', '\r'][i]}mail${i}@example.com`)]) {
-      expect(fields, JSON.stringify(value)).toContain(`'${value}`);
-      expect(fields, JSON.stringify(value)).not.toContain(value);
-    }
-    const ndjson = await (await fetch(`${server().url}${EXPORT_PATH}?format=ndjson`, { headers: { authorization: `Bearer ${token}` } })).text();
-    const usernames = ndjson.split('\n').filter(Boolean).map((line) => (JSON.parse(line) as { username: string }).username);
-    expect(usernames.sort()).toEqual([...names].sort());
   });
 });
