@@ -113,6 +113,7 @@ export type DatabaseOptions = (
       /** The embedded database in memory, empty or started from a snapshot (`dump`). */
       memory: true;
       snapshot?: string;
+      connectTimeoutMs?: number;
       statementTimeoutMs?: number;
     }
 ) & { countQueries?: boolean };
