@@ -4,7 +4,7 @@ import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
 import { createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { rest, useServer, type TestServer } from './helpers/app.js';
-import { testMode, useTestDatabase } from './helpers/database.js';
+import { seedSql, testMode, useTestDatabase } from './helpers/database.js';
 
 /*
  * The newest features probed from the outside, as a hostile caller would use them: live updates,
@@ -90,15 +90,13 @@ describe(`live updates, probed from outside (${testMode})`, () => {
   it('a client that never reads is cut off after LIVE_STALL_MS, and its subscription ends', async () => {
     // Large answers (a long purchase history, about 1 MB), pushed as fast as changes arrive: the socket fills.
     const built = await createOrganization(database());
-    // In a session of its own, without the requests' time bound (a loaded machine ran past it).
     for (let from = 0; from < 30_000; from += 5_000) {
-      await database().sql.withSession((session) =>
-        session.query(
-          `INSERT INTO "PackagePurchase" ("transactionId", "organizationId", "packageType", "purchasedAt", "creditsAdded", "freeUsersAdded", price)
-           SELECT 'TXN_' || $1 || '_' || i, $1, 'STARTER', timestamptz '2024-01-01T00:00:00Z' + i * interval '1 minute', 10000, 1000, 10
-           FROM generate_series($2::int, $2::int + 4999) AS i`,
-          [built.parent.id, from],
-        ),
+      await seedSql(
+        database(),
+        `INSERT INTO "PackagePurchase" ("transactionId", "organizationId", "packageType", "purchasedAt", "creditsAdded", "freeUsersAdded", price)
+         SELECT 'TXN_' || $1 || '_' || i, $1, 'STARTER', timestamptz '2024-01-01T00:00:00Z' + i * interval '1 minute', 10000, 1000, 10
+         FROM generate_series($2::int, $2::int + 4999) AS i`,
+        [built.parent.id, from],
       );
     }
     const child = await createChild(database(), built.parent);

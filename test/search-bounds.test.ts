@@ -2,7 +2,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { expectError, metricValue, rest, startServer, type TestServer } from './helpers/app.js';
-import { testMode, useTestDatabase } from './helpers/database.js';
+import { seedSql, testMode, useTestDatabase } from './helpers/database.js';
 import { Searches, SearchShareSpentError } from '../src/db/search-reads.js';
 
 /*
@@ -34,17 +34,15 @@ describe(`searches are bounded in time and in number (${testMode})`, () => {
     largeToken = await tokenFor(large.parent, large);
     smallToken = await tokenFor(small.parent, small);
     // A term every child has is counted over all of them: the slow statement these tests need.
-    // In a session of its own, without the requests' time bound: on shared cores the insert can
-    // take longer than a request may (it ran past the client's read timeout on PGlite).
-    await database().sql.withSession(async (session) => {
-      await session.query(
-        `INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey", "createdAt")
-         SELECT 'USR_sb' || i, 'child', $1, 'member' || i, 'm' || i || '@bounds.example', 'APK_sb' || i, now() - i * interval '1 minute'
-         FROM generate_series(1, ${CHILDREN}) i`,
-        [large.parent.id],
-      );
-      await session.query('ANALYZE "Account"');
-    });
+    // A seed statement (`seedSql`): in the requests' pool it ran past the client's read timeout on PGlite.
+    await seedSql(
+      database(),
+      `INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey", "createdAt")
+       SELECT 'USR_sb' || i, 'child', $1, 'member' || i, 'm' || i || '@bounds.example', 'APK_sb' || i, now() - i * interval '1 minute'
+       FROM generate_series(1, ${CHILDREN}) i`,
+      [large.parent.id],
+    );
+    await seedSql(database(), 'ANALYZE "Account"');
   }, 120_000);
   afterAll(async () => {
     for (const server of servers) await server.close();

@@ -2,7 +2,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { filterSql } from '../src/db/child-list.js';
 import { createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { rest, useServer } from './helpers/app.js';
-import { testMode, useTestDatabase } from './helpers/database.js';
+import { seedSql, testMode, useTestDatabase } from './helpers/database.js';
 
 /*
  * Search terms of one and two characters, which the trigram indexes cannot serve: a rare one is
@@ -24,15 +24,13 @@ describe(`short search terms (${testMode})`, () => {
   beforeAll(async () => {
     org = await createOrganization(database());
     token = await tokenFor(org.parent, org, { now });
-    // In a session of its own, without the requests' time bound (a loaded machine ran past it).
-    await database().sql.withSession((session) =>
-      session.query(
-        `INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey", "createdAt", "lastLogin")
-         SELECT 'USR_ss' || i, 'child', $1, 'member' || i, 'm' || i || '@bounds.example', 'APK_ss' || i,
-                $2::timestamptz - i * interval '1 hour', CASE WHEN i % 3 = 0 THEN $2::timestamptz - interval '1 day' END
-         FROM generate_series(1, ${CHILDREN}) i`,
-        [org.parent.id, now],
-      ),
+    await seedSql(
+      database(),
+      `INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey", "createdAt", "lastLogin")
+       SELECT 'USR_ss' || i, 'child', $1, 'member' || i, 'm' || i || '@bounds.example', 'APK_ss' || i,
+              $2::timestamptz - i * interval '1 hour', CASE WHEN i % 3 = 0 THEN $2::timestamptz - interval '1 day' END
+       FROM generate_series(1, ${CHILDREN}) i`,
+      [org.parent.id, now],
     );
     // The rare ones: letters and signs no generated child has.
     const rare: [string, string, string, number][] = [

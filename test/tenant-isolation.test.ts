@@ -3,7 +3,7 @@ import { openDatabase } from '../src/db/database.js';
 import { isDatabaseUnavailable, toApiError } from '../src/errors.js';
 import { rest, startServer, type TestServer } from './helpers/app.js';
 import { createOrganization, tokenFor } from './helpers/builders.js';
-import { testMode, useTestDatabase } from './helpers/database.js';
+import { seedSql, testMode, useTestDatabase } from './helpers/database.js';
 
 const CHILDREN = 20_000;
 /** Concurrent callers of the expensive tenant. */
@@ -25,13 +25,12 @@ describe(`a tenant's expensive searches and another tenant's cached answers (${t
   it("the bystander is answered from its cache, more often than the searches, while another organization floods the database", async () => {
     const heavy = await createOrganization(database());
     const heavyToken = await tokenFor(heavy.parent, heavy);
-    await database().sql.withSession((session) =>
-      session.query(
-        `INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey", "createdAt")
-         SELECT 'USR_ti' || i, 'child', $1, 'member' || i, 'm' || i || '@tenants.example', 'APK_ti' || i, now() - i * interval '1 minute'
-         FROM generate_series(1, ${CHILDREN}) i`,
-        [heavy.parent.id],
-      ),
+    await seedSql(
+      database(),
+      `INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey", "createdAt")
+       SELECT 'USR_ti' || i, 'child', $1, 'member' || i, 'm' || i || '@tenants.example', 'APK_ti' || i, now() - i * interval '1 minute'
+       FROM generate_series(1, ${CHILDREN}) i`,
+      [heavy.parent.id],
     );
     const bystander = await createOrganization(database());
     const bystanderToken = await tokenFor(bystander.parent, bystander);

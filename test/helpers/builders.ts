@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { mintAccessToken } from '../../src/auth/tokens.js';
 import { PACKAGES, type PackageType } from '../../src/domain/catalogue.js';
 import type { Database } from '../../src/db/database.js';
+import { seedSql } from './database.js';
 import type { Account, Organization, Prisma } from '../../src/generated/prisma/client.js';
 
 /** Small builders: each test creates exactly the organizations and children it needs. */
@@ -122,20 +123,18 @@ export const SIGN_IN_SQL = `WITH child AS (UPDATE "Account" SET "signInCount" = 
 
 /**
  * `count` children registered a second apart from 2025-01-01, named `${prefix}${i}`, emails padded
- * with `padding` characters; 5,000 a statement, each well within the statement timeout on a busy
- * machine.
+ * with `padding` characters; 5,000 a statement, each a seed statement (`seedSql`).
  */
 export async function manyChildren(database: Database, built: BuiltOrganization, count: number, prefix = 'bulk', padding = 0): Promise<void> {
   const tag = `${prefix}${built.parent.id.slice(4, 12)}x`;
-  // In a session of its own, without the requests' time bound: on shared cores a batch can take
-  // longer than a request may.
   for (let from = 0; from < count; from += 5_000) {
-    await database.sql.withSession((session) => session.query(
+    await seedSql(
+      database,
       `INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey", "createdAt", "updatedAt")
        SELECT 'USR_' || $2 || i, 'child', $1, $3 || i, $3 || i || repeat('x', $6::int) || '@example.com', 'APK_' || $2 || i || '_1',
               timestamptz '2025-01-01T00:00:00Z' + i * interval '1 second', timestamptz '2025-01-01T00:00:00Z' + i * interval '1 second'
        FROM generate_series($4::int, $5::int - 1) AS i`,
       [built.parent.id, tag, prefix, from, Math.min(count, from + 5_000), padding],
-    ));
+    );
   }
 }

@@ -75,6 +75,14 @@ async function dropWithSlots(client: pg.Client, name: string): Promise<void> {
   }
 }
 
+/**
+ * A test's seed statement (a bulk insert, ANALYZE), in a session of its own without the requests'
+ * time bound: on shared cores a large insert can take longer than a request's query may.
+ */
+export async function seedSql(database: Pick<Database, 'sql'>, text: string, params: unknown[] = []): Promise<void> {
+  await database.sql.withSession((session) => session.query(text, params));
+}
+
 /** This file's own migrated database, opened before its tests and dropped after them. */
 export function useTestDatabase(): () => TestDatabase {
   let database: TestDatabase | undefined;
