@@ -93,11 +93,11 @@ const environment = z.object({
   DATABASE_POOL_SIZE: withDefault(integer(1, 500), 10),
   DATABASE_CONNECT_TIMEOUT_MS: withDefault(integer(100, MAX_TIMER_MS), 1500),
   DATABASE_STATEMENT_TIMEOUT_MS: withDefault(integer(100, MAX_TIMER_MS), 5000),
-  SEARCH_TIMEOUT_MS: withDefault(integer(1, MAX_TIMER_MS), 1000),
+  SEARCH_TIMEOUT_MS: withDefault(integer(1, MAX_TIMER_MS), 3000),
   /** One at a time by default: on a database of two cores, more left the other requests half the machine (`src/db/README.md`). */
   SEARCH_MAX_CONCURRENT: withDefault(integer(1, 500), 1),
   SEARCH_MAX_PER_ORGANIZATION: withDefault(integer(1, 500), 2),
-  /** 20 % by default: eight parents searching without pause left the others 0.70-0.80 of their requests without a share, 0.77-0.79 at 50 %, 0.76-0.89 at 30 %, 0.80-0.92 at 25 %, 0.82-0.96 at 20 % (`src/db/README.md`). */
+  /** 20 % by default: the figures are in `src/db/README.md`, "Searches". */
   SEARCH_MAX_TIME_PERCENT: withDefault(integer(1, 100), 20),
   JWT_ISSUER: optionalString,
   JWT_AUDIENCE: optionalString,

@@ -12,6 +12,8 @@ export class ApiError extends Error {
     readonly code: string,
     readonly status: number,
     message: string,
+    /** When the caller may try again: sent as `Retry-After` (REST) and `retryAfterSeconds` (GraphQL). */
+    readonly retryAfterSeconds?: number,
   ) {
     const limit = Error.stackTraceLimit;
     Error.stackTraceLimit = 0;
@@ -94,12 +96,8 @@ export class InvalidMonthsError extends ApiError {
 }
 
 export class ServiceUnavailableError extends ApiError {
-  constructor(
-    message = 'The service is temporarily unavailable; try again shortly.',
-    /** When the caller may try again: sent as `Retry-After` (REST) and `retryAfterSeconds` (GraphQL). */
-    readonly retryAfterSeconds?: number,
-  ) {
-    super('SERVICE_UNAVAILABLE', 503, message);
+  constructor(message = 'The service is temporarily unavailable; try again shortly.', retryAfterSeconds?: number) {
+    super('SERVICE_UNAVAILABLE', 503, message, retryAfterSeconds);
   }
 }
 
@@ -178,8 +176,8 @@ export class ClientClosedError extends Error {
 }
 
 export class RateLimitedError extends ApiError {
-  constructor(retryAfterSeconds: number) {
-    super('RATE_LIMITED', 429, `Too many requests; try again in ${retryAfterSeconds} s.`);
+  constructor(retryAfterSeconds: number, message = `Too many requests; try again in ${retryAfterSeconds} s.`) {
+    super('RATE_LIMITED', 429, message, retryAfterSeconds);
   }
 }
 

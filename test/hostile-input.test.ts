@@ -5,7 +5,9 @@ import { loadConfig } from '../src/config.js';
 import { parseDateBound } from '../src/domain/dates.js';
 import { RateLimiter } from '../src/http/rate-limit.js';
 import { queryParameters } from '../src/rest/http.js';
-import { expectError, rest, startServer, useServer } from './helpers/app.js';
+import { once } from 'node:events';
+import { connect, type Socket } from 'node:net';
+import { expectError, metricValue, rest, startServer, useServer } from './helpers/app.js';
 import { createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
 import { rawRequest, strictGet } from './helpers/raw-http.js';
@@ -163,6 +165,63 @@ describe(`hostile input (${testMode})`, () => {
       // The bound held by evicting, and by refusing tokens asked for no more often than those held.
       expect(cache.stats.evictions - evictionsBefore + cache.stats.refused - refusedBefore).toBeGreaterThan(0);
       expect(cache.size).toBeLessThan(1500);
+    });
+  });
+
+  describe('one client cannot hold the requests in progress', () => {
+    /** A request whose body never ends: its head and the start of its body, on a connection of its own. */
+    const trickle = async (url: string, headers: Record<string, string>) => {
+      const { port } = new URL(url);
+      const socket = connect(Number(port), '127.0.0.1');
+      await once(socket, 'connect');
+      let answer = '';
+      socket.on('data', (chunk: Buffer) => (answer += chunk.toString()));
+      const fields = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join('');
+      socket.write(`POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n${fields}\r\n{"query":`);
+      return { socket, answer: () => answer };
+    };
+
+    it('a client trickling bodies on as many connections as the bound allows holds its part; past it 429, and another client is served at once, by address and by credential', async () => {
+      const holder = await createOrganization(database());
+      const other = await createOrganization(database());
+      const [holderToken, otherToken] = await Promise.all([tokenFor(holder.parent, holder), tokenFor(other.parent, other)]);
+      // The default budget's bound (the heap read as empty: this process holds many servers).
+      const limited = await startServer(database(), { env: { MEMORY_BUDGET_MB: '250', TRUST_PROXY: 'loopback' }, memoryUsed: () => 0 });
+      const sockets: Socket[] = [];
+      try {
+        const max = limited.app.pressure.maxRequests;
+        const part = limited.app.pressure.clientPart;
+        expect(part).toBe(Math.floor(max / 4));
+        const inProgress = async () => metricValue(await (await fetch(`${limited.url}/metrics`)).text(), 'api_memory_requests_in_progress');
+        // One address without a credential, then one credential from as many addresses: each time,
+        // as many bodies as the whole bound holds.
+        const holders = [
+          () => ({ 'X-Forwarded-For': '203.0.113.7' }),
+          (i: number) => ({ 'X-Forwarded-For': `10.2.${i >> 8}.${i & 255}`, Authorization: `Bearer ${holderToken}` }),
+        ];
+        for (const [round, headersOf] of holders.entries()) {
+          const held = await Promise.all(Array.from({ length: max }, (_, i) => trickle(limited.url, headersOf(i))));
+          sockets.push(...held.map(({ socket }) => socket));
+          // Its part is in progress; every other body was refused at once, 429 with Retry-After.
+          await expect.poll(inProgress, { timeout: 30_000, interval: 20 }).toBe(part);
+          await expect.poll(() => held.filter(({ answer }) => answer().includes('\r\n\r\n')).length, { timeout: 30_000, interval: 20 }).toBe(max - part);
+          for (const { answer } of held.filter(({ answer }) => answer() !== '')) {
+            expect(answer()).toMatch(/^HTTP\/1\.1 429 /);
+            expect(answer()).toMatch(/\r\nretry-after: 1\r\n/i);
+            expect(answer()).toContain('RATE_LIMITED');
+          }
+          // Another client, at once: answered while every body of the holder still arrives.
+          const answered = await rest(limited, '/auth/user-profile', { token: otherToken, headers: { 'x-forwarded-for': `192.0.2.${round + 1}` } });
+          expect(answered.status).toBe(200);
+          expect(held.filter(({ answer }) => answer() === '').length).toBe(part);
+          for (const { socket } of held) socket.destroy();
+          await expect.poll(inProgress, { timeout: 30_000, interval: 20 }).toBe(0);
+        }
+        expect(limited.app.pressure.refusals.client).toBe(2 * (max - part));
+      } finally {
+        for (const socket of sockets) socket.destroy();
+        await limited.close();
+      }
     });
   });
 
@@ -494,7 +553,9 @@ describe(`hostile input (${testMode})`, () => {
           expect(response.headers.get('ratelimit-limit')).toBe('4');
         }
         for (const [response, code] of [[tooLarge, 'PAYLOAD_TOO_LARGE'], [tooManyHeaders, 'REQUEST_HEADER_FIELDS_TOO_LARGE'], [limitedAnswer, 'RATE_LIMITED']] as const) {
-          expect(await response.json()).toEqual({ errors: [{ message: expect.any(String), extensions: { code } }] });
+          // A refusal with a wait carries it, as the REST one does in Retry-After.
+          const extensions = code === 'RATE_LIMITED' ? { code, retryAfterSeconds: Number(response.headers.get('retry-after')) } : { code };
+          expect(await response.json()).toEqual({ errors: [{ message: expect.any(String), extensions }] });
         }
         expect(await tooLong.json()).toEqual({ success: false, error: { code: 'URI_TOO_LONG', message: expect.any(String) } });
       } finally {

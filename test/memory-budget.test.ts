@@ -187,3 +187,30 @@ describe('the live heap before V8 has collected in full', () => {
     }
   });
 });
+
+describe('a client\'s part of the requests in progress', () => {
+  it('an address or a credential holds a quarter of the bound at most; one more is refused, others are admitted, and a finished request gives its place back', () => {
+    const pressure = new MemoryPressure({ oldGenerationBytes: 1024 ** 3, maxRequests: 8, used: () => 0, shrink: () => {} });
+    try {
+      expect(pressure.clientPart).toBe(2);
+      const mallory = ['address 203.0.113.7'];
+      const token = (address: string) => [`address ${address}`, 'credential T'];
+      expect(pressure.refusesRequest(mallory)).toBeUndefined();
+      expect(pressure.refusesRequest(mallory)).toBeUndefined();
+      expect(pressure.refusesRequest(mallory)).toBe('client');
+      // The same credential from other addresses: its own part.
+      expect(pressure.refusesRequest(token('10.0.0.1'))).toBeUndefined();
+      expect(pressure.refusesRequest(token('10.0.0.2'))).toBeUndefined();
+      expect(pressure.refusesRequest(token('10.0.0.3'))).toBe('client');
+      // Others are admitted until the whole bound is taken.
+      for (const address of ['a', 'b', 'c', 'd']) expect(pressure.refusesRequest([`address ${address}`])).toBeUndefined();
+      expect(pressure.refusesRequest(['address e'])).toBe('busy');
+      expect(pressure.refusals).toMatchObject({ client: 2, busy: 1 });
+      pressure.finished(mallory);
+      expect(pressure.inProgress).toBe(7);
+      expect(pressure.refusesRequest(mallory)).toBeUndefined();
+    } finally {
+      pressure.close();
+    }
+  });
+});

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { openDatabase } from '../src/db/database.js';
 import { isDatabaseUnavailable, toApiError } from '../src/errors.js';
 import { rest, startServer, type TestServer } from './helpers/app.js';
-import { createOrganization, tokenFor } from './helpers/builders.js';
+import { createOrganization, manyChildren, tokenFor } from './helpers/builders.js';
 import { seedSql, testMode, useTestDatabase } from './helpers/database.js';
 
 const CHILDREN = 20_000;
@@ -114,4 +114,61 @@ describe(`every statement has a time bound (${testMode})`, () => {
       await bounded.close();
     }
   });
+});
+
+/**
+ * Search time is shared among the organizations that search (`src/db/search-reads.ts`): one that
+ * hammers the search from many connections is told 429 past its share, while another searching
+ * one term at a time is answered, and a third's profiles are untouched. At the defaults but the
+ * test servers' rate limits (off). Counts in one run, not times: the latencies are
+ * `npm run bench:search -- --fair`'s.
+ */
+describe(`one organization's searches leave the others theirs (${testMode})`, () => {
+  const database = useTestDatabase();
+  const FAIR_CHILDREN = 30_000;
+  const HAMMERS = 16;
+  const TERMS = 40;
+
+  it.runIf(testMode === 'postgres')('a parent hammering the search gets only 200 and 429; a parent searching one term at a time has at least 90 % answered; nothing answers 5xx', async () => {
+    const [hammer, searcher, bystander] = await Promise.all([0, 1, 2].map(() => createOrganization(database())));
+    for (const org of [hammer!, searcher!, bystander!]) await manyChildren(database(), org, FAIR_CHILDREN, 'member');
+    await seedSql(database(), 'ANALYZE "Account"');
+    const [hammerToken, searcherToken, bystanderToken] = await Promise.all([hammer!, searcher!, bystander!].map((org) => tokenFor(org.parent, org)));
+    const server = await startServer(database(), { env: { SEARCH_MAX_TIME_PERCENT: '20' } });
+    try {
+      const statuses = { hammer: new Map<number, number>(), searcher: new Map<number, number>(), bystander: new Map<number, number>() };
+      const count = (who: keyof typeof statuses, status: number) => statuses[who].set(status, (statuses[who].get(status) ?? 0) + 1);
+      let done = false;
+      let term = 0;
+      const hammering = Promise.all(
+        Array.from({ length: HAMMERS }, async () => {
+          while (!done) {
+            // Letters no child's name holds together: every child is read.
+            const answer = await rest(server, `/auth/child-accounts?search=zq${term++}x`, { token: hammerToken });
+            count('hammer', answer.status);
+            if (answer.status === 429) {
+              expect(answer.body.error.code).toBe('SEARCH_BUSY');
+              expect(Number(answer.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+            }
+          }
+        }),
+      );
+      const profiles = (async () => {
+        while (!done) count('bystander', (await rest(server, '/auth/user-profile', { token: bystanderToken })).status);
+      })();
+      try {
+        for (let i = 0; i < TERMS; i++) count('searcher', (await rest(server, `/auth/child-accounts?search=${100 + i}`, { token: searcherToken })).status);
+      } finally {
+        done = true;
+        await Promise.all([hammering, profiles]);
+      }
+      const seen = JSON.stringify(Object.fromEntries(Object.entries(statuses).map(([who, map]) => [who, Object.fromEntries(map)])));
+      expect([...statuses.hammer.keys()].sort(), seen).toEqual([200, 429]);
+      expect(statuses.searcher.get(200) ?? 0, seen).toBeGreaterThanOrEqual(0.9 * TERMS);
+      expect([...statuses.bystander.keys()], seen).toEqual([200]);
+      for (const map of Object.values(statuses)) for (const status of map.keys()) expect(status, seen).toBeLessThan(500);
+    } finally {
+      await server.close();
+    }
+  }, 180_000);
 });

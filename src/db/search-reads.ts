@@ -1,4 +1,4 @@
-import { ServiceUnavailableError } from '../errors.js';
+import { ApiError, ServiceUnavailableError } from '../errors.js';
 import type { BoundedReads } from './database.js';
 import type { ReadQuery } from './replicas.js';
 import type { SqlDriver } from './sql-driver.js';
@@ -8,11 +8,14 @@ import type { SqlDriver } from './sql-driver.js';
  * (`src/db/README.md`, "Searches"). A search matches a substring, which may walk every child of a
  * large parent; so each of its statements runs on connections of its own (never the pool that
  * answers sign-ins' profiles), under a time bound of its own (SEARCH_TIMEOUT_MS, PostgreSQL's
- * `statement_timeout` on those connections), and only so many run at once: SEARCH_MAX_CONCURRENT
- * in the instance, SEARCH_MAX_PER_ORGANIZATION for one organization, and they take at most
- * SEARCH_MAX_TIME_PERCENT of the wall clock. A statement past the bound, or one more than any of
- * these allows, is refused at once: 503 SERVICE_UNAVAILABLE with Retry-After. Nothing waits in a
- * queue.
+ * `statement_timeout` on those connections), SEARCH_MAX_CONCURRENT at a time in the instance.
+ *
+ * The organizations that search share those slots and the time: each has SEARCH_MAX_PER_ORGANIZATION
+ * statements at most, and an equal part of SEARCH_MAX_TIME_PERCENT of the wall clock (the whole of
+ * it when it searches alone). One over either is told so, 429 SEARCH_BUSY with Retry-After; one
+ * with nothing running that has spent its part waits until it is back, and is answered. A free
+ * slot goes to the statement of a search already begun, then to the organization that has spent
+ * least. Only the instance's slots taken by several organizations together are 503.
  */
 
 export type SearchBounds = {
@@ -24,26 +27,33 @@ export type SearchBounds = {
 };
 
 /**
- * The time share's budget holds at most its share of this much of the wall clock: what searches
- * may spend at once after a quiet while. Two seconds: at the default share, a count of every child
- * of a million (0.25-0.30 s) leaves the next search of the same admin admitted.
+ * An organization's part of the time holds at most its share of this much of the wall clock: what
+ * it may spend at once after a quiet while. Ten seconds: at the default share (2 s), an admin's
+ * count of every child of a million (0.25-1.1 s, by the day) and the next few terms run at once.
  */
-const SHARE_WINDOW_MS = 2000;
-/** The longest Retry-After a spent time share answers with. */
+const SHARE_WINDOW_MS = 10_000;
+/** The longest a search that has spent its organization's part waits for it; then it runs. */
+const MAX_DELAY_MS = 10_000;
+/** The longest Retry-After a spent part answers with. */
 const MAX_RETRY_AFTER_SECONDS = 30;
+/** The organizations the share follows at once; past them, new searchers find the instance full. */
+const MAX_ORGANIZATIONS = 10_000;
 
+const CLOSED = 'The server is shutting down; try again shortly.';
 /** When a refused search may be tried again. */
 const RETRY_AFTER_SECONDS = 1;
 
-export class SearchBusyError extends ServiceUnavailableError {
-  constructor(message = 'Too many searches of this organization are running; try again shortly.') {
-    super(message, RETRY_AFTER_SECONDS);
+/** One organization over its own share of the searches: its concurrency or its part of the time (429). */
+export class SearchBusyError extends ApiError {
+  constructor(message: string, retryAfterSeconds = RETRY_AFTER_SECONDS) {
+    super('SEARCH_BUSY', 429, message, retryAfterSeconds);
   }
 }
 
-export class SearchShareSpentError extends ServiceUnavailableError {
-  constructor(retryAfterSeconds: number) {
-    super('Searches have taken their share of this server\'s database time; try again shortly.', retryAfterSeconds);
+/** The instance's search slots, taken by several organizations together (503). */
+export class SearchesFullError extends ServiceUnavailableError {
+  constructor(message = 'Too many searches are running on this server; try again shortly.') {
+    super(message, RETRY_AFTER_SECONDS);
   }
 }
 
@@ -61,51 +71,69 @@ export type SearchReads = {
   primary: Pick<SqlDriver, 'query'>;
 };
 
+/** An organization that searches, or has spent of its part lately. */
+type Tenant = {
+  /** Milliseconds of statement time it may still spend; below zero it has spent its part. */
+  budgetMs: number;
+  filledAt: number;
+  /** Its statements running or waiting (a slot, or its part of the time). */
+  pending: number;
+};
+
+/** A statement waiting for a slot. */
+type Waiter = { tenant: Tenant; begun: boolean; start: () => void; refuse: (error: Error) => void };
+
 export class Searches {
   private running = 0;
-  /** Searches running by organization; an organization with none has no entry. */
-  private readonly byOrganization = new Map<string, number>();
-  readonly stats = { refused: 0, timedOut: 0 };
-  /**
-   * The time share: milliseconds of statement time the instance's searches may still spend. It
-   * fills at `maxTimePercent` of the wall clock, up to that share of SHARE_WINDOW_MS; each
-   * statement's time is taken from it when it ends, and below zero new searches are refused
-   * until it fills again. SEARCH_MAX_CONCURRENT bounds how many run at once; this bounds how much
-   * of the time they run, so that parents searching one term after another still leave the
-   * database to the others.
-   */
-  private budgetMs: number;
-  private filledAt: number;
+  private readonly tenants = new Map<string, Tenant>();
+  private readonly waiting: Waiter[] = [];
+  /** Timers of waits in progress, ended by `close`. */
+  private readonly timers = new Map<ReturnType<typeof setTimeout>, (error: Error) => void>();
+  readonly stats = { refused: 0, timedOut: 0, delayed: 0 };
+  private closed = false;
 
   constructor(
     private readonly bounds: SearchBounds,
     private readonly stale: ReadQuery,
     private readonly primary: Pick<SqlDriver, 'query'>,
     private readonly closing: BoundedReads[] = [],
-    /** A monotonic clock in milliseconds (tests drive the share with their own). */
+    /** A monotonic clock in milliseconds (tests drive the share with their own, and fake timers). */
     private readonly now: () => number = () => performance.now(),
-  ) {
-    this.budgetMs = this.capacityMs;
-    this.filledAt = this.now();
+  ) {}
+
+  private get shared(): boolean {
+    return this.bounds.maxTimePercent < 100;
   }
 
-  private get capacityMs(): number {
-    return (SHARE_WINDOW_MS * this.bounds.maxTimePercent) / 100;
+  /** The instance's share of the wall clock, in milliseconds a millisecond. */
+  private get rate(): number {
+    return this.bounds.maxTimePercent / 100;
   }
 
-  /** The budget as of now. */
-  private fill(): number {
+  /**
+   * Every tenant's part as of now: each fills at an equal part of the instance's rate, up to the
+   * window's share; one with nothing pending whose part is whole is forgotten.
+   */
+  private fill(): void {
     const now = this.now();
-    this.budgetMs = Math.min(this.capacityMs, this.budgetMs + ((now - this.filledAt) * this.bounds.maxTimePercent) / 100);
-    this.filledAt = now;
-    return this.budgetMs;
+    const rate = this.rate / Math.max(1, this.tenants.size);
+    const capacity = SHARE_WINDOW_MS * this.rate;
+    for (const [organizationId, tenant] of this.tenants) {
+      tenant.budgetMs = Math.min(capacity, tenant.budgetMs + (now - tenant.filledAt) * rate);
+      tenant.filledAt = now;
+      if (tenant.pending === 0 && tenant.budgetMs >= capacity) this.tenants.delete(organizationId);
+    }
+  }
+
+  /** How long until `tenant`'s part is back above zero, at the rate it fills now. */
+  private refillMs(tenant: Tenant): number {
+    return (-tenant.budgetMs * Math.max(1, this.tenants.size)) / this.rate;
   }
 
   /** The reads of a search of `organizationId`'s children. */
   of(organizationId: string): SearchReads {
-    // The time share admits a search, not each of its statements: once one of them ran, the
-    // others finish it (each still counted against the share and the concurrency bounds).
-    const search = { admitted: false };
+    // A search is admitted once: its first statement; the others finish it.
+    const search = { tenant: undefined as Tenant | undefined };
     return {
       stale: { query: (text, params) => this.run(organizationId, search, () => this.stale.query(text, params)) },
       primary: { query: (text, params) => this.run(organizationId, search, () => this.primary.query(text, params)) },
@@ -117,24 +145,16 @@ export class Searches {
     return this.running;
   }
 
-  private async run<T>(organizationId: string, search: { admitted: boolean }, statement: () => Promise<T>): Promise<T> {
-    const mine = this.byOrganization.get(organizationId) ?? 0;
-    if (this.running >= this.bounds.maxConcurrent || mine >= this.bounds.maxPerOrganization) {
-      this.stats.refused += 1;
-      throw new SearchBusyError(this.running >= this.bounds.maxConcurrent ? 'Too many searches are running on this server; try again shortly.' : undefined);
-    }
-    const shared = this.bounds.maxTimePercent < 100;
-    if (shared && !search.admitted && this.fill() < 0) {
-      this.stats.refused += 1;
-      // When the budget is back above zero, at the rate it fills.
-      const waitMs = (-this.budgetMs * 100) / this.bounds.maxTimePercent;
-      throw new SearchShareSpentError(Math.min(MAX_RETRY_AFTER_SECONDS, Math.max(1, Math.ceil(waitMs / 1000))));
-    }
-    search.admitted = true;
-    this.running += 1;
-    this.byOrganization.set(organizationId, mine + 1);
-    const started = this.now();
+  private async run<T>(organizationId: string, search: { tenant: Tenant | undefined }, statement: () => Promise<T>): Promise<T> {
+    const begun = search.tenant !== undefined;
+    // Counted as pending from here (`admit` counts a new search's first statement itself).
+    if (search.tenant) search.tenant.pending += 1;
+    const tenant = search.tenant ?? (await this.admit(organizationId));
+    search.tenant = tenant;
+    let started: number | undefined;
     try {
+      await this.slot(tenant, begun);
+      started = this.now();
       return await statement();
     } catch (error) {
       // Past the bound: PostgreSQL cancelled it (57014), or the client gave up on the embedded database.
@@ -144,18 +164,127 @@ export class Searches {
       }
       throw error;
     } finally {
-      if (shared) {
-        this.fill();
-        this.budgetMs -= this.now() - started;
+      tenant.pending -= 1;
+      if (started !== undefined) {
+        if (this.shared) {
+          this.fill();
+          tenant.budgetMs -= this.now() - started;
+          // Back in the map if the fill forgot it meanwhile (a part whole, nothing pending): it spent.
+          if (!this.tenants.has(organizationId)) this.tenants.set(organizationId, tenant);
+        }
+        this.release();
       }
-      this.running -= 1;
-      const left = (this.byOrganization.get(organizationId) ?? 1) - 1;
-      if (left === 0) this.byOrganization.delete(organizationId);
-      else this.byOrganization.set(organizationId, left);
     }
   }
 
+  /**
+   * A new search of `organizationId`, its first statement counted pending when it returns: refused
+   * when the organization is over its share, delayed when it searches one at a time over its part.
+   */
+  private async admit(organizationId: string): Promise<Tenant> {
+    if (this.closed) throw new ServiceUnavailableError(CLOSED, RETRY_AFTER_SECONDS);
+    this.fill();
+    let tenant = this.tenants.get(organizationId);
+    if (!tenant) {
+      if (this.tenants.size >= MAX_ORGANIZATIONS) throw this.refused(new SearchesFullError());
+      tenant = { budgetMs: SHARE_WINDOW_MS * this.rate, filledAt: this.now(), pending: 0 };
+      this.tenants.set(organizationId, tenant);
+    }
+    if (tenant.pending >= this.bounds.maxPerOrganization) {
+      throw this.refused(new SearchBusyError('This organization runs as many searches as it may at once; try again shortly.'));
+    }
+    if (this.shared && tenant.budgetMs < 0) {
+      const waitMs = this.refillMs(tenant);
+      if (tenant.pending > 0) {
+        const seconds = Math.min(MAX_RETRY_AFTER_SECONDS, Math.max(1, Math.ceil(waitMs / 1000)));
+        throw this.refused(new SearchBusyError(`This organization's searches have taken their share of this server's database time; try again in ${seconds} s.`, seconds));
+      }
+      // One at a time: it waits for its part instead, holding the organization's place meanwhile.
+      this.stats.delayed += 1;
+      tenant.pending += 1;
+      try {
+        await this.wait(Math.min(waitMs, MAX_DELAY_MS));
+      } catch (error) {
+        tenant.pending -= 1;
+        throw error;
+      }
+      return tenant;
+    }
+    tenant.pending += 1;
+    return tenant;
+  }
+
+  /** A slot for a statement: at once when one is free and nobody waits, else when `release` hands it one. */
+  private slot(tenant: Tenant, begun: boolean): Promise<void> {
+    if (this.closed) return Promise.reject(new ServiceUnavailableError(CLOSED, RETRY_AFTER_SECONDS));
+    if (this.running < this.bounds.maxConcurrent && this.waiting.length === 0) {
+      this.running += 1;
+      return Promise.resolve();
+    }
+    return new Promise((resolve, reject) => {
+      const waiter: Waiter = {
+        tenant,
+        begun,
+        start: () => {
+          this.forget(timer);
+          resolve();
+        },
+        refuse: reject,
+      };
+      // Slots taken this long by others: the instance is full, not this organization.
+      const timer = this.timer(2 * this.bounds.timeoutMs, () => {
+        this.waiting.splice(this.waiting.indexOf(waiter), 1);
+        reject(this.refused(new SearchesFullError()));
+      }, reject);
+      this.waiting.push(waiter);
+    });
+  }
+
+  /** A statement ended: its slot goes to a waiting statement of a search begun, else of the organization that spent least. */
+  private release(): void {
+    this.running -= 1;
+    if (this.running >= this.bounds.maxConcurrent || this.waiting.length === 0) return;
+    let best = 0;
+    for (let i = 1; i < this.waiting.length; i++) {
+      const [candidate, chosen] = [this.waiting[i]!, this.waiting[best]!];
+      if (candidate.begun !== chosen.begun ? candidate.begun : candidate.tenant.budgetMs > chosen.tenant.budgetMs) best = i;
+    }
+    const [next] = this.waiting.splice(best, 1);
+    this.running += 1;
+    next!.start();
+  }
+
+  private wait(ms: number): Promise<void> {
+    return new Promise((resolve, reject) => void this.timer(ms, resolve, reject));
+  }
+
+  /** A timer that `close` ends with a refusal. */
+  private timer(ms: number, done: () => void, refuse: (error: Error) => void): ReturnType<typeof setTimeout> {
+    const timer = setTimeout(() => {
+      this.forget(timer);
+      done();
+    }, ms);
+    this.timers.set(timer, refuse);
+    return timer;
+  }
+
+  private forget(timer: ReturnType<typeof setTimeout>): void {
+    clearTimeout(timer);
+    this.timers.delete(timer);
+  }
+
+  private refused<E extends Error>(error: E): E {
+    this.stats.refused += 1;
+    return error;
+  }
+
   async close(): Promise<void> {
+    this.closed = true;
+    for (const [timer, refuse] of this.timers) {
+      this.forget(timer);
+      refuse(new ServiceUnavailableError(CLOSED, RETRY_AFTER_SECONDS));
+    }
+    this.waiting.length = 0;
     await Promise.all(this.closing.map((reads) => reads.close()));
   }
 }

@@ -164,7 +164,10 @@ export function sendAnswer(exchange: Exchange, answer: Answer, mediaType: Regula
  */
 export function sendGraphQLError(exchange: Exchange, error: ApiError): void {
   exchange.record.code = error.code;
+  const { retryAfterSeconds } = error;
+  if (retryAfterSeconds !== undefined) exchange.addHeader('Retry-After', String(retryAfterSeconds));
   const mediaType = regularMediaType(exchange.header('accept')) ?? 'application/json';
-  const body = JSON.stringify({ errors: [{ message: error.message, extensions: { code: error.code } }] });
+  const extensions = retryAfterSeconds === undefined ? { code: error.code } : { code: error.code, retryAfterSeconds };
+  const body = JSON.stringify({ errors: [{ message: error.message, extensions }] });
   exchange.send(error.status, `${mediaType}; charset=utf-8`, body, { noStore: true });
 }

@@ -17,7 +17,7 @@ import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
 import { DocumentCache, type PlannedQuery } from './documents.js';
 import { RequestCache } from '@pothos/plugin-scope-auth';
 import { createRequestContext, type AppDependencies, type RequestContext } from '../context.js';
-import { ApiError, innermostError, ServiceUnavailableError, toApiError } from '../errors.js';
+import { ApiError, innermostError, toApiError } from '../errors.js';
 import type { Exchange } from '../http/exchange.js';
 import type { Logger } from '../logger.js';
 import { endSpan, startOperationSpan, within } from '../ops/tracing.js';
@@ -183,7 +183,7 @@ export function createErrorMask(): (error: unknown) => GraphQLError {
     }
     // Resolver errors that are not the API's own were logged, with the request id, by useObserve.
     const apiError = original instanceof ApiError ? original : toApiError(original);
-    const retryAfterSeconds = apiError instanceof ServiceUnavailableError ? apiError.retryAfterSeconds : undefined;
+    const { retryAfterSeconds } = apiError;
     const extensions = retryAfterSeconds === undefined ? { code: apiError.code } : { code: apiError.code, retryAfterSeconds };
     const answer = new GraphQLError(apiError.message, { nodes: located.nodes, path: located.path, extensions });
     // A compiled execution's errors carry their locations without the nodes they came from.

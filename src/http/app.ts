@@ -73,8 +73,8 @@ type Route = {
 
 /** What a request the memory budget refuses is told: near the budget, or past the requests in progress it holds. */
 const REFUSED = {
-  memory: { retryAfter: '5', message: 'The server is low on memory; try again shortly or on another instance.' },
-  busy: { retryAfter: '1', message: 'The server is busy; try again shortly or on another instance.' },
+  memory: { retryAfter: 5, message: 'The server is low on memory; try again shortly or on another instance.' },
+  busy: { retryAfter: 1, message: 'The server is busy; try again shortly or on another instance.' },
 } as const;
 /**
  * The edge: one route table, one CORS policy, the bounds every request is held to, and the
@@ -227,15 +227,15 @@ export function createApp(built: Dependencies): App {
       return exchange.send(204, undefined, '');
     }
     if (route.protocol === 'rest' && refusedMethod(exchange)) return;
-    // The memory budget: no more requests in progress than its working reserve holds, and none
-    // at all at the last resort near it; refused before any work, probes still answered.
+    // The memory budget: no more requests in progress than its working reserve holds, none at
+    // all at the last resort near it, and no client (its address, its credential) holding more
+    // than its part of them; refused before any work, probes still answered.
     if (route.shed) {
-      const refusal = pressure.refusesRequest();
-      if (refusal) {
-        exchange.addHeaders({ 'Retry-After': REFUSED[refusal].retryAfter });
-        return refuse(exchange, route, new ServiceUnavailableError(REFUSED[refusal].message));
-      }
-      exchange.countsAsInProgress(pressure.finished);
+      const clients = limiter.clients(request);
+      const refusal = pressure.refusesRequest(clients);
+      if (refusal === 'client') return refuse(exchange, route, new RateLimitedError(1, 'Too many requests of this client are in progress; try again in 1 s.'));
+      if (refusal) return refuse(exchange, route, new ServiceUnavailableError(REFUSED[refusal].message, REFUSED[refusal].retryAfter));
+      exchange.countsAsInProgress(() => pressure.finished(clients));
     }
     await route.handle(exchange);
   }

@@ -106,10 +106,16 @@ export class RateLimiter {
     return request.socket.remoteAddress ?? 'unknown';
   }
 
+  /** Who sent `request`, as the limits count: its address, and its credential when it has one. */
+  clients(request: IncomingMessage): string[] {
+    const credential = credentialOf(request);
+    const address = `address ${this.clientAddress(request)}`;
+    return credential === undefined ? [address] : [address, `credential ${credential}`];
+  }
+
   /** `cost`: how many requests this one counts as (an export counts as many), at most a whole window's allowance. */
   async check(request: IncomingMessage, cost = 1): Promise<RateLimitVerdict> {
-    const publicKey = request.headers['x-public-key'];
-    const credential = credentialKey(request.headers.authorization, typeof publicKey === 'string' ? publicKey : undefined);
+    const credential = credentialOf(request);
     const checks: [RateLimiterAbstract, string][] = [];
     if (this.byAddress) checks.push([this.byAddress, this.clientAddress(request)]);
     if (this.byCredential && credential !== undefined) checks.push([this.byCredential, credential]);
@@ -143,6 +149,11 @@ export class RateLimiter {
       'RateLimit-Policy': `${state.limit};w=${this.config.windowSeconds}`,
     };
   }
+}
+
+function credentialOf(request: IncomingMessage): string | undefined {
+  const publicKey = request.headers['x-public-key'];
+  return credentialKey(request.headers.authorization, typeof publicKey === 'string' ? publicKey : undefined);
 }
 
 /** Bounds on the store's connection: a command that waits longer fails, and the insurance limiter answers. */

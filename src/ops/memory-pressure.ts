@@ -25,6 +25,8 @@ const THRESHOLDS: readonly number[] = SHEDDING_THRESHOLDS;
 /** A level is left this far below its threshold. */
 const HYSTERESIS = 0.05;
 const SAMPLE_MS = 100;
+/** The part of the requests in progress one client address, or one credential, may hold. */
+const CLIENT_PART = 1 / 4;
 
 export type MemoryPressureOptions = {
   /** The old generation the budget allows (bytes). */
@@ -72,10 +74,12 @@ const isFullCollection = (entry: PerformanceEntry) => (entry as unknown as { det
 
 export class MemoryPressure {
   level: PressureLevel = 0;
-  /** What was refused because of memory, since the start: streams, requests near the budget, requests past the bound on requests in progress. */
-  readonly refusals = { streams: 0, requests: 0, busy: 0 };
+  /** What was refused because of memory, since the start: streams, requests near the budget, requests past the bound on requests in progress, and past a client's part of it. */
+  readonly refusals = { streams: 0, requests: 0, busy: 0, client: 0 };
   /** Requests admitted and not yet finished (or turned into a stream). */
   inProgress = 0;
+  /** The same, by client (address or credential); one with none has no entry, so it holds at most `inProgress` twice. */
+  private readonly byClient = new Map<string, number>();
   private readonly timer: NodeJS.Timeout;
   private lastShrink = 0;
   /** The live heap's collections at the last shrink: a cache shrinks again only on a reading taken since. */
@@ -128,26 +132,50 @@ export class MemoryPressure {
 
   /**
    * Why a request may not start now, counted ('memory': the last resort near the budget; 'busy':
-   * as many requests in progress as the working reserve holds); undefined when it may, and it then
-   * counts as in progress until `finished` is called.
+   * as many requests in progress as the working reserve holds; 'client': one of `clients`, the
+   * request's address and its credential, holds its part of them already); undefined when it may,
+   * and it then counts as in progress until `finished` is called with the same clients.
    */
-  refusesRequest(): 'memory' | 'busy' | undefined {
+  refusesRequest(clients: readonly string[] = []): 'memory' | 'busy' | 'client' | undefined {
     if (this.level >= 3) {
       this.refusals.requests += 1;
       return 'memory';
+    }
+    if (clients.some((client) => (this.byClient.get(client) ?? 0) >= this.clientPart)) {
+      this.refusals.client += 1;
+      return 'client';
     }
     if (this.inProgress >= this.options.maxRequests) {
       this.refusals.busy += 1;
       return 'busy';
     }
     this.inProgress += 1;
+    for (const client of clients) this.byClient.set(client, (this.byClient.get(client) ?? 0) + 1);
     return undefined;
   }
 
   /** A request admitted by `refusesRequest` has finished, or is now a stream (counted by its own share). */
-  readonly finished = (): void => {
+  finished(clients: readonly string[] = []): void {
     this.inProgress -= 1;
-  };
+    for (const client of clients) {
+      const held = (this.byClient.get(client) ?? 1) - 1;
+      if (held === 0) this.byClient.delete(client);
+      else this.byClient.set(client, held);
+    }
+  }
+
+  /** The bound on requests in progress. */
+  get maxRequests(): number {
+    return this.options.maxRequests;
+  }
+
+  /**
+   * The requests in progress one client may hold: a quarter of the bound, so that it takes four
+   * clients together, each at its part, to leave none for the others.
+   */
+  get clientPart(): number {
+    return Math.max(1, Math.floor(this.maxRequests * CLIENT_PART));
+  }
 
   close(): void {
     clearInterval(this.timer);

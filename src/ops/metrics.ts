@@ -24,7 +24,7 @@ export type MetricSources = {
   /** Requests begun (head received) and not yet answered. */
   requestsInFlight: () => number;
   /** The child list's searches: running now, refused at a bound, stopped past their time. */
-  searches?: () => { inFlight: number; stats: { refused: number; timedOut: number } };
+  searches?: () => { inFlight: number; stats: { refused: number; timedOut: number; delayed: number } };
   /** Open live-update subscriptions, and the answers pushed to them so far. */
   liveSubscriptions: () => number;
   livePushes: () => number;
@@ -50,7 +50,7 @@ export type MemoryState = {
   /** Requests admitted and not finished (streams excluded), against `budget.maxRequests`. */
   requestsInProgress: number;
   used: Partial<Record<Share, number>>;
-  refusals: { streams: number; requests: number; busy: number };
+  refusals: { streams: number; requests: number; busy: number; client: number };
 };
 
 /** One answered request, as its log line and metrics see it. */
@@ -257,7 +257,7 @@ export function createMetrics(): Metrics {
           for (const [share, bytes] of Object.entries(memory().used)) this.set({ share }, bytes ?? 0);
         },
       });
-      mirroredBy('api_memory_refusals_total', 'What the memory budget refused: new streams near it (429), requests near it (503), requests past the bound on requests in progress (busy, 503).', 'kind', () => memory().refusals);
+      mirroredBy('api_memory_refusals_total', 'What the memory budget refused: new streams near it (429), requests near it (503), requests past the bound on requests in progress (busy, 503), and past one client\'s part of it (client, 429).', 'kind', () => memory().refusals);
     }
     const storeUp = sources.rateLimitStoreUp;
     if (storeUp) gauge('api_rate_limit_store_up', 'RATE_LIMIT_STORE=redis: 1 while the shared store is connected, 0 while each instance limits in memory.', () => (storeUp() ? 1 : 0));
@@ -268,7 +268,8 @@ export function createMetrics(): Metrics {
     const searches = sources.searches;
     if (searches) {
       gauge('api_search_statements_in_flight', 'Child-list search statements running now (at most SEARCH_MAX_CONCURRENT).', () => searches().inFlight);
-      mirrored('api_search_refused_total', 'Search statements refused 503: SEARCH_MAX_CONCURRENT or SEARCH_MAX_PER_ORGANIZATION were running.', () => searches().stats.refused);
+      mirrored('api_search_refused_total', "Searches refused: 429 for an organization over its share (SEARCH_MAX_PER_ORGANIZATION, its part of the time), 503 for the instance's slots taken.", () => searches().stats.refused);
+      mirrored('api_search_delayed_total', 'Searches of an organization searching one at a time that waited for its part of the time, then ran.', () => searches().stats.delayed);
       mirrored('api_search_timeouts_total', 'Search statements stopped at SEARCH_TIMEOUT_MS (answered 503).', () => searches().stats.timedOut);
     }
     gauge('api_http_requests_in_flight', 'Requests whose head was received and whose answer is not finished (this scrape included).', sources.requestsInFlight);

@@ -1,6 +1,6 @@
 import type { RequestContext } from '../context.js';
 import { answerOf, type Answer, type AnswerCache, type Keep } from '../db/answer-cache.js';
-import { ApiError, MethodNotAllowedError, ServiceUnavailableError, toApiError } from '../errors.js';
+import { ApiError, MethodNotAllowedError, toApiError } from '../errors.js';
 import { entityTag, type Exchange } from '../http/exchange.js';
 import type { Logger } from '../logger.js';
 
@@ -13,7 +13,7 @@ export function errorEnvelope(error: ApiError): { success: false; error: { code:
 export function sendRestError(exchange: Exchange, error: ApiError, options: { noStore?: boolean } = {}): void {
   exchange.record.code = error.code;
   if (error.status === 401) exchange.addHeader('WWW-Authenticate', 'Bearer');
-  if (error instanceof ServiceUnavailableError && error.retryAfterSeconds !== undefined) exchange.addHeader('Retry-After', String(error.retryAfterSeconds));
+  if (error.retryAfterSeconds !== undefined) exchange.addHeader('Retry-After', String(error.retryAfterSeconds));
   exchange.sendJson(error.status, errorEnvelope(error), options);
 }
 

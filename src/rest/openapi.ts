@@ -43,7 +43,7 @@ const common = (extra: Record<string, ZodOpenApiResponseObject> = {}, { revalida
   '405': errorResponse('A method other than GET or HEAD (the `Allow` header lists them).', ['METHOD_NOT_ALLOWED']),
   '413': errorResponse('The request is larger than the server accepts.', ['PAYLOAD_TOO_LARGE']),
   '414': errorResponse('The request target is too long.', ['URI_TOO_LONG']),
-  '429': errorResponse('Too many requests from this address or with this credential.', ['RATE_LIMITED'], { 'Retry-After': retryAfter }),
+  '429': errorResponse('Too many requests from this address or with this credential: in the rate limit\'s window, or in progress at once.', ['RATE_LIMITED'], { 'Retry-After': retryAfter }),
   '431': errorResponse('Too many or too large header fields.', ['REQUEST_HEADER_FIELDS_TOO_LARGE']),
   '500': errorResponse('Unexpected: no stack, SQL or internals in the body.', ['INTERNAL_ERROR']),
   '503': errorResponse('The database is unreachable or too slow; try again.', ['SERVICE_UNAVAILABLE']),
@@ -165,8 +165,13 @@ const operations: Record<string, ZodOpenApiOperationObject> = {
       '403': forbidden,
       '404': userNotFound,
       ...common({
+        '429': errorResponse(
+          'Too many requests from this address or with this credential; or, with `search`, this organization runs as many searches at once as the server allows one organization (`SEARCH_MAX_PER_ORGANIZATION`), or its searches have taken their part of the server\'s search time, which the organizations searching share equally (`SEARCH_BUSY`).',
+          ['RATE_LIMITED', 'SEARCH_BUSY'],
+          { 'Retry-After': retryAfter },
+        ),
         '503': errorResponse(
-          'The database is unreachable or too slow; or, with `search`, the search ran past `SEARCH_TIMEOUT_MS` or more of this organization\'s (or this server\'s) searches are running than the server allows at once. With `Retry-After` for the search\'s refusals.',
+          'The database is unreachable or too slow; or, with `search`, the search ran past `SEARCH_TIMEOUT_MS`, or the server\'s search slots are taken by several organizations together. With `Retry-After` for the search\'s refusals.',
           ['SERVICE_UNAVAILABLE'],
           { 'Retry-After': retryAfter },
         ),

@@ -25,6 +25,8 @@ import { baseEnv, expectOneLine, listening, root, run, type Run } from '../helpe
  */
 
 const BUDGET_MB = '150';
+/** The address of the test's sender `n`, as the trusted proxy (loopback) reports it. */
+const from = (n: number) => ({ 'x-forwarded-for': `10.3.${n >> 8}.${n & 255}` });
 const ORGANIZATIONS = 16;
 const CHILDREN = 300;
 /** What the seeded accounts' states answer besides 200: locked, inactive or deleted accounts, depleted credits. */
@@ -89,6 +91,9 @@ describe(`the memory budget on a real server (${testMode})`, () => {
       // the heap a budget this small has without records.
       CACHE_MAX_BYTES: String(2 * 1024 * 1024),
       RATE_LIMIT_PER_CREDENTIAL: '100000',
+      // Each of the test's concurrent senders is a client of its own (X-Forwarded-For): one
+      // client holds a quarter of the requests in progress at most.
+      TRUST_PROXY: 'loopback',
       LIVE_MAX_PER_CREDENTIAL: '1000',
       LIVE_MAX_PER_ORGANIZATION: '1000',
     });
@@ -105,13 +110,13 @@ describe(`the memory budget on a real server (${testMode})`, () => {
       // More streams than the share holds, 25 opening at a time: each one opens, or is refused as documented.
       const streams: AbortController[] = [];
       const streamOutcomes = new Map<string, number>();
-      const subscribe = async (caller: Caller) => {
+      const subscribe = async (caller: Caller, sender: number) => {
         const controller = new AbortController();
         streams.push(controller);
         const answer = await fetch(`${url}/graphql`, {
           method: 'POST',
           signal: controller.signal,
-          headers: { authorization: `Bearer ${caller.token}`, 'content-type': 'application/json', accept: 'text/event-stream' },
+          headers: { authorization: `Bearer ${caller.token}`, 'content-type': 'application/json', accept: 'text/event-stream', ...from(sender) },
           body: JSON.stringify({ query: 'subscription { organizationChanged { organizationName } }' }),
         });
         const reader = answer.body!.getReader();
@@ -125,7 +130,7 @@ describe(`the memory budget on a real server (${testMode})`, () => {
         streamOutcomes.set(key, (streamOutcomes.get(key) ?? 0) + 1);
       };
       const subscribers = callers.filter((caller) => caller.active).slice(0, memory.maxStreams + 60);
-      for (let i = 0; i < subscribers.length; i += 25) await Promise.all(subscribers.slice(i, i + 25).map(subscribe));
+      for (let i = 0; i < subscribers.length; i += 25) await Promise.all(subscribers.slice(i, i + 25).map((caller, sender) => subscribe(caller, sender)));
       expect(alive()).toBe(true);
       expect(streamOutcomes.get('TOO_MANY_SUBSCRIPTIONS'), JSON.stringify([...streamOutcomes])).toBeGreaterThanOrEqual(50);
       expect(streamOutcomes.get('open')).toBeLessThanOrEqual(memory.maxStreams);
@@ -137,20 +142,20 @@ describe(`the memory budget on a real server (${testMode})`, () => {
       const GRAPHQL = '{ me { id email } organization { organizationName } }';
       const CHILD_LIST = '{ childAccounts(limit: 50) { stats { total } edges { node { id email } } } }';
       const work = callers.flatMap((caller) => [
-        () => fetch(`${url}/auth/user-profile`, { headers: { authorization: `Bearer ${caller.token}` } }),
-        ...[0, 1].map(() => () =>
+        (sender: number) => fetch(`${url}/auth/user-profile`, { headers: { authorization: `Bearer ${caller.token}`, ...from(sender) } }),
+        ...[0, 1].map(() => (sender: number) =>
           fetch(`${url}/graphql`, {
             method: 'POST',
-            headers: { authorization: `Bearer ${caller.token}`, 'content-type': 'application/json' },
+            headers: { authorization: `Bearer ${caller.token}`, 'content-type': 'application/json', ...from(sender) },
             body: JSON.stringify({ query: caller.parent ? CHILD_LIST : GRAPHQL }),
           }),
         ),
       ]);
       let next = 0;
       await Promise.all(
-        Array.from({ length: 64 }, async () => {
+        Array.from({ length: 64 }, async (_, sender) => {
           while (next < work.length) {
-            const answer = await work[next++]!().catch((error: Error) => error);
+            const answer = await work[next++]!(sender).catch((error: Error) => error);
             if (answer instanceof Error) count(`failed: ${answer.message}`);
             else {
               const key = outcome(answer.status, await answer.text());
@@ -183,10 +188,10 @@ describe(`the memory budget on a real server (${testMode})`, () => {
       // one more is refused 503 at once, and answered again once they are gone.
       const { port } = new URL(url);
       const held = await Promise.all(
-        Array.from({ length: memory.maxRequests }, async () => {
+        Array.from({ length: memory.maxRequests }, async (_, sender) => {
           const socket = connect(Number(port), '127.0.0.1');
           await once(socket, 'connect');
-          socket.write(`POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"query":`);
+          socket.write(`POST /graphql HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: ${from(sender)['x-forwarded-for']}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"query":`);
           return socket;
         }),
       );

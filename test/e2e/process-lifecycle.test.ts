@@ -9,10 +9,11 @@ import { metricValue } from '../helpers/app.js';
 import { baseEnv, expectOneLine, listening, printed, run } from '../helpers/processes.js';
 
 /**
- * Requests in flight when SIGTERM arrives: as many as the default memory budget lets be in
- * progress at once, nearly (176 at 250 MB; more are refused 503 "busy" before any work).
+ * Requests in flight when SIGTERM arrives, from one client with one credential: as many as the
+ * default memory budget lets one client have in progress at once, nearly (a quarter of 176 at
+ * 250 MB; more are refused 429 before any work).
  */
-const IN_FLIGHT = 160;
+const IN_FLIGHT = 40;
 
 
 describe(`process lifecycle (${testMode})`, () => {
