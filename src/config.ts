@@ -83,8 +83,6 @@ const environment = z.object({
    * own, and trusts no other instance. Set, the start is refused, so that an operator who counted
    * on one walsender for every instance learns it.
    */
-  CHANGE_RELAY_URL: z.string().optional().refine((value) => value === undefined, 'the change relay was removed: each instance reads the stream through its own temporary slot; unset it'),
-  CHANGE_RELAY_HOST: z.string().optional().refine((value) => value === undefined, 'the change relay was removed; unset it'),
   DATA_DIR: z.string().min(1).default('./data'),
   MIGRATE_ON_START: bool(true),
   MIGRATION_LOCK_TIMEOUT_MS: withDefault(integer(1000, MAX_TIMER_MS), 600_000),

@@ -143,7 +143,7 @@ describe('the cache with announced transaction ids', () => {
       /** The counts for `filters` at `at`, and whether they took a statement. */
       const counts = async (filters: ChildFilters, at = now) => {
         const before = context.script.statements;
-        const result = await readCounts(sources, filters, at);
+        const result = await readCounts(sources, filters, undefined, at);
         return { ...result, counted: context.script.statements > before };
       };
       /** What the next statement reads: `active` counted, the oldest of them logged in at `oldest`, seen by `snapshot`. */

@@ -127,12 +127,6 @@ describe('configuration', () => {
     expect(refusal({ CHANGE_DECODE_URL: 'postgres://api@standby:5432/app' })).toEqual(['CHANGE_DECODE_URL: a standby to decode on needs DATABASE_URL, its primary (the embedded database has no stream)']);
   });
 
-  it('the removed change relay: CHANGE_RELAY_URL or CHANGE_RELAY_HOST set is refused, naming it, so that no instance waits for a relay', () => {
-    expect(refusal({ CHANGE_RELAY_URL: 'http://10.0.0.5:9465' })).toEqual(['CHANGE_RELAY_URL: the change relay was removed: each instance reads the stream through its own temporary slot; unset it']);
-    expect(refusal({ CHANGE_RELAY_HOST: '0.0.0.0' })).toEqual(['CHANGE_RELAY_HOST: the change relay was removed; unset it']);
-    expect(refusal({})).toEqual([]);
-  });
-
   it('TRUST_PROXY: a hop count is bounded too', () => {
     expect(refusal({ TRUST_PROXY: '2' })).toEqual([]);
     expect(refusal({ TRUST_PROXY: '101' })).toEqual(['TRUST_PROXY: a hop count must be at most 100']);

@@ -66,7 +66,7 @@ describe(`resource limits (${testMode})`, () => {
   it('2,000 random kids and public keys, refused once, are refused again without a query', async () => {
     const feed = database().changeFeed();
     await feed.started();
-    const cache = new EntityCache(feed, undefined, database().sql);
+    const cache = new EntityCache(feed, { maxEntries: 150_000, maxBytes: 80 * 1024 * 1024, ttlMs: 600_000 }, database().sql);
     const deps = (): AuthDependencies => ({ loaders: createLoaders(database().prisma, cache), cache, jwt: { maxLifetimeSeconds: 86_400, maxTokenBytes: 4096 }, now: () => new Date() });
     const kids = Array.from({ length: 2_000 }, (_, i) => `APK_${randomBytes(6).toString('hex')}_${i}`);
     const tokens = await Promise.all(kids.map((kid) => mintAccessToken({ secret: 'x'.repeat(40), kid, subject: 'USR_x', ttlSeconds: 60 })));

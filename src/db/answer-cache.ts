@@ -124,13 +124,6 @@ const MAX_WAITS = 8;
 /** Slots of the table of asked keys (16 KiB), as many as the keys the list before it kept. */
 const KEYS_REMEMBERED = 4096;
 
-/**
- * 8 MiB: a few thousand answers, what the dashboards and users asking again and again need; beside
- * the entity cache within the memory goal (250 MB resident), and small enough that churn among
- * many users each asking rarely does not crowd the heap.
- */
-export const ANSWER_CACHE_DEFAULTS: AnswerCacheOptions = { maxBytes: 8 * 1024 * 1024, ttlMs: 10 * 60_000 };
-
 /** An answer of these bytes, in memory of its own (not a slice of a pool slab that it would keep whole). */
 export function answerOf(text: string, kept: Omit<Answer, 'body' | 'etag'>): Answer {
   const body = Buffer.allocUnsafeSlow(Buffer.byteLength(text));
@@ -169,7 +162,7 @@ export class AnswerCache {
 
   constructor(
     private readonly cache: EntityCache,
-    options: AnswerCacheOptions = ANSWER_CACHE_DEFAULTS,
+    options: AnswerCacheOptions,
   ) {
     this.borrows = options.borrowSpareEntries === true && options.maxBytes > 0;
     const borrowable = this.borrows ? cache.entryBytesBound : 0;

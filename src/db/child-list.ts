@@ -120,12 +120,6 @@ export function filterSql(parentId: string, search: string | undefined, range: {
     gramWhere,
     /** `where` for a search seen to match most children (see `countedWhere`). */
     scanWhere: scanWhere ?? where,
-    /**
-     * The share of the parent's children (within the dates) that the search matches, as the
-     * page's read estimated it (undefined: not estimated). Below `LOOKUP_SHARE`, the counts and
-     * the Relay probes of the same request look the matches up too (see `countedWhere`).
-     */
-    share: undefined as number | undefined,
     params,
     filtered,
     /** Whether registration dates bound the list. */
@@ -184,7 +178,7 @@ export type PagePosition = { after?: Position | undefined; before?: Position | u
  * cache with pages of its choosing; read on the primary. Other pages are read where bounded
  * staleness is allowed (a replica when one is usable: at most REPLICA_MAX_LAG_MS behind).
  */
-export async function readPage(sources: ChildListSources, filters: ChildFilters, position: PagePosition): Promise<ListedRow[]> {
+export async function readPage(sources: ChildListSources, filters: ChildFilters, position: PagePosition): Promise<Page> {
   const { after, before, backwards, limit } = position;
   const { parentId } = filters;
   const params = [...filters.params];
@@ -194,13 +188,14 @@ export async function readPage(sources: ChildListSources, filters: ChildFilters,
   const order = backwards ? 'ASC' : 'DESC';
   const statement = pageStatement(filters, keyset, order, `$${params.push(limit + 1)}`);
   if (filters.match !== undefined) return searchPage(filters, keyset, statement, { params, limit, order }, sources);
-  if (filters.filtered || after || before || backwards) return formatted(await sources.staleReads.query<ChildRow>(`SELECT ${statement.columns} ${statement.rest}`, params));
-  return sources.cache.through(`firstPage:${parentId}|${limit}`, {
+  if (filters.filtered || after || before || backwards) return { rows: formatted(await sources.staleReads.query<ChildRow>(`SELECT ${statement.columns} ${statement.rest}`, params)) };
+  const rows = await sources.cache.through(`firstPage:${parentId}|${limit}`, {
     // The row read past the page tells only that more follow: its activity shows nowhere.
     tags: (page: ListedRow[]) => [cacheTags.childRows(parentId), ...page.slice(0, limit).map((row) => cacheTags.account(row.id))],
     read: async (query) => formatted(await query<ChildRow>(statement.columns, statement.rest, params)),
     share: true,
   });
+  return { rows };
 }
 
 /**
@@ -219,14 +214,24 @@ export function readBatch(staleReads: ReadQuery, filters: ChildFilters, after: P
  * Whether any matching child lies beyond `position` (`op`: inclusive, towards newer `>=` or older
  * `<=`): the cursor's own row, if it still exists, is not on the page.
  */
-export async function existsBeyond(sources: ChildListSources, filters: ChildFilters, position: Position, op: '>=' | '<='): Promise<boolean> {
+export async function existsBeyond(sources: ChildListSources, filters: ChildFilters, share: MatchShare, position: Position, op: '>=' | '<='): Promise<boolean> {
   const probe = [...filters.params];
   const [row] = await staleFor(sources, filters).query<{ found: boolean }>(
-    `SELECT EXISTS (SELECT 1 FROM "Account" WHERE ${countedWhere(filters, probe)}${keysetCondition(probe, position, op)}) AS found`,
+    `SELECT EXISTS (SELECT 1 FROM "Account" WHERE ${countedWhere(filters, share, probe)}${keysetCondition(probe, position, op)}) AS found`,
     probe,
   );
   return row?.found === true;
 }
+
+/**
+ * The share of the parent's children (within the dates) that a search matches, as its page's read
+ * estimated it (undefined: not estimated). Below `LOOKUP_SHARE`, the counts and the Relay probes
+ * of the same request look the matches up too (see `countedWhere`).
+ */
+export type MatchShare = number | undefined;
+
+/** A page's rows (one past the limit when more follow), and what its read saw of the search. */
+export type Page = { rows: ListedRow[]; share?: MatchShare };
 
 /** Children a search page reads in registration order before it looks its matches up instead. */
 export const SEARCH_WALK_ROWS = 500;
@@ -253,8 +258,8 @@ const GRAM_COUNT_SHARE = 0.6;
  * The filters for a count or a probe: the lookup of the matches when they are few enough (see
  * `share`), a scan when they are most; the planner chooses when the page did not estimate.
  */
-const countedWhere = (filters: ChildFilters, params: unknown[]): string => {
-  const { share, gramWhere } = filters;
+const countedWhere = (filters: ChildFilters, share: MatchShare, params: unknown[]): string => {
+  const { gramWhere } = filters;
   if (share === undefined) return filters.where;
   if (share >= (gramWhere && !filters.dated ? GRAM_COUNT_SHARE : LOOKUP_SHARE)) return filters.scanWhere;
   return gramWhere ? gramWhere(params) : filters.lookupWhere(params);
@@ -279,15 +284,16 @@ async function searchPage(
   statement: ReturnType<typeof pageStatement>,
   page: { params: unknown[]; limit: number; order: 'ASC' | 'DESC' },
   sources: ChildListSources,
-): Promise<ListedRow[]> {
+): Promise<Page> {
   const { params, limit, order } = page;
   const { columns, sorted } = statement;
   const { parentId } = filters;
   const reads = staleFor(sources, filters);
+  let share: MatchShare;
   // The lookup reads the matches; the walk reads about (limit + 1) * children / matches rows.
   const read = async (matches: number, children: number) => {
     const lookUp = matches < ((limit + 1) * children) / matches;
-    filters.share = children > 0 ? matches / children : 0;
+    share = children > 0 ? matches / children : 0;
     if (!lookUp) return walk(((limit + 1) * children) / Math.max(matches, 1));
     // OFFSET 0 keeps the planner from walking the registration index to honour the ORDER BY.
     // The keyset's parameters are in `params` already; the lookup's follow them.
@@ -332,7 +338,7 @@ async function searchPage(
   // the children in them, whose number is not known: only none tells the choice anything.
   const counted = sources.cache.hit<ChildCounts>({ namespace: '', tags: () => [cacheTags.children(parentId)] }, filters.cacheKey);
   if (counted !== MISS && counted !== null && counted.total !== null && (counted.total === 0 || !filters.dated)) {
-    return counted.total === 0 ? [] : read(counted.total, await children());
+    return { rows: counted.total === 0 ? [] : await read(counted.total, await children()), share };
   }
   // The walk also counts the matches among the children it read: the share the counts go by.
   const walked = await reads.query<ChildRow & { walkMatches: number; walked: number }>(
@@ -344,11 +350,12 @@ async function searchPage(
     params,
   );
   if (walked.length > limit) {
-    filters.share = walked[0]!.walkMatches / walked[0]!.walked;
-    return formatted(walked.map(({ walkMatches: _matches, walked: _walked, ...row }) => row));
+    share = walked[0]!.walkMatches / walked[0]!.walked;
+    return { rows: formatted(walked.map(({ walkMatches: _matches, walked: _walked, ...row }) => row)), share };
   }
   const total = await children();
-  return read((Math.max(walked.length, 0.5) / SEARCH_WALK_ROWS) * total, total);
+  const rows = await read((Math.max(walked.length, 0.5) / SEARCH_WALK_ROWS) * total, total);
+  return { rows, share };
 }
 
 /**
@@ -357,12 +364,12 @@ async function searchPage(
  * large parent, so the counts are cached until a child of this parent changes what they count
  * (`children:` in `droppedBy`) or that moment comes; the unfiltered ones follow first logins.
  */
-export async function readCounts(sources: ChildListSources, filters: ChildFilters, now: number): Promise<{ total: number; active: number; validUntil: number }> {
+export async function readCounts(sources: ChildListSources, filters: ChildFilters, share: MatchShare, now: number): Promise<{ total: number; active: number; validUntil: number }> {
   const { parentId } = filters;
   // With the snapshot: a count that already saw a sign-in announced meanwhile is still stored.
   const counted = await sources.cache.through(filters.cacheKey, {
     tags: [cacheTags.children(parentId)],
-    read: (query) => queryCounts(filters, now, query),
+    read: (query) => queryCounts(filters, share, now, query),
     via: filters.match !== undefined ? sources.search?.primary : undefined,
     share: true,
     usable: (hit) => now >= hit.computedAt && now < hit.validUntil,
@@ -386,13 +393,13 @@ function countFirstLogin(counts: ChildCounts | null, change: RowChange, now: num
 }
 
 /** One query for the counts of `readCounts`, kept with the moment the active ones expire. */
-async function queryCounts(filters: ChildFilters, now: number, query: SnapshotQuery): Promise<ChildCounts> {
+async function queryCounts(filters: ChildFilters, share: MatchShare, now: number, query: SnapshotQuery): Promise<ChildCounts> {
   const params = [...filters.params];
   const cutoff = `$${params.push(new Date(now - ACTIVE_WINDOW_MS))}`;
   // Unfiltered, the total is the parent's kept child count: only the active ones are counted.
   const total = filters.filtered ? 'count(*)::int' : 'NULL::int';
   // A search its page found rare enough is counted from the index too (see `lookupWhere`).
-  const filtersWhere = countedWhere(filters, params);
+  const filtersWhere = countedWhere(filters, share, params);
   const where = filters.filtered ? filtersWhere : `${filtersWhere} AND "lastLogin" >= ${cutoff}`;
   const [row] = await query<{ total: number | null; active: number; oldest: Date | null }>(
     `${total} AS total, count(*) FILTER (WHERE "lastLogin" >= ${cutoff})::int AS active,

@@ -118,12 +118,8 @@ const NO_TAGS: readonly string[] = [];
 const besidesKey = (tags: readonly string[], key: string): readonly string[] =>
   tags.length === 1 && tags[0] === key ? NO_TAGS : tags.includes(key) ? tags.filter((tag) => tag !== key) : tags;
 
-/**
- * About 50,000 signed-in users (a verified token and an account each, about a kilobyte of heap
- * together) besides their organizations: the working set of a large organization, within the
- * process's memory goal (250 MB resident).
- */
-export const CACHE_DEFAULTS: EntityCacheOptions = { maxEntries: 150_000, maxBytes: 80 * 1024 * 1024, ttlMs: 10 * 60_000 };
+/** The entries' count and lifetime unless set; their bytes come from the memory budget (`ops/memory-budget.ts`). */
+export const CACHE_DEFAULTS: Omit<EntityCacheOptions, 'maxBytes'> = { maxEntries: 150_000, ttlMs: 10 * 60_000 };
 
 /** A read that may be stored: taken before the query, so a change announced meanwhile wins (unless the read saw it). */
 type CacheTicket = { readonly epoch: number };
@@ -192,7 +188,7 @@ export class EntityCache {
 
   constructor(
     private readonly feed: ChangeFeed,
-    options: EntityCacheOptions = CACHE_DEFAULTS,
+    options: EntityCacheOptions,
     /** Where reads through the cache go (see `SnapshotQuery`). */
     private readonly sql?: Pick<SqlDriver, 'query'>,
     /** The clock changes are judged by (which sign-ins change the active counts, see `droppedBy`). */

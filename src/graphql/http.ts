@@ -2,6 +2,7 @@ import { GraphQLError, type ExecutionResult } from 'graphql';
 import { LRUCache } from 'lru-cache';
 import type { Answer } from '../db/answer-cache.js';
 import type { ApiError } from '../errors.js';
+import type { HttpHint } from './pipeline.js';
 import { entityTag, type Exchange } from '../http/exchange.js';
 
 /*
@@ -56,8 +57,6 @@ function negotiate(accept: string | undefined): RegularMediaType | null {
 
 /** A request without Accept is answered as one that accepts anything. */
 const WITHOUT_ACCEPT = negotiate(undefined);
-
-type HttpHint = { status?: number; spec?: boolean; headers?: Record<string, string> };
 
 function hintOf(error: unknown): HttpHint | undefined {
   return (error as { extensions?: { http?: HttpHint } }).extensions?.http;

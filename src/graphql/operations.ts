@@ -149,7 +149,6 @@ const WRITTEN: readonly StoredOperation[] = [
 export const STORED_OPERATIONS: readonly StoredOperation[] = WRITTEN.map((operation) => ({ ...operation, document: asClientsSendIt(operation.document) }));
 
 /** Whether a stored operation is a subscription (answered as an event stream only). */
-export const isSubscription = (operation: StoredOperation) => operation.document.startsWith('subscription');
 
 /** The id a client sends for a stored document: the hex SHA-256 of its exact text. */
 export function operationId(document: string): string {

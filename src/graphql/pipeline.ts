@@ -53,7 +53,8 @@ export type GraphQLContext = GraphQLInitialContext & RequestContext;
  */
 const COMPILE_AFTER_EXECUTIONS = 20;
 
-type HttpHint = { status?: number; spec?: boolean; headers?: Record<string, string> };
+/** What an error tells the HTTP answer (`extensions.http`, as Yoga reads it): its status and headers. */
+export type HttpHint = { status?: number; spec?: boolean; headers?: Record<string, string> };
 
 function httpHint(error: GraphQLError): HttpHint {
   const extensions = error.extensions as Record<string, unknown>;

@@ -3,7 +3,7 @@ import type { ParentViewer } from '../auth/authorize.js';
 import { parseDateRange } from '../domain/dates.js';
 import { decodePageToken, encodePageToken, type PageScope, type Position } from '../domain/pagination.js';
 import { InvalidLimitError, InvalidSearchError } from '../errors.js';
-import { existsBeyond, filterSql, readCounts, readPage, type ChildFilters, type ChildListSources, type ListedRow } from '../db/child-list.js';
+import { existsBeyond, filterSql, readCounts, readPage, type ChildFilters, type ChildListSources, type ListedRow, type MatchShare } from '../db/child-list.js';
 import type { ServiceContext } from './context.js';
 
 export const DEFAULT_LIMIT = 50;
@@ -142,13 +142,13 @@ export async function listChildAccounts(
     childCount: (id) => context.loaders.childCountByParentId.load(id),
     search: search === undefined ? undefined : context.searchesOf(parentId),
   };
-  const rows = await readPage(sources, filters, { after, before, backwards, limit });
+  const { rows, share } = await readPage(sources, filters, { after, before, backwards, limit });
   const more = rows.length > limit;
   const read = rows.slice(0, limit);
   if (backwards) read.reverse();
   const accounts = read.map((row) => new ListedChild(row, filters.scope, key));
   const hasMore = !backwards && more;
-  const beyond = async (position: Position | undefined, op: '>=' | '<=') => (position ? existsBeyond(sources, filters, position, op) : false);
+  const beyond = async (position: Position | undefined, op: '>=' | '<=') => (position ? existsBeyond(sources, filters, share, position, op) : false);
   let stats: Promise<Stats> | undefined;
   let newer: Promise<boolean> | undefined;
   let older: Promise<boolean> | undefined;
@@ -159,14 +159,14 @@ export async function listChildAccounts(
     nextPageToken: hasMore ? accounts[accounts.length - 1]?.cursor : undefined,
     hasNextPage: () => (backwards ? (older ??= beyond(before, '<=')) : Promise.resolve(more)),
     hasPreviousPage: () => (backwards ? Promise.resolve(more) : (newer ??= beyond(after, '>='))),
-    stats: () => (stats ??= countChildren(sources, filters, context)),
+    stats: () => (stats ??= countChildren(sources, filters, share, context)),
   };
 }
 
 /** The counts, with the moment they stop holding stated to the request's clock. */
-async function countChildren(sources: ChildListSources, filters: ChildFilters, context: ServiceContext): Promise<Stats> {
+async function countChildren(sources: ChildListSources, filters: ChildFilters, share: MatchShare, context: ServiceContext): Promise<Stats> {
   const clock = context.clock();
-  const { total, active, validUntil } = await readCounts(sources, filters, clock.now.getTime());
+  const { total, active, validUntil } = await readCounts(sources, filters, share, clock.now.getTime());
   // The active count holds until its oldest login leaves the window.
   clock.holdsUntil(validUntil);
   return { total, active };

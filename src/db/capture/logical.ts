@@ -15,7 +15,7 @@ import { parseLsn, PgoutputDecoder, type Malformed } from './pgoutput.js';
  * `SENDER_TIMEOUT_MS`; a server restart drops every temporary slot). So no slot outlives its
  * reader and holds WAL.
  *
- * Freshness: once a second the instance writes a logical message of its own into the WAL
+ * Freshness: every heartbeat (`feedTiming`, 500 ms by default) the instance writes a logical message of its own into the WAL
  * (`pg_logical_emit_message`, outside any transaction) on a second, ordinary connection. The stream
  * delivers in WAL order, so when the message arrives every transaction committed before it was
  * written has been delivered: the feed is live while such a message written less than
