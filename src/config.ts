@@ -46,7 +46,9 @@ const withDefault = (schema: ReturnType<typeof integer>, fallback: number) => sc
 
 /** OTLP over HTTP; gRPC would need another exporter and its native dependencies. */
 const otlpProtocol = z
-  .enum(['http/protobuf', 'http/json'], { message: 'must be http/protobuf or http/json (gRPC is not supported: point it at the collector\'s HTTP port, 4318)' })
+  .enum(['http/protobuf', 'http/json'], {
+    message: "must be http/protobuf or http/json (gRPC is not supported: point it at the collector's HTTP port, 4318)",
+  })
   .optional();
 
 const environment = z.object({
@@ -64,7 +66,10 @@ const environment = z.object({
   DATABASE_REPLICA_URL: optionalString.pipe(
     z
       .string()
-      .refine((text) => text.split(',').every((url) => /^postgres(ql)?:\/\//.test(url.trim())), 'must be postgres:// or postgresql:// URLs, separated by commas')
+      .refine(
+        (text) => text.split(',').every((url) => /^postgres(ql)?:\/\//.test(url.trim())),
+        'must be postgres:// or postgresql:// URLs, separated by commas',
+      )
       .optional(),
   ),
   REPLICA_MAX_LAG_MS: withDefault(integer(0, 3_600_000), 1000),
@@ -76,7 +81,10 @@ const environment = z.object({
    */
   CHANGE_DECODE_URL: z
     .string()
-    .refine((url) => /^postgres(ql)?:\/\//.test(url.trim()), 'must be a postgres:// or postgresql:// URL (a standby of DATABASE_URL)')
+    .refine(
+      (url) => /^postgres(ql)?:\/\//.test(url.trim()),
+      'must be a postgres:// or postgresql:// URL (a standby of DATABASE_URL)',
+    )
     .optional(),
   /**
    * The change relay was removed: each instance reads the stream through a temporary slot of its
@@ -92,7 +100,10 @@ const environment = z.object({
   DATABASE_CONNECT_TIMEOUT_MS: withDefault(integer(100, MAX_TIMER_MS), 1500),
   DATABASE_STATEMENT_TIMEOUT_MS: withDefault(integer(100, MAX_TIMER_MS), 5000),
   SEARCH_TIMEOUT_MS: withDefault(integer(1, MAX_TIMER_MS), 3000),
-  /** One at a time by default: on a database of two cores, more left the other requests half the machine (`src/db/README.md`). */
+  /**
+   * One at a time by default: on a database of two cores, more left the other requests half the machine
+   * (`src/db/README.md`).
+   */
   SEARCH_MAX_CONCURRENT: withDefault(integer(1, 500), 1),
   SEARCH_MAX_PER_ORGANIZATION: withDefault(integer(1, 500), 2),
   /** 20 % by default: the figures are in `src/db/README.md`, "Searches". */
@@ -115,7 +126,12 @@ const environment = z.object({
   RATE_LIMIT_PER_CREDENTIAL: withDefault(integer(0, 1_000_000_000), 300),
   RATE_LIMIT_WINDOW_SECONDS: withDefault(integer(1, MAX_TIMER_SECONDS), 60),
   RATE_LIMIT_STORE: z.enum(['memory', 'postgres', 'redis']).default('memory'),
-  REDIS_URL: optionalString.pipe(z.string().regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL').optional()),
+  REDIS_URL: optionalString.pipe(
+    z
+      .string()
+      .regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL')
+      .optional(),
+  ),
   TRUST_PROXY: z
     .string()
     .optional()
@@ -128,10 +144,16 @@ const environment = z.object({
         return z.NEVER;
       }
       if (['true', 'yes', 'on'].includes(text)) {
-        context.addIssue({ code: 'custom', message: 'name the proxies to trust: a hop count (1) or their addresses or subnets (loopback, 10.0.0.0/8)' });
+        context.addIssue({
+          code: 'custom',
+          message: 'name the proxies to trust: a hop count (1) or their addresses or subnets (loopback, 10.0.0.0/8)',
+        });
         return z.NEVER;
       }
-      const entries = text.split(',').map((entry) => entry.trim()).filter(Boolean);
+      const entries = text
+        .split(',')
+        .map((entry) => entry.trim())
+        .filter(Boolean);
       try {
         proxyAddr.compile(entries);
       } catch (error) {
@@ -166,12 +188,28 @@ const environment = z.object({
   // The SDK reads them itself; they are checked here so that a typo fails the start instead of
   // sampling everything (the SDK's answer to a sampler it does not know) or exporting nowhere.
   OTEL_SDK_DISABLED: bool(false),
-  OTEL_TRACES_EXPORTER: optionalString.pipe(z.enum(['otlp', 'none'], { message: 'must be otlp or none (this server exports traces over OTLP only)' }).optional()),
-  OTEL_EXPORTER_OTLP_ENDPOINT: optionalString.pipe(z.string().regex(/^https?:\/\//, 'must be an http:// or https:// URL').optional()),
-  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: optionalString.pipe(z.string().regex(/^https?:\/\//, 'must be an http:// or https:// URL').optional()),
+  OTEL_TRACES_EXPORTER: optionalString.pipe(
+    z
+      .enum(['otlp', 'none'], { message: 'must be otlp or none (this server exports traces over OTLP only)' })
+      .optional(),
+  ),
+  OTEL_EXPORTER_OTLP_ENDPOINT: optionalString.pipe(
+    z
+      .string()
+      .regex(/^https?:\/\//, 'must be an http:// or https:// URL')
+      .optional(),
+  ),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: optionalString.pipe(
+    z
+      .string()
+      .regex(/^https?:\/\//, 'must be an http:// or https:// URL')
+      .optional(),
+  ),
   OTEL_EXPORTER_OTLP_PROTOCOL: optionalString.pipe(otlpProtocol),
   OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: optionalString.pipe(otlpProtocol),
-  OTEL_TRACES_SAMPLER: optionalString.pipe(z.enum(SAMPLERS, { message: `must be one of ${SAMPLERS.join(', ')}` }).optional()),
+  OTEL_TRACES_SAMPLER: optionalString.pipe(
+    z.enum(SAMPLERS, { message: `must be one of ${SAMPLERS.join(', ')}` }).optional(),
+  ),
   OTEL_TRACES_SAMPLER_ARG: optionalString.pipe(
     z
       .string()
@@ -236,7 +274,13 @@ export type Config = {
   /** The child-list export: exports at once per instance, the unread time allowed, its rate-limit cost in requests. */
   export: { maxConcurrent: number; stallMs: number; rateCost: number };
   /** Live updates: the push interval, the bounds on open subscriptions, the unread time allowed. */
-  live: { minIntervalMs: number; maxPerCredential: number; maxPerOrganization: number; maxTotal: number; stallMs: number };
+  live: {
+    minIntervalMs: number;
+    maxPerCredential: number;
+    maxPerOrganization: number;
+    maxTotal: number;
+    stallMs: number;
+  };
   rateLimit: {
     perAddress: number;
     perCredential: number;
@@ -278,28 +322,40 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFa
     throw new ConfigError(['RATE_LIMIT_STORE: postgres needs DATABASE_URL (the embedded database serves one process)']);
   }
   if (parsed.success && parsed.data.DATABASE_REPLICA_URL && !parsed.data.DATABASE_URL) {
-    throw new ConfigError(['DATABASE_REPLICA_URL: replicas need DATABASE_URL, their primary (the embedded database has none)']);
+    throw new ConfigError([
+      'DATABASE_REPLICA_URL: replicas need DATABASE_URL, their primary (the embedded database has none)',
+    ]);
   }
   if (parsed.success && parsed.data.CHANGE_DECODE_URL && !parsed.data.DATABASE_URL) {
-    throw new ConfigError(['CHANGE_DECODE_URL: a standby to decode on needs DATABASE_URL, its primary (the embedded database has no stream)']);
+    throw new ConfigError([
+      'CHANGE_DECODE_URL: a standby to decode on needs DATABASE_URL, its primary (the embedded database has no stream)',
+    ]);
   }
   if (parsed.success && parsed.data.RATE_LIMIT_STORE === 'redis' && !parsed.data.REDIS_URL) {
     throw new ConfigError(['RATE_LIMIT_STORE: redis needs REDIS_URL (redis://host:6379)']);
   }
-  if (parsed.success && parsed.data.METRICS_PORT !== undefined && parsed.data.METRICS_PORT !== 0 && parsed.data.METRICS_PORT === parsed.data.PORT) {
+  if (
+    parsed.success &&
+    parsed.data.METRICS_PORT !== undefined &&
+    parsed.data.METRICS_PORT !== 0 &&
+    parsed.data.METRICS_PORT === parsed.data.PORT
+  ) {
     throw new ConfigError(['METRICS_PORT: must differ from PORT (unset it to serve /metrics on the API port)']);
   }
   if (parsed.success && parsed.data.SHUTDOWN_DELAY_MS >= parsed.data.SHUTDOWN_TIMEOUT_MS) {
-    throw new ConfigError(['SHUTDOWN_DELAY_MS: must be shorter than SHUTDOWN_TIMEOUT_MS (the delay is part of the shutdown)']);
+    throw new ConfigError([
+      'SHUTDOWN_DELAY_MS: must be shorter than SHUTDOWN_TIMEOUT_MS (the delay is part of the shutdown)',
+    ]);
   }
   if (!parsed.success) {
-    throw new ConfigError(
-      parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`),
-    );
+    throw new ConfigError(parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`));
   }
   const e = parsed.data;
   const tracing: TracingSettings = {
-    enabled: !e.OTEL_SDK_DISABLED && e.OTEL_TRACES_EXPORTER !== 'none' && (e.OTEL_EXPORTER_OTLP_ENDPOINT !== undefined || e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT !== undefined),
+    enabled:
+      !e.OTEL_SDK_DISABLED &&
+      e.OTEL_TRACES_EXPORTER !== 'none' &&
+      (e.OTEL_EXPORTER_OTLP_ENDPOINT !== undefined || e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT !== undefined),
     protocol: e.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? e.OTEL_EXPORTER_OTLP_PROTOCOL ?? 'http/protobuf',
     sampler: e.OTEL_TRACES_SAMPLER ?? 'parentbased_always_on',
     ratio: e.OTEL_TRACES_SAMPLER_ARG === undefined ? 1 : Number(e.OTEL_TRACES_SAMPLER_ARG),
@@ -308,7 +364,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFa
   try {
     memory = memoryBudget(
       e.MEMORY_BUDGET_MB,
-      { cacheMaxBytes: e.CACHE_MAX_BYTES, answerCacheMaxBytes: e.ANSWER_CACHE_MAX_BYTES, maxStreams: e.LIVE_MAX_STREAMS, traced: tracing.enabled },
+      {
+        cacheMaxBytes: e.CACHE_MAX_BYTES,
+        answerCacheMaxBytes: e.ANSWER_CACHE_MAX_BYTES,
+        maxStreams: e.LIVE_MAX_STREAMS,
+        traced: tracing.enabled,
+      },
       facts,
     );
   } catch (error) {
@@ -331,8 +392,17 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFa
       connectTimeoutMs: e.DATABASE_CONNECT_TIMEOUT_MS,
       statementTimeoutMs: e.DATABASE_STATEMENT_TIMEOUT_MS,
     },
-    search: { timeoutMs: e.SEARCH_TIMEOUT_MS, maxConcurrent: e.SEARCH_MAX_CONCURRENT, maxPerOrganization: e.SEARCH_MAX_PER_ORGANIZATION, maxTimePercent: e.SEARCH_MAX_TIME_PERCENT },
-    replicaUrls: e.DATABASE_REPLICA_URL ? e.DATABASE_REPLICA_URL.split(',').map((url) => url.trim()).filter(Boolean) : [],
+    search: {
+      timeoutMs: e.SEARCH_TIMEOUT_MS,
+      maxConcurrent: e.SEARCH_MAX_CONCURRENT,
+      maxPerOrganization: e.SEARCH_MAX_PER_ORGANIZATION,
+      maxTimePercent: e.SEARCH_MAX_TIME_PERCENT,
+    },
+    replicaUrls: e.DATABASE_REPLICA_URL
+      ? e.DATABASE_REPLICA_URL.split(',')
+          .map((url) => url.trim())
+          .filter(Boolean)
+      : [],
     replicaMaxLagMs: e.REPLICA_MAX_LAG_MS,
     changeSource: e.CHANGE_SOURCE,
     changeDecodeUrl: e.CHANGE_DECODE_URL?.trim(),
@@ -377,10 +447,24 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFa
       stallMs: e.LIVE_STALL_MS,
     },
     export: { maxConcurrent: e.EXPORT_MAX_CONCURRENT, stallMs: e.EXPORT_STALL_MS, rateCost: e.EXPORT_RATE_COST },
-    cache: { maxEntries: e.CACHE_MAX_ENTRIES, maxBytes: memory.shares.entityCache, recordBytes: memory.recordBytes, ttlMs: e.CACHE_TTL_SECONDS * 1000 },
+    cache: {
+      maxEntries: e.CACHE_MAX_ENTRIES,
+      maxBytes: memory.shares.entityCache,
+      recordBytes: memory.recordBytes,
+      ttlMs: e.CACHE_TTL_SECONDS * 1000,
+    },
     // Answers borrow what the entity cache's entries leave unused only when neither bound was set by hand.
-    answerCache: { maxBytes: memory.shares.answerCache, ttlMs: e.CACHE_TTL_SECONDS * 1000, borrowSpareEntries: e.CACHE_MAX_BYTES === undefined && e.ANSWER_CACHE_MAX_BYTES === undefined },
-    corsOrigins: e.CORS_ORIGINS.trim() === '*' ? '*' : e.CORS_ORIGINS.split(',').map((o) => o.trim()).filter(Boolean),
+    answerCache: {
+      maxBytes: memory.shares.answerCache,
+      ttlMs: e.CACHE_TTL_SECONDS * 1000,
+      borrowSpareEntries: e.CACHE_MAX_BYTES === undefined && e.ANSWER_CACHE_MAX_BYTES === undefined,
+    },
+    corsOrigins:
+      e.CORS_ORIGINS.trim() === '*'
+        ? '*'
+        : e.CORS_ORIGINS.split(',')
+            .map((o) => o.trim())
+            .filter(Boolean),
   };
 }
 

@@ -125,7 +125,11 @@ export type RequestSource = {
 };
 
 /** The one context factory: REST and both GraphQL doors make their context here. */
-export function createRequestContext(deps: AppDependencies, source: RequestSource, options: { countRetrievals?: boolean } = {}): RequestContext {
+export function createRequestContext(
+  deps: AppDependencies,
+  source: RequestSource,
+  options: { countRetrievals?: boolean } = {},
+): RequestContext {
   const { credentials, requestId, record } = source;
   const reads = new ReadSet((record.cacheLookups ??= { hits: 0, misses: 0 }));
   const cache = deps.cache.recording(reads);
@@ -189,8 +193,10 @@ export function createRequestContext(deps: AppDependencies, source: RequestSourc
   const hasAuthorization = credentials.authorization !== undefined && credentials.authorization !== null;
   const jwtCaller = () => (jwt ??= authenticateJwt(credentials, auth));
   // With an Authorization header only the JWT is tried (decisions §3): the same viewer.
-  const organizationCaller = () => (organization ??= hasAuthorization ? jwtCaller() : authenticateForOrganization(credentials, auth));
-  // The verified caller, named as `name` names it (and remembered for `verifiedJwt`); undefined when it does not verify.
+  const organizationCaller = () =>
+    (organization ??= hasAuthorization ? jwtCaller() : authenticateForOrganization(credentials, auth));
+  // The verified caller, named as `name` names it (and remembered for `verifiedJwt`); undefined when it does
+  // not verify.
   const keyedAs = (name: (viewer: Viewer) => string): Promise<string | undefined> =>
     organizationCaller().then(
       (viewer) => name((keyed = viewer)),

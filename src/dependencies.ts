@@ -98,7 +98,11 @@ export function buildDependencies(options: DependencyOptions): Dependencies {
   const countsOnPrimary = database.boundedReads(searchBounds);
   const pagesOnPrimary = database.boundedReads({ ...searchBounds, serial: true });
   const pagesOnReplicas = replicas?.boundedReader({ ...searchBounds, serial: true }, pagesOnPrimary);
-  const searches = new Searches(config.search, pagesOnReplicas ?? pagesOnPrimary, countsOnPrimary, [countsOnPrimary, pagesOnPrimary, ...(pagesOnReplicas ? [pagesOnReplicas] : [])]);
+  const searches = new Searches(config.search, pagesOnReplicas ?? pagesOnPrimary, countsOnPrimary, [
+    countsOnPrimary,
+    pagesOnPrimary,
+    ...(pagesOnReplicas ? [pagesOnReplicas] : []),
+  ]);
   // The clock the child counts are computed with decides which sign-ins leave them as they were.
   const cache = new EntityCache(feed, config.cache, database.sql, clock);
   const deps: AppDependencies = {
@@ -118,10 +122,17 @@ export function buildDependencies(options: DependencyOptions): Dependencies {
   const answers = new AnswerCache(cache, config.answerCache);
   const pipeline = createGraphQLPipeline(deps, logger, { compileAfter: options.compileAfter });
   // One rule for both doors: stored operations, and in the default mode the ones clients register.
-  const persisted = { persistedOnly: config.persistedOperationsOnly, registered: new RegisteredOperations(undefined, config.memory.shares.registrations) };
+  const persisted = {
+    persistedOnly: config.persistedOperationsOnly,
+    registered: new RegisteredOperations(undefined, config.memory.shares.registrations),
+  };
   const yoga = createYogaDoor(pipeline, config, { graphiqlHeaders: options.graphiqlHeaders, persisted });
-  const streams = options.graphqlDoor === 'full' ? undefined : createEventStreams(pipeline, { stallMs: config.live.stallMs });
-  const lean = options.graphqlDoor === 'full' ? undefined : createLeanDoor(pipeline, { graphiql: config.graphiql, persisted, answers, now: clock, streams });
+  const streams =
+    options.graphqlDoor === 'full' ? undefined : createEventStreams(pipeline, { stallMs: config.live.stallMs });
+  const lean =
+    options.graphqlDoor === 'full'
+      ? undefined
+      : createLeanDoor(pipeline, { graphiql: config.graphiql, persisted, answers, now: clock, streams });
   const limiter = new RateLimiter(
     config.rateLimit,
     database.pgPool,

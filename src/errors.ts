@@ -42,7 +42,9 @@ export class AccountInactiveError extends ApiError {
 }
 
 export class CreditsDepletedError extends ApiError {
-  constructor(message = "The organization's credits are depleted; access for its users is blocked until credits are added.") {
+  constructor(
+    message = "The organization's credits are depleted; access for its users is blocked until credits are added.",
+  ) {
     super('CREDITS_DEPLETED', 403, message);
   }
 }
@@ -107,7 +109,18 @@ export class InternalError extends ApiError {
   }
 }
 
-const UNAVAILABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'ENOTFOUND', 'EHOSTUNREACH', 'EPIPE', '57P01', '57P03', '57014', '53300']);
+const UNAVAILABLE_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'ENOTFOUND',
+  'EHOSTUNREACH',
+  'EPIPE',
+  '57P01',
+  '57P03',
+  '57014',
+  '53300',
+]);
 
 /** True when an error means the database cannot be reached or did not answer in time. */
 export function isDatabaseUnavailable(error: unknown): boolean {
@@ -115,7 +128,13 @@ export function isDatabaseUnavailable(error: unknown): boolean {
     const err = e as { code?: unknown; message?: unknown; cause?: unknown; name?: unknown };
     if (typeof err.code === 'string' && UNAVAILABLE_CODES.has(err.code)) return true;
     if (err.name === 'PrismaClientInitializationError') return true;
-    if (typeof err.message === 'string' && /connection terminated|timeout exceeded when trying to connect|Connection terminated|connect ECONNREFUSED|Can't reach database|statement timeout|Query read timeout|DatabaseNotReachable|ConnectionClosed|SocketTimeout/i.test(err.message)) return true;
+    if (
+      typeof err.message === 'string' &&
+      /connection terminated|timeout exceeded when trying to connect|Connection terminated|connect ECONNREFUSED|Can't reach database|statement timeout|Query read timeout|DatabaseNotReachable|ConnectionClosed|SocketTimeout/i.test(
+        err.message,
+      )
+    )
+      return true;
     e = err.cause;
   }
   return false;
@@ -127,7 +146,8 @@ export function isDatabaseUnavailable(error: unknown): boolean {
  */
 export function innermostError(error: unknown): unknown {
   let original = error;
-  while (original instanceof Error && 'originalError' in original && original.originalError instanceof Error) original = original.originalError;
+  while (original instanceof Error && 'originalError' in original && original.originalError instanceof Error)
+    original = original.originalError;
   return original;
 }
 
@@ -150,7 +170,9 @@ export class HeaderTooLargeError extends ApiError {
   }
 
   static forHeader(name: string): HeaderTooLargeError {
-    return new HeaderTooLargeError(`The ${name.length > 40 || !/^[A-Za-z0-9-]+$/.test(name) ? 'a' : name} header is too long.`);
+    return new HeaderTooLargeError(
+      `The ${name.length > 40 || !/^[A-Za-z0-9-]+$/.test(name) ? 'a' : name} header is too long.`,
+    );
   }
 }
 

@@ -64,7 +64,9 @@ export class LogSink {
     if (!fallback) return;
     try {
       fallback.on('error', () => undefined);
-      fallback.write(`${JSON.stringify({ time: new Date().toISOString(), level: 'error', message: 'the log destination failed; further lines are dropped (counted in api_log_lines_dropped_total)', code: error.code ?? error.name })}\n`);
+      fallback.write(
+        `${JSON.stringify({ time: new Date().toISOString(), level: 'error', message: 'the log destination failed; further lines are dropped (counted in api_log_lines_dropped_total)', code: error.code ?? error.name })}\n`,
+      );
     } catch {
       // Nothing is left to say it on.
     }
@@ -102,20 +104,39 @@ const SECRET_FIELDS = [
   'databaseUrl',
   'DATABASE_URL',
 ];
-const SECRET_PLACES = ['', 'error', 'error.meta', 'error.cause', 'error.cause.meta', 'headers', 'request.headers', 'row', 'account', 'organization'];
+const SECRET_PLACES = [
+  '',
+  'error',
+  'error.meta',
+  'error.cause',
+  'error.cause.meta',
+  'headers',
+  'request.headers',
+  'row',
+  'account',
+  'organization',
+];
 export const REDACTED_PATHS = SECRET_PLACES.flatMap((at) => SECRET_FIELDS.map((field) => `${at}["${field}"]`));
 
 /** `pino-pretty` is a development dependency: present in a checkout, absent from a production install. */
 function prettyStream(sink: LogSink): DestinationStream | undefined {
   try {
-    const pretty = createRequire(import.meta.url)('pino-pretty') as (options: Record<string, unknown>) => DestinationStream;
+    const pretty = createRequire(import.meta.url)('pino-pretty') as (
+      options: Record<string, unknown>,
+    ) => DestinationStream;
     const destination = new Writable({
       write(chunk: Buffer, _encoding, done) {
         sink.write(chunk.toString());
         done();
       },
     });
-    return pretty({ destination, sync: true, messageKey: 'message', translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' });
+    return pretty({
+      destination,
+      sync: true,
+      messageKey: 'message',
+      translateTime: 'SYS:HH:MM:ss.l',
+      ignore: 'pid,hostname',
+    });
   } catch {
     return undefined;
   }
@@ -127,9 +148,14 @@ function prettyStream(sink: LogSink): DestinationStream | undefined {
  * their name, message, stack and own properties, after redaction of the names above. When stderr
  * is a terminal outside production, lines are pretty-printed instead (`LOG_FORMAT=json` keeps JSON).
  */
-export function createLogger(level: LogLevel, options: { format?: 'json' | 'pretty' | 'auto'; sink?: LogSink } = {}): Logger {
+export function createLogger(
+  level: LogLevel,
+  options: { format?: 'json' | 'pretty' | 'auto'; sink?: LogSink } = {},
+): Logger {
   const format = options.format ?? 'auto';
-  const wantsPretty = format === 'pretty' || (format === 'auto' && process.stderr.isTTY === true && process.env.NODE_ENV !== 'production');
+  const wantsPretty =
+    format === 'pretty' ||
+    (format === 'auto' && process.stderr.isTTY === true && process.env.NODE_ENV !== 'production');
   // Through process.stderr: synchronous for files and pipes, so nothing is lost at exit and nothing
   // queues without bound; a destination that fails costs lines, never the process.
   const sink = options.sink ?? new LogSink();

@@ -98,16 +98,22 @@ try {
     [MIN_SECRET_BYTES],
   );
   if (weak.length > 0) {
-    logger.warn(`organizations with a signing secret shorter than ${MIN_SECRET_BYTES} bytes: their tokens are refused until the secret is rotated`, {
-      organizations: weak.map((row) => row.parentId),
-    });
+    logger.warn(
+      `organizations with a signing secret shorter than ${MIN_SECRET_BYTES} bytes: their tokens are refused until the secret is rotated`,
+      {
+        organizations: weak.map((row) => row.parentId),
+      },
+    );
   }
 } catch (error) {
   failStart(error);
 }
 
 // Development only: GraphiQL opens with the demo parent's token in its headers tab.
-const graphiqlHeaders = demo && config.env === 'development' ? JSON.stringify({ Authorization: `Bearer ${demo.parent.token}` }, null, 2) : undefined;
+const graphiqlHeaders =
+  demo && config.env === 'development'
+    ? JSON.stringify({ Authorization: `Bearer ${demo.parent.token}` }, null, 2)
+    : undefined;
 // The process's objects, built in order; the app closes them in the order `dependencies.ts` states.
 app = createApp(buildDependencies({ config, database, logger, graphiqlHeaders }));
 // The signals drain from here on: before "listening on" is printed, as whatever reads that line may
@@ -121,10 +127,16 @@ const base = `http://${config.host === '0.0.0.0' ? 'localhost' : config.host}:${
 console.log(`listening on ${base} (database: ${database.kind}, ${database.location})`);
 if (metricsServer) {
   const metricsAddress = metricsServer.address();
-  console.log(`metrics on port ${typeof metricsAddress === 'object' && metricsAddress ? metricsAddress.port : config.metricsPort} (GET /metrics)`);
+  console.log(
+    `metrics on port ${typeof metricsAddress === 'object' && metricsAddress ? metricsAddress.port : config.metricsPort} (GET /metrics)`,
+  );
 }
 if (demo) {
-  console.log(demo.seeded ? '\nDemo data seeded (one organization at each credit alert level).' : '\nDemo access (the database already had data).');
+  console.log(
+    demo.seeded
+      ? '\nDemo data seeded (one organization at each credit alert level).'
+      : '\nDemo access (the database already had data).',
+  );
   console.log(`  parent ${demo.parent.userID}, public key ${demo.parent.publicKey}`);
   console.log(`  parent token (24 h): ${demo.parent.token}`);
   if (demo.child) console.log(`  child ${demo.child.userID} token (24 h): ${demo.child.token}`);
@@ -133,7 +145,8 @@ if (demo) {
     logger.warn('could not list the organizations for the start banner', { error });
     return [];
   });
-  if (organizations.length > 0) console.log('\n  Organizations (npm run token -- <email> mints a token for any of these accounts):');
+  if (organizations.length > 0)
+    console.log('\n  Organizations (npm run token -- <email> mints a token for any of these accounts):');
   for (const line of describeOrganizations(organizations, '  ')) console.log(line);
   console.log(`\n  GraphiQL: ${base}/graphql${graphiqlHeaders ? ' (the parent token is in its headers tab)' : ''}`);
   console.log(`  curl -H "Authorization: Bearer <token>" ${base}/auth/user-profile`);
@@ -189,11 +202,14 @@ async function shutdown(reason: string, exitCode: number): Promise<void> {
     cut = true;
     logger.error('shutdown took too long; cutting the remaining connections');
     server.closeAllConnections();
-    void Promise.race([finish(), new Promise((resolve) => setTimeout(resolve, FINAL_FLUSH_MS))]).finally(() => process.exit(1));
+    void Promise.race([finish(), new Promise((resolve) => setTimeout(resolve, FINAL_FLUSH_MS))]).finally(() =>
+      process.exit(1),
+    );
   }, config.shutdownTimeoutMs);
   deadline.unref();
   app?.drain();
-  if (exitCode === 0 && config.shutdownDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, config.shutdownDelayMs));
+  if (exitCode === 0 && config.shutdownDelayMs > 0)
+    await new Promise((resolve) => setTimeout(resolve, config.shutdownDelayMs));
   // Stop accepting, but unlike http.Server#close do not drop connections at once: one accepted a
   // moment ago may be about to send its request. A second later, and every second after, the
   // connections with no request under way are closed — idle ones, and ones that never completed

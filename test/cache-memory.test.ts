@@ -18,11 +18,19 @@ describe(`the cache's memory per user (${testMode})`, () => {
   const database = useTestDatabase();
 
   it('a cached account reads back exactly as loaded', async () => {
-    const [organization] = await seed(database(), { organizations: 1, childrenPerOrganization: 20, seed: 4, now: new Date() });
-    const rows = await database().sql.query<AccountRow>('SELECT * FROM "Account" WHERE "parentId" = $1 OR id = $1', [organization!.parent.userID]);
+    const [organization] = await seed(database(), {
+      organizations: 1,
+      childrenPerOrganization: 20,
+      seed: 4,
+      now: new Date(),
+    });
+    const rows = await database().sql.query<AccountRow>('SELECT * FROM "Account" WHERE "parentId" = $1 OR id = $1', [
+      organization!.parent.userID,
+    ]);
     expect(rows.length).toBe(21);
     for (const row of rows) {
-      const { passwordHash, emailVerificationToken, passwordResetToken, ...readable } = row as AccountRow & Record<string, unknown>;
+      const { passwordHash, emailVerificationToken, passwordResetToken, ...readable } = row as AccountRow &
+        Record<string, unknown>;
       expect(unpackAccount(packAccount(readable as AccountRow))).toEqual(readable);
     }
   });
@@ -41,23 +49,42 @@ describe(`the cache's memory per user (${testMode})`, () => {
   });
 
   it('every signed-in user is held, and the byte bound counts a bounded estimate for each', async () => {
-    const [organization] = await seed(database(), { organizations: 1, childrenPerOrganization: USERS, seed: 5, now: new Date() });
+    const [organization] = await seed(database(), {
+      organizations: 1,
+      childrenPerOrganization: USERS,
+      seed: 5,
+      now: new Date(),
+    });
     const parentId = organization!.parent.userID;
     const { jwtSecret } = await database().prisma.organization.findUniqueOrThrow({ where: { parentId } });
     // Usable children of a funded organization: every one of them is answered.
     await database().sql.query('UPDATE "Organization" SET "creditBalance" = 1000000 WHERE "parentId" = $1', [parentId]);
-    const children = await database().sql.query<{ id: string }>(`SELECT id FROM "Account" WHERE "parentId" = $1 AND status = 'active'`, [parentId]);
+    const children = await database().sql.query<{ id: string }>(
+      `SELECT id FROM "Account" WHERE "parentId" = $1 AND status = 'active'`,
+      [parentId],
+    );
     expect(children.length).toBeGreaterThan(USERS / 2);
     const tokens = await Promise.all(
-      children.map((child) => mintAccessToken({ secret: jwtSecret, kid: organization!.parent.publicKey, subject: child.id, ttlSeconds: 3600 })),
+      children.map((child) =>
+        mintAccessToken({
+          secret: jwtSecret,
+          kid: organization!.parent.publicKey,
+          subject: child.id,
+          ttlSeconds: 3600,
+        }),
+      ),
     );
-    const server = await startServer(database(), { env: { CACHE_MAX_ENTRIES: '100000', CACHE_MAX_BYTES: String(64 * 1024 * 1024) } });
+    const server = await startServer(database(), {
+      env: { CACHE_MAX_ENTRIES: '100000', CACHE_MAX_BYTES: String(64 * 1024 * 1024) },
+    });
     try {
       const { cache } = server.app.deps;
       // Nothing is kept before the change feed is live.
       await cache.caughtUp();
       for (let from = 0; from < tokens.length; from += 50) {
-        const answers = await Promise.all(tokens.slice(from, from + 50).map((token) => rest(server, '/auth/user-profile', { token })));
+        const answers = await Promise.all(
+          tokens.slice(from, from + 50).map((token) => rest(server, '/auth/user-profile', { token })),
+        );
         expect(answers.every((answer) => answer.status === 200)).toBe(true);
       }
       // Every user's token and account are held.

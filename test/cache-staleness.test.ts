@@ -90,7 +90,10 @@ describe('changes made directly in the database reach the API', () => {
     );
     await rest(server(), '/auth/organization-details', { publicKey: org.parent.publicKey });
     await reflected(
-      () => outside(`UPDATE "Organization" SET "signinUrl" = 'https://moved.example.com/in' WHERE "parentId" = $1`, [org.parent.id]),
+      () =>
+        outside(`UPDATE "Organization" SET "signinUrl" = 'https://moved.example.com/in' WHERE "parentId" = $1`, [
+          org.parent.id,
+        ]),
       () => rest(server(), '/auth/organization-details', { publicKey: org.parent.publicKey }),
       (r) => r.body.data?.authUrls?.signin === 'https://moved.example.com/in',
     );
@@ -117,11 +120,7 @@ describe('changes made directly in the database reach the API', () => {
       () => rest(server(), '/auth/child-accounts?search=late-arrival', { token }),
       (r) => r.body.data?.data?.stats?.total === 1 && r.body.data.data.accounts.length === 1,
     );
-    await reflected(
-      undefined,
-      list,
-      (r) => r.body.data?.data?.stats?.total === 2,
-    );
+    await reflected(undefined, list, (r) => r.body.data?.data?.stats?.total === 2);
   });
 
   it("the list's first page is cached and shows every change to a child: a sign-in of an active child, a new child, a rename", async () => {
@@ -157,13 +156,26 @@ describe('changes made directly in the database reach the API', () => {
     );
   });
 
-  it("a sign-in keeps the cached first page unless the page shows that child; a new child drops it", async () => {
+  it('a sign-in keeps the cached first page unless the page shows that child; a new child drops it', async () => {
     const own = await createOrganization(database());
     const dayAgo = new Date(Date.now() - 86_400_000);
-    // Newest first: the page of two shows `shown` and `newest`; `older` is read past it (whether more follow), not shown.
-    const older = await createChild(database(), own.parent, { username: 'older-child', lastLogin: dayAgo, createdAt: new Date(Date.now() - 3000) });
-    const shown = await createChild(database(), own.parent, { username: 'shown-child', lastLogin: dayAgo, createdAt: new Date(Date.now() - 2000) });
-    await createChild(database(), own.parent, { username: 'newest-child', lastLogin: dayAgo, createdAt: new Date(Date.now() - 1000) });
+    // Newest first: the page of two shows `shown` and `newest`; `older` is read past it (whether more
+    // follow), not shown.
+    const older = await createChild(database(), own.parent, {
+      username: 'older-child',
+      lastLogin: dayAgo,
+      createdAt: new Date(Date.now() - 3000),
+    });
+    const shown = await createChild(database(), own.parent, {
+      username: 'shown-child',
+      lastLogin: dayAgo,
+      createdAt: new Date(Date.now() - 2000),
+    });
+    await createChild(database(), own.parent, {
+      username: 'newest-child',
+      lastLogin: dayAgo,
+      createdAt: new Date(Date.now() - 1000),
+    });
     const token = await tokenFor(own.parent, own);
     const list = () => rest(server(), '/auth/child-accounts?limit=2', { token });
     const names = (r: RestResult) => (r.body.data.data.accounts as { username: string }[]).map((a) => a.username);
@@ -175,7 +187,11 @@ describe('changes made directly in the database reach the API', () => {
     try {
       // A child off the page signs in: its row, its parent's counters and the balance change; the page does not.
       const seenBefore = (await list()).body.data.data.accounts[1].lastSeen as string;
-      await reflected(() => outside(SIGN_IN_SQL, [older.id]), list, (r) => r.status === 200);
+      await reflected(
+        () => outside(SIGN_IN_SQL, [older.id]),
+        list,
+        (r) => r.status === 200,
+      );
       expect(pageReads.count).toBe(0);
       // A child on the page signs in: the page is read again and shows it.
       await reflected(
@@ -188,7 +204,10 @@ describe('changes made directly in the database reach the API', () => {
       // A new child is a stable change: every page of the parent is read again.
       await reflected(
         async () => {
-          await createChild(database(), own.parent, { username: 'newer-still', createdAt: new Date(Date.now() + 1000) });
+          await createChild(database(), own.parent, {
+            username: 'newer-still',
+            createdAt: new Date(Date.now() + 1000),
+          });
         },
         list,
         (r) => r.body.data?.data?.accounts?.[0]?.username === 'newer-still',
@@ -210,7 +229,9 @@ describe('changes made directly in the database reach the API', () => {
     // Only the count queries are counted.
     const counts = counting('count(*)');
     try {
-      const pages = await Promise.all(Array.from({ length: 30 }, () => rest(server(), '/auth/child-accounts', { token })));
+      const pages = await Promise.all(
+        Array.from({ length: 30 }, () => rest(server(), '/auth/child-accounts', { token })),
+      );
       expect(pages.every((r) => r.body.data.data.stats.total === 5)).toBe(true);
       expect(counts.count).toBe(1);
     } finally {
@@ -224,7 +245,10 @@ describe('changes made directly in the database reach the API', () => {
     const token = await tokenFor(child, own);
     expect((await profile(token)).status).toBe(200);
     await reflected(
-      () => outside(`UPDATE "Account" SET status = 'locked', "lockedUntil" = now() + interval '1 hour' WHERE id = $1`, [child.id]),
+      () =>
+        outside(`UPDATE "Account" SET status = 'locked', "lockedUntil" = now() + interval '1 hour' WHERE id = $1`, [
+          child.id,
+        ]),
       () => profile(token),
       (r) => r.status === 403 && r.body.error.code === 'ACCOUNT_INACTIVE',
     );
@@ -273,7 +297,8 @@ describe('changes made directly in the database reach the API', () => {
     const own = await createOrganization(database());
     const [signingIn, other] = [await createChild(database(), own.parent), await createChild(database(), own.parent)];
     const [signingInToken, otherToken] = [await tokenFor(signingIn, own), await tokenFor(other, own)];
-    for (const token of [signingInToken, otherToken, signingInToken, otherToken]) expect((await profile(token)).status).toBe(200);
+    for (const token of [signingInToken, otherToken, signingInToken, otherToken])
+      expect((await profile(token)).status).toBe(200);
     const balance = (await profile(parentToken)).status;
     expect(balance).toBe(200);
     // As the sign-in service writes one: the child, its parent's organization-wide counters, the
@@ -364,32 +389,35 @@ describe('changes made directly in the database reach the API', () => {
     expect(stats.invalidations).toBe(before);
   });
 
-  it.runIf(testMode === 'postgres')('while the listener is down the cache is bypassed; back, it serves again', async () => {
-    const own = await createOrganization(database());
-    const token = await tokenFor(own.parent, own);
-    const health = async () => (await rest(server(), '/health')).body.cache as string;
-    await expect.poll(health, { timeout: 5000 }).toBe('live');
-    expect((await profile(token)).status).toBe(200);
-    await outside(
-      `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+  it.runIf(testMode === 'postgres')(
+    'while the listener is down the cache is bypassed; back, it serves again',
+    async () => {
+      const own = await createOrganization(database());
+      const token = await tokenFor(own.parent, own);
+      const health = async () => (await rest(server(), '/health')).body.cache as string;
+      await expect.poll(health, { timeout: 5000 }).toBe('live');
+      expect((await profile(token)).status).toBe(200);
+      await outside(
+        `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
        WHERE application_name LIKE 'api-cache-%' AND datname = current_database()`,
-    );
-    await expect.poll(health, { timeout: 2000, interval: 5 }).toBe('bypassed');
-    // Bypassed: the very next request sees a change, with no announcement to wait for.
-    await outside(`UPDATE "Account" SET status = 'inactive' WHERE id = $1`, [own.parent.id]);
-    expect((await profile(token)).status).toBe(403);
-    await outside(`UPDATE "Account" SET status = 'active' WHERE id = $1`, [own.parent.id]);
-    expect((await profile(token)).status).toBe(200);
-    // The listener reconnects by itself and the cache is used again, still invalidated.
-    await expect.poll(health, { timeout: 10_000, interval: 20 }).toBe('live');
-    const hits = server().app.deps.cache.stats.hits;
-    expect((await profile(token)).status).toBe(200);
-    expect((await profile(token)).status).toBe(200);
-    expect(server().app.deps.cache.stats.hits).toBeGreaterThan(hits);
-    await reflected(
-      () => outside(`UPDATE "Account" SET status = 'inactive' WHERE id = $1`, [own.parent.id]),
-      () => profile(token),
-      (r) => r.status === 403,
-    );
-  });
+      );
+      await expect.poll(health, { timeout: 2000, interval: 5 }).toBe('bypassed');
+      // Bypassed: the very next request sees a change, with no announcement to wait for.
+      await outside(`UPDATE "Account" SET status = 'inactive' WHERE id = $1`, [own.parent.id]);
+      expect((await profile(token)).status).toBe(403);
+      await outside(`UPDATE "Account" SET status = 'active' WHERE id = $1`, [own.parent.id]);
+      expect((await profile(token)).status).toBe(200);
+      // The listener reconnects by itself and the cache is used again, still invalidated.
+      await expect.poll(health, { timeout: 10_000, interval: 20 }).toBe('live');
+      const hits = server().app.deps.cache.stats.hits;
+      expect((await profile(token)).status).toBe(200);
+      expect((await profile(token)).status).toBe(200);
+      expect(server().app.deps.cache.stats.hits).toBeGreaterThan(hits);
+      await reflected(
+        () => outside(`UPDATE "Account" SET status = 'inactive' WHERE id = $1`, [own.parent.id]),
+        () => profile(token),
+        (r) => r.status === 403,
+      );
+    },
+  );
 });

@@ -19,7 +19,15 @@ describe('snapshots', () => {
   it('read as PostgreSQL prints them, and see exactly the transactions committed before them', () => {
     const s = snapshot('100:105:101,103');
     expect(s).toEqual({ xmin: 100, xmax: 105, xip: [101, 103] });
-    expect([99, 100, 101, 102, 103, 104, 105].map((x) => sees(s, x))).toEqual([true, true, false, true, false, true, false]);
+    expect([99, 100, 101, 102, 103, 104, 105].map((x) => sees(s, x))).toEqual([
+      true,
+      true,
+      false,
+      true,
+      false,
+      true,
+      false,
+    ]);
     expect(parseSnapshot('not a snapshot')).toBeUndefined();
     expect(parseSnapshot(undefined)).toBeUndefined();
   });
@@ -32,7 +40,7 @@ describe('snapshots', () => {
 function scriptedDatabase() {
   const script = { row: {} as Record<string, unknown>, snapshot: undefined as string | undefined, statements: 0 };
   const sql = {
-    query: async <T,>(_text: string, _params?: unknown[]): Promise<T[]> => {
+    query: async <T>(_text: string, _params?: unknown[]): Promise<T[]> => {
       script.statements += 1;
       return [{ ...script.row, readSnapshot: script.snapshot } as T];
     },
@@ -50,7 +58,10 @@ describe('the cache with announced transaction ids', () => {
      * A read of `key` through the cache: `during` runs once it started (an announcement arriving
      * while it runs), then one statement that saw `snapshot` (none: a read that carries no snapshot).
      */
-    const read = (key: string, options: { snapshot?: string; during?: () => void | Promise<void>; value?: unknown; share?: boolean } = {}) =>
+    const read = (
+      key: string,
+      options: { snapshot?: string; during?: () => void | Promise<void>; value?: unknown; share?: boolean } = {},
+    ) =>
       cache.through(key, {
         tags: [tag],
         read: async (query) => {
@@ -78,7 +89,10 @@ describe('the cache with announced transaction ids', () => {
     expect(await read('d', { snapshot: '501:501:', during })).toBe(1);
     expect(cache.get('d')?.value).toBe(1);
     // An announcement without a transaction id (an older trigger) cannot be proven seen.
-    await read('e', { snapshot: '900:900:', during: () => feed.announce({ t: 'organization', id: 'USR_p', s: false }) });
+    await read('e', {
+      snapshot: '900:900:',
+      during: () => feed.announce({ t: 'organization', id: 'USR_p', s: false }),
+    });
     expect(cache.get('e')).toBeUndefined();
   });
 
@@ -128,7 +142,11 @@ describe('the cache with announced transaction ids', () => {
     const { feed, cache } = setup();
     const amended: number[] = [];
     const tags = [cacheTags.childMembers('USR_p'), cacheTags.children('USR_p')];
-    await cache.through('members', { tags, read: async () => 10, amend: (count, change) => (amended.push(change.version!), (count ?? 0) + 1) });
+    await cache.through('members', {
+      tags,
+      read: async () => 10,
+      amend: (count, change) => (amended.push(change.version!), (count ?? 0) + 1),
+    });
     // A child added: both tags go.
     feed.announce({ t: 'account', id: 'USR_c', p: 'USR_p', o: 'i', s: true, x: 50 });
     expect(cache.get('members')?.value).toBe(11);
@@ -146,7 +164,10 @@ describe('the cache with announced transaction ids', () => {
         const result = await readCounts(sources, filters, undefined, at);
         return { ...result, counted: context.script.statements > before };
       };
-      /** What the next statement reads: `active` counted, the oldest of them logged in at `oldest`, seen by `snapshot`. */
+      /**
+       * What the next statement reads: `active` counted, the oldest of them logged in at `oldest`, seen by
+       * `snapshot`.
+       */
       const database = (active: number, snapshot?: string, oldest = now - 1000) => {
         context.script.row = { total: null, active, oldest: new Date(oldest) };
         context.script.snapshot = snapshot;
@@ -170,7 +191,11 @@ describe('the cache with announced transaction ids', () => {
       feed.announce(signIn(recent, now, 1));
       expect(await counts(searched)).toMatchObject({ active: 1, counted: false });
       // A first login, a return after more than 30 days, a change beyond activity: counted again.
-      for (const [x, change] of [[2, signIn(null, now, 2)], [3, signIn(now - ACTIVE_WINDOW_MS - 1, now, 3)], [4, signIn(recent, now, 4, true)]] as const) {
+      for (const [x, change] of [
+        [2, signIn(null, now, 2)],
+        [3, signIn(now - ACTIVE_WINDOW_MS - 1, now, 3)],
+        [4, signIn(recent, now, 4, true)],
+      ] as const) {
         feed.announce(change);
         expect(await counts(searched), `change ${x}`).toMatchObject({ counted: true });
       }
@@ -219,10 +244,35 @@ describe('the cache with announced transaction ids', () => {
 
 describe('announcements, parsed once into a typed change', () => {
   it.each([
-    ['a row change', { t: 'account', id: 'USR_a', x: 7, k: 'APK_a_1', p: 'USR_p', s: false, l: 1, n: 2 }, { kind: 'row', entity: 'account', id: 'USR_a', version: 7, publicKey: 'APK_a_1', parentId: 'USR_p', stable: false, lastLogin: { before: 1, after: 2 } }],
-    ['never logged in before', { t: 'account', id: 'USR_a', x: 7, p: 'USR_p', s: false, n: 2 }, { kind: 'row', stable: false, lastLogin: { before: null, after: 2 } }],
-    ['no transaction: logins unknown', { t: 'account', id: 'USR_a', p: 'USR_p', s: false, n: 2 }, { kind: 'row', version: undefined, lastLogin: undefined }],
-    ['stable unless said otherwise', { t: 'organization', id: 'USR_p', x: 1 }, { kind: 'row', entity: 'organization', stable: true }],
+    [
+      'a row change',
+      { t: 'account', id: 'USR_a', x: 7, k: 'APK_a_1', p: 'USR_p', s: false, l: 1, n: 2 },
+      {
+        kind: 'row',
+        entity: 'account',
+        id: 'USR_a',
+        version: 7,
+        publicKey: 'APK_a_1',
+        parentId: 'USR_p',
+        stable: false,
+        lastLogin: { before: 1, after: 2 },
+      },
+    ],
+    [
+      'never logged in before',
+      { t: 'account', id: 'USR_a', x: 7, p: 'USR_p', s: false, n: 2 },
+      { kind: 'row', stable: false, lastLogin: { before: null, after: 2 } },
+    ],
+    [
+      'no transaction: logins unknown',
+      { t: 'account', id: 'USR_a', p: 'USR_p', s: false, n: 2 },
+      { kind: 'row', version: undefined, lastLogin: undefined },
+    ],
+    [
+      'stable unless said otherwise',
+      { t: 'organization', id: 'USR_p', x: 1 },
+      { kind: 'row', entity: 'organization', stable: true },
+    ],
     ['a bulk change', { t: 'account', all: true, x: 3 }, { kind: 'all' }],
     ['an unknown table', { t: 'invoice', id: 'x' }, { kind: 'all' }],
     ['no key', { t: 'account', x: 3 }, { kind: 'all' }],
@@ -262,14 +312,22 @@ describe('announced transactions and read snapshots agree', () => {
     await client?.end();
   });
 
-  const spend = () => outside(`UPDATE "Organization" SET "creditBalance" = "creditBalance" - 1 WHERE "parentId" = $1`, [org.parent.id]);
-  /** The organization's balance read through `cache` under `key`, with a sign-in committed before or after the statement. */
+  const spend = () =>
+    outside(`UPDATE "Organization" SET "creditBalance" = "creditBalance" - 1 WHERE "parentId" = $1`, [org.parent.id]);
+  /**
+   * The organization's balance read through `cache` under `key`, with a sign-in committed before or after the
+   * statement.
+   */
   const readBalance = (cache: EntityCache, key: string, signIn: 'before' | 'after') =>
     cache.through(key, {
       tags: [cacheTags.organization(org.parent.id)],
       read: async (query) => {
         if (signIn === 'before') await spend();
-        const [row] = await query<{ creditBalance: number }>('"creditBalance"', 'FROM "Organization" WHERE "parentId" = $1', [org.parent.id]);
+        const [row] = await query<{ creditBalance: number }>(
+          '"creditBalance"',
+          'FROM "Organization" WHERE "parentId" = $1',
+          [org.parent.id],
+        );
         if (signIn === 'after') await spend();
         return row;
       },
@@ -295,7 +353,7 @@ describe('announced transactions and read snapshots agree', () => {
     expect(cache.get(key)).toBeUndefined();
   });
 
-  it("an account read that saw a sign-in announced while it ran is kept (the read carries its snapshot)", async () => {
+  it('an account read that saw a sign-in announced while it ran is kept (the read carries its snapshot)', async () => {
     const own = await createOrganization(database());
     // A change committed before the read, whose announcement arrives while the read runs.
     const rows = await database().sql.query<{ version: string }>(
@@ -305,11 +363,15 @@ describe('announced transactions and read snapshots agree', () => {
     const version = Number(rows[0]!.version);
     const feed = new ManualFeed();
     const sql = database().sql;
-    const announcing = { ...sql, kind: sql.kind, query: async (text: string, params?: unknown[]) => {
-      const result = await sql.query(text, params);
-      feed.announce({ t: 'account', id: own.parent.id, x: version, s: false });
-      return result;
-    } } as typeof sql;
+    const announcing = {
+      ...sql,
+      kind: sql.kind,
+      query: async (text: string, params?: unknown[]) => {
+        const result = await sql.query(text, params);
+        feed.announce({ t: 'account', id: own.parent.id, x: version, s: false });
+        return result;
+      },
+    } as typeof sql;
     const cache = new EntityCache(feed, { maxEntries: 100, maxBytes: 1 << 20, ttlMs: 60_000 }, announcing);
     const loaded = await createLoaders(database().prisma, cache).accountById.load(own.parent.id);
     expect(loaded?.id).toBe(own.parent.id);
@@ -325,10 +387,14 @@ describe('announced transactions and read snapshots agree', () => {
     const feed = new ManualFeed();
     const sql = database().sql;
     let queries = 0;
-    const counting = { ...sql, kind: sql.kind, query: async (text: string, params?: unknown[]) => {
-      queries += 1;
-      return sql.query(text, params);
-    } } as typeof sql;
+    const counting = {
+      ...sql,
+      kind: sql.kind,
+      query: async (text: string, params?: unknown[]) => {
+        queries += 1;
+        return sql.query(text, params);
+      },
+    } as typeof sql;
     const cache = new EntityCache(feed, { maxEntries: 100, maxBytes: 1 << 20, ttlMs: 60_000 }, counting);
     const read = await createLoaders(database().prisma, cache).accountById.load(own.parent.id);
     expect(queries).toBe(1);
@@ -354,20 +420,30 @@ describe('announced transactions and read snapshots agree', () => {
 
   it("different requests' misses in one turn share one statement; a change the statement did not see stores none of them", async () => {
     const own = await createOrganization(database());
-    const children = [await createChild(database(), own.parent), await createChild(database(), own.parent), await createChild(database(), own.parent)];
+    const children = [
+      await createChild(database(), own.parent),
+      await createChild(database(), own.parent),
+      await createChild(database(), own.parent),
+    ];
     const feed = new ManualFeed();
     const sql = database().sql;
     const statements: unknown[][] = [];
     let announce: (() => void) | undefined;
-    const driver = { ...sql, kind: sql.kind, query: async (text: string, params?: unknown[]) => {
-      statements.push(params ?? []);
-      const result = await sql.query(text, params);
-      announce?.();
-      return result;
-    } } as typeof sql;
+    const driver = {
+      ...sql,
+      kind: sql.kind,
+      query: async (text: string, params?: unknown[]) => {
+        statements.push(params ?? []);
+        const result = await sql.query(text, params);
+        announce?.();
+        return result;
+      },
+    } as typeof sql;
     const cache = new EntityCache(feed, { maxEntries: 100, maxBytes: 1 << 20, ttlMs: 60_000 }, driver);
     // Three requests, each with its own loaders, missing three accounts at once.
-    const loaded = await Promise.all(children.map((child) => createLoaders(database().prisma, cache).accountById.load(child.id)));
+    const loaded = await Promise.all(
+      children.map((child) => createLoaders(database().prisma, cache).accountById.load(child.id)),
+    );
     expect(loaded.map((account) => account?.id)).toEqual(children.map((child) => child.id));
     expect(statements).toHaveLength(1);
     expect(statements[0]![0]).toEqual(expect.arrayContaining(children.map((child) => child.id)));
@@ -384,7 +460,9 @@ describe('announced transactions and read snapshots agree', () => {
       feed.announce({ t: 'account', id: children[0]!.id, x: 2 ** 40, s: false });
       announce = undefined;
     };
-    const again = await Promise.all(children.map((child) => createLoaders(database().prisma, cache).accountById.load(child.id)));
+    const again = await Promise.all(
+      children.map((child) => createLoaders(database().prisma, cache).accountById.load(child.id)),
+    );
     expect(again.map((account) => account?.id)).toEqual(children.map((child) => child.id));
     expect(statements).toHaveLength(3);
     expect(cache.get(`account:${children[0]!.id}`)).toBeUndefined();
@@ -395,7 +473,8 @@ describe('announced transactions and read snapshots agree', () => {
   it("a child's first sign-in raises its parent's active count at once, without counting again", async () => {
     const own = await createOrganization(database());
     const children = [];
-    for (let i = 0; i < 3; i++) children.push(await createChild(database(), own.parent, { lastLogin: i === 0 ? new Date() : null }));
+    for (let i = 0; i < 3; i++)
+      children.push(await createChild(database(), own.parent, { lastLogin: i === 0 ? new Date() : null }));
     const token = await tokenFor(own.parent, own);
     const stats = async () => (await rest(server(), '/auth/child-accounts', { token })).body.data.data.stats;
     expect(await stats()).toEqual({ total: 3, active: 1 });

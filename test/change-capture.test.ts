@@ -39,7 +39,10 @@ describe(`change capture (${testMode})`, () => {
 
   it('the source is the replication stream on PostgreSQL, and no trigger of the API is on any table there', async () => {
     await server().app.deps.cache.caughtUp();
-    expect((await rest(server(), '/health')).body).toMatchObject({ cache: 'live', changes: testMode === 'postgres' ? 'logical' : 'triggers' });
+    expect((await rest(server(), '/health')).body).toMatchObject({
+      cache: 'live',
+      changes: testMode === 'postgres' ? 'logical' : 'triggers',
+    });
     const [row] = await database().sql.query<{ installed: number }>(COUNT_TRIGGERS_SQL);
     expect(row!.installed).toBe(testMode === 'postgres' ? 0 : 16);
     const others = await database().sql.query<{ tgname: string }>(
@@ -52,7 +55,9 @@ describe(`change capture (${testMode})`, () => {
     // No index of the API holds a column a sign-in changes: a sign-in's row versions stay in
     // their page and no index is written (what the migration hot_sign_ins is for).
     const { url, socket } = database();
-    const client = url ? new pg.Client({ connectionString: url }) : new pg.Client({ host: socket!.host, port: socket!.port, user: 'postgres', database: 'postgres' });
+    const client = url
+      ? new pg.Client({ connectionString: url })
+      : new pg.Client({ host: socket!.host, port: socket!.port, user: 'postgres', database: 'postgres' });
     await client.connect();
     try {
       await client.query('BEGIN');
@@ -87,27 +92,48 @@ describe(`change capture (${testMode})`, () => {
         await shown(details, (r) => JSON.stringify(r.body).includes(`"Renamed ${i}"`));
       }
       expect((await profile(childToken)).status).toBe(200);
-      await outside(`UPDATE "Account" SET status = 'locked', "lockedUntil" = now() + interval '1 hour' WHERE id = $1`, [childId]);
-      await shown(() => profile(childToken), (r) => r.status !== 200);
+      await outside(`UPDATE "Account" SET status = 'locked', "lockedUntil" = now() + interval '1 hour' WHERE id = $1`, [
+        childId,
+      ]);
+      await shown(
+        () => profile(childToken),
+        (r) => r.status !== 200,
+      );
       await outside(`UPDATE "Account" SET status = 'active', "lockedUntil" = NULL WHERE id = $1`, [childId]);
-      await shown(() => profile(childToken), (r) => r.status === 200);
+      await shown(
+        () => profile(childToken),
+        (r) => r.status === 200,
+      );
       await outside(`UPDATE "Organization" SET "creditBalance" = 0 WHERE "parentId" = $1`, [org.parent.id]);
-      await shown(() => profile(childToken), (r) => r.status !== 200);
+      await shown(
+        () => profile(childToken),
+        (r) => r.status !== 200,
+      );
       await outside(`UPDATE "Organization" SET "creditBalance" = 1000000 WHERE "parentId" = $1`, [org.parent.id]);
-      await shown(() => profile(childToken), (r) => r.status === 200);
+      await shown(
+        () => profile(childToken),
+        (r) => r.status === 200,
+      );
     } finally {
       signingIn = false;
       await signIns;
     }
   });
 
-  it.runIf(testMode === 'postgres')('every connection of the database killed: a change still shows, and the stream comes back', async () => {
-    expect((await details()).status).toBe(200);
-    await outside(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`);
-    await outside(`UPDATE "Organization" SET name = 'After the kill' WHERE "parentId" = $1`, [org.parent.id]);
-    await shown(details, (r) => JSON.stringify(r.body).includes('After the kill'));
-    await expect.poll(async () => (await rest(server(), '/health')).body.cache, { timeout: 10_000, interval: 50 }).toBe('live');
-  });
+  it.runIf(testMode === 'postgres')(
+    'every connection of the database killed: a change still shows, and the stream comes back',
+    async () => {
+      expect((await details()).status).toBe(200);
+      await outside(
+        `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`,
+      );
+      await outside(`UPDATE "Organization" SET name = 'After the kill' WHERE "parentId" = $1`, [org.parent.id]);
+      await shown(details, (r) => JSON.stringify(r.body).includes('After the kill'));
+      await expect
+        .poll(async () => (await rest(server(), '/health')).body.cache, { timeout: 10_000, interval: 50 })
+        .toBe('live');
+    },
+  );
 
   it.runIf(testMode === 'postgres')('one temporary slot per instance while it runs, none once it stops', async () => {
     await server().app.deps.cache.caughtUp();
@@ -121,21 +147,26 @@ describe(`change capture (${testMode})`, () => {
     } finally {
       await second.close();
     }
-    await expect.poll(async () => (await apiSlots(database().url!)).length, { timeout: 5000, interval: 50 }).toBe(held.length);
+    await expect
+      .poll(async () => (await apiSlots(database().url!)).length, { timeout: 5000, interval: 50 })
+      .toBe(held.length);
   });
 
-  it.runIf(testMode === 'postgres')('a server reading the stream removes the announcement triggers a fallback left', async () => {
-    await installTriggers(database().sql);
-    expect((await database().sql.query<{ installed: number }>(COUNT_TRIGGERS_SQL))[0]!.installed).toBe(16);
-    const notices: string[] = [];
-    const feed = database().changeFeed({ onNotice: (message) => notices.push(message) });
-    try {
-      await feed.started();
-      expect(feed.source).toBe('logical');
-      expect((await database().sql.query<{ installed: number }>(COUNT_TRIGGERS_SQL))[0]!.installed).toBe(0);
-      expect(notices.join('\n')).toMatch(/removed the announcement triggers/);
-    } finally {
-      await feed.close();
-    }
-  });
+  it.runIf(testMode === 'postgres')(
+    'a server reading the stream removes the announcement triggers a fallback left',
+    async () => {
+      await installTriggers(database().sql);
+      expect((await database().sql.query<{ installed: number }>(COUNT_TRIGGERS_SQL))[0]!.installed).toBe(16);
+      const notices: string[] = [];
+      const feed = database().changeFeed({ onNotice: (message) => notices.push(message) });
+      try {
+        await feed.started();
+        expect(feed.source).toBe('logical');
+        expect((await database().sql.query<{ installed: number }>(COUNT_TRIGGERS_SQL))[0]!.installed).toBe(0);
+        expect(notices.join('\n')).toMatch(/removed the announcement triggers/);
+      } finally {
+        await feed.close();
+      }
+    },
+  );
 });

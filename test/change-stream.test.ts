@@ -31,12 +31,22 @@ const INT4 = 23;
 const TIMESTAMPTZ = 1184;
 
 const begin = (xid: number) => Buffer.concat([tag('B'), int64(0x1000n), int64(0n), int32(xid)]);
-const commit = (endLsn: bigint) => Buffer.concat([tag('C'), Buffer.from([0]), int64(endLsn - 8n), int64(endLsn), int64(0n)]);
+const commit = (endLsn: bigint) =>
+  Buffer.concat([tag('C'), Buffer.from([0]), int64(endLsn - 8n), int64(endLsn), int64(0n)]);
 const relation = (oid: number, table: string, columns: Column[]) =>
-  Buffer.concat([tag('R'), int32(oid), cstring('public'), cstring(table), tag('f'), int16(columns.length), ...columns.map((c) => Buffer.concat([Buffer.from([0]), cstring(c.name), int32(c.type), int32(-1)]))]);
+  Buffer.concat([
+    tag('R'),
+    int32(oid),
+    cstring('public'),
+    cstring(table),
+    tag('f'),
+    int16(columns.length),
+    ...columns.map((c) => Buffer.concat([Buffer.from([0]), cstring(c.name), int32(c.type), int32(-1)])),
+  ]);
 const value = (v: Buffer | null) => (v === null ? tag('n') : Buffer.concat([tag('b'), int32(v.length), v]));
 const tuple = (values: (Buffer | null)[]) => Buffer.concat([int16(values.length), ...values.map(value)]);
-const update = (oid: number, old: (Buffer | null)[], next: (Buffer | null)[]) => Buffer.concat([tag('U'), int32(oid), tag('O'), tuple(old), tag('N'), tuple(next)]);
+const update = (oid: number, old: (Buffer | null)[], next: (Buffer | null)[]) =>
+  Buffer.concat([tag('U'), int32(oid), tag('O'), tuple(old), tag('N'), tuple(next)]);
 const text = (s: string) => Buffer.from(s, 'utf8');
 const timestamp = (ms: number) => int64(BigInt(ms - 946_684_800_000) * 1000n);
 
@@ -70,11 +80,15 @@ describe('the replication stream, parsed by the library and classified', () => {
     const { send } = stream();
     send(begin(4321));
     send(relation(1, 'Organization', ORGANIZATION));
-    send(update(1, [text('USR_p1'), text('Old'), int32(10), int32(0)], [text('USR_p1'), text('New'), int32(10), int32(0)]));
+    send(
+      update(1, [text('USR_p1'), text('Old'), int32(10), int32(0)], [text('USR_p1'), text('New'), int32(10), int32(0)]),
+    );
     expect(send(commit(0x2000n))).toEqual({
       kind: 'commit',
       endLsn: 0x2000n,
-      changes: [expect.objectContaining({ kind: 'row', entity: 'organization', id: 'USR_p1', stable: true, version: 4321 })],
+      changes: [
+        expect.objectContaining({ kind: 'row', entity: 'organization', id: 'USR_p1', stable: true, version: 4321 }),
+      ],
     });
   });
 
@@ -85,20 +99,42 @@ describe('the replication stream, parsed by the library and classified', () => {
     send(relation(1, 'Organization', ORGANIZATION));
     const before = Date.UTC(2026, 0, 1);
     const after = Date.UTC(2026, 0, 2);
-    send(update(2, [text('USR_c1'), text('USR_p1'), null, text('active'), int32(1), timestamp(before)], [text('USR_c1'), text('USR_p1'), null, text('active'), int32(2), timestamp(after)]));
-    send(update(1, [text('USR_p1'), text('Org'), int32(10), int32(0)], [text('USR_p1'), text('Org'), int32(10), int32(1)]));
+    send(
+      update(
+        2,
+        [text('USR_c1'), text('USR_p1'), null, text('active'), int32(1), timestamp(before)],
+        [text('USR_c1'), text('USR_p1'), null, text('active'), int32(2), timestamp(after)],
+      ),
+    );
+    send(
+      update(1, [text('USR_p1'), text('Org'), int32(10), int32(0)], [text('USR_p1'), text('Org'), int32(10), int32(1)]),
+    );
     const event = send(commit(0x3000n));
     expect(event).toEqual({
       kind: 'commit',
       endLsn: 0x3000n,
-      changes: [expect.objectContaining({ entity: 'account', id: 'USR_c1', parentId: 'USR_p1', stable: false, lastLogin: { before, after } })],
+      changes: [
+        expect.objectContaining({
+          entity: 'account',
+          id: 'USR_c1',
+          parentId: 'USR_p1',
+          stable: false,
+          lastLogin: { before, after },
+        }),
+      ],
     });
   });
 
   it('a row of a relation the stream never described means that anything may have changed', () => {
     const { decoder, send } = stream();
     send(begin(8));
-    send(update(99, [text('USR_p1'), text('Old'), int32(10), int32(0)], [text('USR_p1'), text('New'), int32(10), int32(0)]));
+    send(
+      update(
+        99,
+        [text('USR_p1'), text('Old'), int32(10), int32(0)],
+        [text('USR_p1'), text('New'), int32(10), int32(0)],
+      ),
+    );
     expect(send(commit(0x4000n))).toEqual({ kind: 'commit', endLsn: 0x4000n, changes: [{ kind: 'all' }] });
     expect(decoder.malformed).toBe(1);
   });
@@ -107,21 +143,42 @@ describe('the replication stream, parsed by the library and classified', () => {
     const { send } = stream();
     send(begin(9));
     send(relation(1, 'Organization', ORGANIZATION));
-    const whole = update(1, [text('USR_p1'), text('Old'), int32(10), int32(0)], [text('USR_p1'), text('New'), int32(10), int32(0)]);
+    const whole = update(
+      1,
+      [text('USR_p1'), text('Old'), int32(10), int32(0)],
+      [text('USR_p1'), text('New'), int32(10), int32(0)],
+    );
     send(whole.subarray(0, whole.length - 3));
     expect(send(commit(0x5000n))).toEqual({ kind: 'commit', endLsn: 0x5000n, changes: [{ kind: 'all' }] });
     send(begin(10));
     send(Buffer.concat([tag('Z'), int32(1)]));
     expect(send(commit(0x5100n))).toEqual({ kind: 'commit', endLsn: 0x5100n, changes: [{ kind: 'all' }] });
     send(begin(11));
-    send(update(1, [text('USR_p1'), text('New'), int32(10), int32(0)], [text('USR_p1'), text('Newer'), int32(10), int32(0)]));
-    expect(send(commit(0x5200n))).toEqual({ kind: 'commit', endLsn: 0x5200n, changes: [expect.objectContaining({ entity: 'organization', id: 'USR_p1', stable: true })] });
+    send(
+      update(
+        1,
+        [text('USR_p1'), text('New'), int32(10), int32(0)],
+        [text('USR_p1'), text('Newer'), int32(10), int32(0)],
+      ),
+    );
+    expect(send(commit(0x5200n))).toEqual({
+      kind: 'commit',
+      endLsn: 0x5200n,
+      changes: [expect.objectContaining({ entity: 'organization', id: 'USR_p1', stable: true })],
+    });
   });
 
   it('a heartbeat message comes back with its text and position', () => {
     const { send } = stream();
     const content = text('abc:1');
-    const message = Buffer.concat([tag('M'), Buffer.from([0]), int64(0x6000n), cstring('api_cache_heartbeat'), int32(content.length), content]);
+    const message = Buffer.concat([
+      tag('M'),
+      Buffer.from([0]),
+      int64(0x6000n),
+      cstring('api_cache_heartbeat'),
+      int32(content.length),
+      content,
+    ]);
     expect(send(message)).toEqual({ kind: 'message', prefix: 'api_cache_heartbeat', content: 'abc:1', lsn: 0x6000n });
   });
 });

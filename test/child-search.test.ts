@@ -39,7 +39,7 @@ describe(`child search follows Account (${testMode})`, () => {
   /** Asks until the answer satisfies `expected` (the counts cache learns of changes by announcement). */
   async function search(query: string, expected: (inner: any) => boolean, who = token): Promise<any> {
     let last: RestResult | undefined;
-    for (const started = performance.now(); performance.now() - started < 2000; ) {
+    for (const started = performance.now(); performance.now() - started < 2000;) {
       last = await rest(server(), `/auth/child-accounts?${query}`, { token: who });
       expect(last.status).toBe(200);
       if (expected(last.body.data.data)) return last.body.data.data;
@@ -60,12 +60,17 @@ describe(`child search follows Account (${testMode})`, () => {
     await search('search=zebra', (i) => i.stats.total === 5 && !names(i).includes('Zebra1'));
     expect(names(await search('search=okapi', (i) => i.stats.total === 1))).toEqual(['Okapi1']);
 
-    await sql(`UPDATE "Account" SET "lastLogin" = $1 WHERE id IN ('USR_cs3', 'USR_cs5')`, [new Date(now.getTime() - 2 * DAY)]);
+    await sql(`UPDATE "Account" SET "lastLogin" = $1 WHERE id IN ('USR_cs3', 'USR_cs5')`, [
+      new Date(now.getTime() - 2 * DAY),
+    ]);
     await search('search=zebra', (i) => i.stats.total === 5 && i.stats.active === 5);
 
     await sql(`UPDATE "Account" SET "createdAt" = $1 WHERE id = 'USR_cs2'`, [new Date('2026-03-01T00:00:00.000Z')]);
     await search('search=zebra', (i) => names(i)[0] === 'Zebra2');
-    await search('search=zebra&startDate=2026-03-01&endDate=2026-03-01', (i) => i.stats.total === 1 && names(i)[0] === 'Zebra2');
+    await search(
+      'search=zebra&startDate=2026-03-01&endDate=2026-03-01',
+      (i) => i.stats.total === 1 && names(i)[0] === 'Zebra2',
+    );
 
     await sql(`UPDATE "Account" SET "parentId" = $1 WHERE id = 'USR_cs4'`, [other.parent.id]);
     await search('search=zebra', (i) => i.stats.total === 4 && !names(i).includes('Zebra4'));
@@ -75,8 +80,9 @@ describe(`child search follows Account (${testMode})`, () => {
     await search('search=zebra', (i) => i.stats.total === 3 && !names(i).includes('Zebra6'));
   });
 
-  it('keeps each parent\'s number of children exact through additions, removals and moves, counted once', async () => {
-    const counted = async (parentId: string) => (await sql(`SELECT count(*)::int AS n FROM "Account" WHERE "parentId" = $1`, [parentId]))[0]!.n as number;
+  it("keeps each parent's number of children exact through additions, removals and moves, counted once", async () => {
+    const counted = async (parentId: string) =>
+      (await sql(`SELECT count(*)::int AS n FROM "Account" WHERE "parentId" = $1`, [parentId]))[0]!.n as number;
     // Read once, so that the count is cached and then kept in place as children come and go.
     await search('limit=1', (i) => typeof i.stats.total === 'number');
     await sql(
@@ -108,12 +114,18 @@ describe(`child search follows Account (${testMode})`, () => {
       [org.parent.id],
     );
     expect(names(await search('search=élodie', (i) => i.stats.total === 1))).toEqual(['ÉLODIE_x']);
-    expect(names(await search(`search=${encodeURIComponent('E_X')}`, (i) => i.stats.total === 1))).toEqual(['ÉLODIE_x']);
-    expect(names(await search(`search=${encodeURIComponent('0%R')}`, (i) => i.stats.total === 1))).toEqual(['elodie-y']);
-    expect(names(await search(`search=${encodeURIComponent('K\\S')}`, (i) => i.stats.total === 1))).toEqual(['back\\slash']);
+    expect(names(await search(`search=${encodeURIComponent('E_X')}`, (i) => i.stats.total === 1))).toEqual([
+      'ÉLODIE_x',
+    ]);
+    expect(names(await search(`search=${encodeURIComponent('0%R')}`, (i) => i.stats.total === 1))).toEqual([
+      'elodie-y',
+    ]);
+    expect(names(await search(`search=${encodeURIComponent('K\\S')}`, (i) => i.stats.total === 1))).toEqual([
+      'back\\slash',
+    ]);
     await search(`search=${encodeURIComponent('e_y')}`, (i) => i.stats.total === 0);
   });
-  it('pages a large parent\'s search the same whether it walks the children or looks the matches up', async () => {
+  it("pages a large parent's search the same whether it walks the children or looks the matches up", async () => {
     // 1,200 children of one parent: "mid" in one name of 60, "rare" in five (most beyond the first
     // 500 the page walks before it looks matches up), "common" in one of three (in capitals in
     // every other one: counting a term this common scans the children, and a name matched as

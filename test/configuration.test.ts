@@ -12,7 +12,9 @@ describe('configuration', () => {
   };
 
   it('.env fills in development what the environment leaves unset; the environment wins', () => {
-    const file = dotEnv('PORT=4567\nLOG_LEVEL=debug\n# a comment\nCORS_ORIGINS="https://a.example, https://b.example"\n');
+    const file = dotEnv(
+      'PORT=4567\nLOG_LEVEL=debug\n# a comment\nCORS_ORIGINS="https://a.example, https://b.example"\n',
+    );
     const env: NodeJS.ProcessEnv = { LOG_LEVEL: 'warn' };
     expect(loadDotEnv(env, file).sort()).toEqual(['CORS_ORIGINS', 'PORT']);
     const config = loadConfig(env);
@@ -98,7 +100,11 @@ describe('configuration', () => {
       expect(refusal({ [name]: String(max - 1), SHUTDOWN_TIMEOUT_MS: String(max) })).toEqual([]);
     } else if (name === 'CACHE_MAX_BYTES') {
       // Taken as a number, then held to the memory budget: a terabyte does not fit 250 MB.
-      expect(refusal({ [name]: String(max) })).toEqual([expect.stringMatching(/^MEMORY_BUDGET_MB: CACHE_MAX_BYTES 1048576 MiB \(\d+ MiB of it outside the heap\) need \d+ MiB of heap/)]);
+      expect(refusal({ [name]: String(max) })).toEqual([
+        expect.stringMatching(
+          /^MEMORY_BUDGET_MB: CACHE_MAX_BYTES 1048576 MiB \(\d+ MiB of it outside the heap\) need \d+ MiB of heap/,
+        ),
+      ]);
     } else {
       expect(refusal({ [name]: String(max) })).toEqual([]);
     }
@@ -106,25 +112,38 @@ describe('configuration', () => {
     if (min > 0) expect(refusal({ ...beside, [name]: String(min - 1) })).toEqual([`${name}: must be at least ${min}`]);
   });
 
-  it.each(BOUNDS.map(([name]) => name))('%s: only decimal digits are a number (no hex, exponent, fraction or sign)', (name) => {
-    for (const written of ['0x10', '1e3', '10.0', '-5', '+5', '5 apples', 'Infinity']) {
-      expect(refusal({ [name]: written }), `${name}=${written}`).toEqual([`${name}: must be a whole number in decimal digits`]);
-    }
-    // Empty is unset, as a template's `NAME=` means.
-    expect(refusal({ [name]: '' })).toEqual([]);
-  });
+  it.each(BOUNDS.map(([name]) => name))(
+    '%s: only decimal digits are a number (no hex, exponent, fraction or sign)',
+    (name) => {
+      for (const written of ['0x10', '1e3', '10.0', '-5', '+5', '5 apples', 'Infinity']) {
+        expect(refusal({ [name]: written }), `${name}=${written}`).toEqual([
+          `${name}: must be a whole number in decimal digits`,
+        ]);
+      }
+      // Empty is unset, as a template's `NAME=` means.
+      expect(refusal({ [name]: '' })).toEqual([]);
+    },
+  );
 
   it('a rate-limit window past what timers take would have emptied every counter at once: refused at start', () => {
-    expect(refusal({ RATE_LIMIT_WINDOW_SECONDS: '2147484' })).toEqual(['RATE_LIMIT_WINDOW_SECONDS: must be at most 2147483']);
+    expect(refusal({ RATE_LIMIT_WINDOW_SECONDS: '2147484' })).toEqual([
+      'RATE_LIMIT_WINDOW_SECONDS: must be at most 2147483',
+    ]);
     expect(loadConfig({ RATE_LIMIT_WINDOW_SECONDS: ' 120 ' }).rateLimit.windowSeconds).toBe(120);
   });
 
   it('CHANGE_DECODE_URL: a postgres URL beside DATABASE_URL, its primary; anything else is refused naming it', () => {
     const primary = 'postgres://api@primary:5432/app';
-    expect(loadConfig({ DATABASE_URL: primary, CHANGE_DECODE_URL: ' postgres://api@standby:5432/app ' }).changeDecodeUrl).toBe('postgres://api@standby:5432/app');
+    expect(
+      loadConfig({ DATABASE_URL: primary, CHANGE_DECODE_URL: ' postgres://api@standby:5432/app ' }).changeDecodeUrl,
+    ).toBe('postgres://api@standby:5432/app');
     expect(loadConfig({ DATABASE_URL: primary }).changeDecodeUrl).toBeUndefined();
-    expect(refusal({ DATABASE_URL: primary, CHANGE_DECODE_URL: 'http://standby:5432' })).toEqual(['CHANGE_DECODE_URL: must be a postgres:// or postgresql:// URL (a standby of DATABASE_URL)']);
-    expect(refusal({ CHANGE_DECODE_URL: 'postgres://api@standby:5432/app' })).toEqual(['CHANGE_DECODE_URL: a standby to decode on needs DATABASE_URL, its primary (the embedded database has no stream)']);
+    expect(refusal({ DATABASE_URL: primary, CHANGE_DECODE_URL: 'http://standby:5432' })).toEqual([
+      'CHANGE_DECODE_URL: must be a postgres:// or postgresql:// URL (a standby of DATABASE_URL)',
+    ]);
+    expect(refusal({ CHANGE_DECODE_URL: 'postgres://api@standby:5432/app' })).toEqual([
+      'CHANGE_DECODE_URL: a standby to decode on needs DATABASE_URL, its primary (the embedded database has no stream)',
+    ]);
   });
 
   it('TRUST_PROXY: a hop count is bounded too', () => {
@@ -137,18 +156,43 @@ describe('configuration', () => {
     const defaults = { sampler: 'parentbased_always_on', ratio: 1 };
     expect(loadConfig({}).tracing).toEqual({ enabled: false, protocol: 'http/protobuf', ...defaults });
     expect(loadConfig(endpoint).tracing).toEqual({ enabled: true, protocol: 'http/protobuf', ...defaults });
-    expect(loadConfig({ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'https://collector/v1/traces', OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' }).tracing).toEqual({ enabled: true, protocol: 'http/json', ...defaults });
-    expect(loadConfig({ ...endpoint, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/protobuf' }).tracing.protocol).toBe('http/protobuf');
+    expect(
+      loadConfig({
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'https://collector/v1/traces',
+        OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+      }).tracing,
+    ).toEqual({ enabled: true, protocol: 'http/json', ...defaults });
+    expect(
+      loadConfig({
+        ...endpoint,
+        OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/protobuf',
+      }).tracing.protocol,
+    ).toBe('http/protobuf');
     expect(loadConfig({ ...endpoint, OTEL_SDK_DISABLED: 'true' }).tracing.enabled).toBe(false);
     expect(loadConfig({ ...endpoint, OTEL_TRACES_EXPORTER: 'none' }).tracing.enabled).toBe(false);
-    expect(refusal({ ...endpoint, OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.1' })).toEqual([]);
-    expect(loadConfig({ ...endpoint, OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '.25' }).tracing).toMatchObject({ sampler: 'traceidratio', ratio: 0.25 });
+    expect(
+      refusal({ ...endpoint, OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.1' }),
+    ).toEqual([]);
+    expect(
+      loadConfig({ ...endpoint, OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '.25' }).tracing,
+    ).toMatchObject({ sampler: 'traceidratio', ratio: 0.25 });
     // The SDK would sample every trace for a sampler it does not know, and export nowhere over a protocol it lacks.
-    expect(refusal({ ...endpoint, OTEL_TRACES_SAMPLER: 'traceidratio_typo' })[0]).toMatch(/^OTEL_TRACES_SAMPLER: must be one of always_on/);
-    expect(refusal({ ...endpoint, OTEL_TRACES_SAMPLER_ARG: '10%' })).toEqual(['OTEL_TRACES_SAMPLER_ARG: must be a probability between 0 and 1 (0.1 samples one trace in ten)']);
+    expect(refusal({ ...endpoint, OTEL_TRACES_SAMPLER: 'traceidratio_typo' })[0]).toMatch(
+      /^OTEL_TRACES_SAMPLER: must be one of always_on/,
+    );
+    expect(refusal({ ...endpoint, OTEL_TRACES_SAMPLER_ARG: '10%' })).toEqual([
+      'OTEL_TRACES_SAMPLER_ARG: must be a probability between 0 and 1 (0.1 samples one trace in ten)',
+    ]);
     expect(refusal({ ...endpoint, OTEL_TRACES_SAMPLER_ARG: '1.5' })).toHaveLength(1);
-    expect(refusal({ ...endpoint, OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' })[0]).toMatch(/^OTEL_EXPORTER_OTLP_PROTOCOL: must be http\/protobuf or http\/json \(gRPC is not supported/);
-    expect(refusal({ OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' })).toEqual(['OTEL_EXPORTER_OTLP_ENDPOINT: must be an http:// or https:// URL']);
-    expect(refusal({ ...endpoint, OTEL_TRACES_EXPORTER: 'zipkin' })[0]).toMatch(/^OTEL_TRACES_EXPORTER: must be otlp or none/);
+    expect(refusal({ ...endpoint, OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' })[0]).toMatch(
+      /^OTEL_EXPORTER_OTLP_PROTOCOL: must be http\/protobuf or http\/json \(gRPC is not supported/,
+    );
+    expect(refusal({ OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' })).toEqual([
+      'OTEL_EXPORTER_OTLP_ENDPOINT: must be an http:// or https:// URL',
+    ]);
+    expect(refusal({ ...endpoint, OTEL_TRACES_EXPORTER: 'zipkin' })[0]).toMatch(
+      /^OTEL_TRACES_EXPORTER: must be otlp or none/,
+    );
   });
 });

@@ -29,8 +29,19 @@ const PAGE = `query($search: String, $startDate: String, $endDate: String, $limi
   childAccounts(search: $search, startDate: $startDate, endDate: $endDate, limit: $limit, after: $after) {
     edges { cursor node { username email lastSeen registered } } pageInfo { hasNextPage endCursor } stats { total active } } }`;
 
-const TIMESTAMP_FIELDS = new Set(['createdAt', 'updatedAt', 'lastLogin', 'lastPasswordChanged', 'lastLoginAttempt', 'lockedUntil',
-  'lastResetPasswordRequestAt', 'purchaseDate', 'lastLowCreditNotificationAt', 'lastCriticalCreditNotificationAt', 'lastDepletedCreditNotificationAt']);
+const TIMESTAMP_FIELDS = new Set([
+  'createdAt',
+  'updatedAt',
+  'lastLogin',
+  'lastPasswordChanged',
+  'lastLoginAttempt',
+  'lockedUntil',
+  'lastResetPasswordRequestAt',
+  'purchaseDate',
+  'lastLowCreditNotificationAt',
+  'lastCriticalCreditNotificationAt',
+  'lastDepletedCreditNotificationAt',
+]);
 
 /** ISO strings of timestamp fields to milliseconds, recursively. */
 function normalize(value: unknown, key = ''): unknown {
@@ -52,9 +63,22 @@ describe(`REST and GraphQL agree (${testMode})`, () => {
     organizations = await seed(database(), { organizations: 4, childrenPerOrganization: 60, seed: 99, now });
     for (const org of organizations) {
       const row = await database().prisma.organization.findUniqueOrThrow({ where: { parentId: org.parent.userID } });
-      const sample = await database().prisma.account.findMany({ where: { parentId: org.parent.userID }, take: 6, orderBy: { id: 'asc' } });
+      const sample = await database().prisma.account.findMany({
+        where: { parentId: org.parent.userID },
+        take: 6,
+        orderBy: { id: 'asc' },
+      });
       for (const account of [{ id: org.parent.userID }, ...sample]) {
-        tokens.set(account.id, await mintAccessToken({ secret: row.jwtSecret, kid: org.parent.publicKey, subject: account.id, ttlSeconds: 600, now }));
+        tokens.set(
+          account.id,
+          await mintAccessToken({
+            secret: row.jwtSecret,
+            kid: org.parent.publicKey,
+            subject: account.id,
+            ttlSeconds: 600,
+            now,
+          }),
+        );
       }
     }
   });
@@ -112,9 +136,15 @@ describe(`REST and GraphQL agree (${testMode})`, () => {
         for (let pageNumber = 0; ; pageNumber++) {
           const query = new URLSearchParams({ ...filters, ...(lastKey ? { lastKey } : {}) });
           const restPage = (await rest(server(), `/auth/child-accounts?${query}`, { token })).body.data.data;
-          const gqlPage = (await server().graphql<{ childAccounts: { edges: { cursor: string; node: unknown }[]; pageInfo: { hasNextPage: boolean; endCursor: string | null }; stats: unknown } }>(
-            PAGE, { token, variables: { ...filters, limit: Number(filters.limit), after } },
-          )).data!.childAccounts;
+          const gqlPage = (
+            await server().graphql<{
+              childAccounts: {
+                edges: { cursor: string; node: unknown }[];
+                pageInfo: { hasNextPage: boolean; endCursor: string | null };
+                stats: unknown;
+              };
+            }>(PAGE, { token, variables: { ...filters, limit: Number(filters.limit), after } })
+          ).data!.childAccounts;
           expect(gqlPage.stats).toEqual(restPage.stats);
           expect(gqlPage.edges.map((e) => e.node)).toEqual(restPage.accounts);
           expect(gqlPage.pageInfo.hasNextPage).toBe(restPage.pagination.hasMore);

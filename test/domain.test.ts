@@ -92,8 +92,22 @@ describe('credit analysis', () => {
 
   it('puts it together', () => {
     const purchases = [
-      { packageType: 'GROWTH' as const, purchaseDate: new Date('2026-03-01'), creditsAdded: 55_000, freeUsersAdded: 5_000, price: 50, transactionId: 'TXN_2' },
-      { packageType: 'STARTER' as const, purchaseDate: new Date('2026-01-01'), creditsAdded: 10_000, freeUsersAdded: 1_000, price: 10, transactionId: 'TXN_1' },
+      {
+        packageType: 'GROWTH' as const,
+        purchaseDate: new Date('2026-03-01'),
+        creditsAdded: 55_000,
+        freeUsersAdded: 5_000,
+        price: 50,
+        transactionId: 'TXN_2',
+      },
+      {
+        packageType: 'STARTER' as const,
+        purchaseDate: new Date('2026-01-01'),
+        creditsAdded: 10_000,
+        freeUsersAdded: 1_000,
+        price: 10,
+        transactionId: 'TXN_1',
+      },
     ];
     const analysis = analyseCredits({
       creditBalance: 6_500,
@@ -134,13 +148,24 @@ describe('date bounds (decisions §4)', () => {
     expect(parseDateBound('startDate', raw, bound).toISOString()).toBe(iso);
   });
 
-  it.each(['2024-02-30', '2023-02-29', '2024-13-01', '2024-00-10', '2024-05-31T24:00:00', '2024-05-31T10:61', 'yesterday', '', '31/05/2024', '1.5', '-100', '99999999999999999', '2024-5-1'])(
-    'refuses %j with INVALID_DATE_FORMAT naming the parameter',
-    (raw) => {
-      expect(() => parseDateBound('endDate', raw, 'end')).toThrow(InvalidDateFormatError);
-      expect(() => parseDateBound('endDate', raw, 'end')).toThrow(/^endDate/);
-    },
-  );
+  it.each([
+    '2024-02-30',
+    '2023-02-29',
+    '2024-13-01',
+    '2024-00-10',
+    '2024-05-31T24:00:00',
+    '2024-05-31T10:61',
+    'yesterday',
+    '',
+    '31/05/2024',
+    '1.5',
+    '-100',
+    '99999999999999999',
+    '2024-5-1',
+  ])('refuses %j with INVALID_DATE_FORMAT naming the parameter', (raw) => {
+    expect(() => parseDateBound('endDate', raw, 'end')).toThrow(InvalidDateFormatError);
+    expect(() => parseDateBound('endDate', raw, 'end')).toThrow(/^endDate/);
+  });
 
   it('refuses a start after the end, allows equal bounds', () => {
     expect(() => parseDateRange('2024-06-02', '2024-06-01')).toThrow(/startDate is after endDate/);
@@ -162,7 +187,10 @@ describe('date bounds (decisions §4)', () => {
 
 describe('times as answered', () => {
   it('are written exactly as Date.prototype.toISOString writes them, at every instant', () => {
-    const edges = [0, -1, 1, 86_399_999, 86_400_000, 951_782_400_000, 951_868_799_999, 4_107_542_400_000, -30_610_224_000_001, 253_402_300_799_999, 253_402_300_800_000, -62_167_219_200_000, 8.64e15, -8.64e15];
+    const edges = [
+      0, -1, 1, 86_399_999, 86_400_000, 951_782_400_000, 951_868_799_999, 4_107_542_400_000, -30_610_224_000_001,
+      253_402_300_799_999, 253_402_300_800_000, -62_167_219_200_000, 8.64e15, -8.64e15,
+    ];
     for (const ms of edges) expect(isoTime(ms)).toBe(new Date(ms).toISOString());
     fc.assert(
       fc.property(fc.integer({ min: -8.64e15, max: 8.64e15 }), (ms) => isoTime(ms) === new Date(ms).toISOString()),
@@ -170,7 +198,10 @@ describe('times as answered', () => {
     );
     // The years this API shows, more densely.
     fc.assert(
-      fc.property(fc.integer({ min: Date.UTC(1999, 0, 1), max: Date.UTC(2101, 0, 1) }), (ms) => isoTime(ms) === new Date(ms).toISOString()),
+      fc.property(
+        fc.integer({ min: Date.UTC(1999, 0, 1), max: Date.UTC(2101, 0, 1) }),
+        (ms) => isoTime(ms) === new Date(ms).toISOString(),
+      ),
       { numRuns: 20_000 },
     );
     expect(isoTime(null)).toBeNull();
@@ -204,7 +235,12 @@ describe('base64url spellings', () => {
       fc.array(fc.constantFrom(...alphabet), { maxLength: 12 }).map((chars) => chars.join('')),
     );
     fc.assert(
-      fc.property(segment, (text) => isCanonicalBase64url(text) === (text !== '' && /^[A-Za-z0-9_-]+$/.test(text) && canonicalBase64url(text) === text)),
+      fc.property(
+        segment,
+        (text) =>
+          isCanonicalBase64url(text) ===
+          (text !== '' && /^[A-Za-z0-9_-]+$/.test(text) && canonicalBase64url(text) === text),
+      ),
       { numRuns: 5000, seed: 51 },
     );
   });

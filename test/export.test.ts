@@ -15,25 +15,38 @@ describe(`the child-list export (${testMode})`, () => {
   const log = useCapturedLog();
 
   const get = (query: string, token?: string, headers: Record<string, string> = {}) =>
-    fetch(`${server().url}${PATH}${query}`, { headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...headers } });
+    fetch(`${server().url}${PATH}${query}`, {
+      headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...headers },
+    });
 
   it('CSV: every child newest first across batches, the same as the list pages, fields escaped', async () => {
     const built = await createOrganization(database());
     await manyChildren(database(), built, EXPORT_BATCH_ROWS * 2 + 17);
-    const odd = await createChild(database(), built.parent, { username: '=HYPERLINK("x"),"a"', email: 'line\nbreak@example.com', createdAt: new Date('2026-01-01T00:00:00.000Z'), lastLogin: new Date('2026-02-01T00:00:00.000Z') });
+    const odd = await createChild(database(), built.parent, {
+      username: '=HYPERLINK("x"),"a"',
+      email: 'line\nbreak@example.com',
+      createdAt: new Date('2026-01-01T00:00:00.000Z'),
+      lastLogin: new Date('2026-02-01T00:00:00.000Z'),
+    });
     const token = await tokenFor(built.parent, built);
     const answer = await get('?format=csv', token);
     expect(answer.status).toBe(200);
     expect(answer.headers.get('content-type')).toBe('text/csv; charset=utf-8; header=present');
-    expect(answer.headers.get('content-disposition')).toMatch(/^attachment; filename="child-accounts-\d{4}-\d{2}-\d{2}\.csv"$/);
+    expect(answer.headers.get('content-disposition')).toMatch(
+      /^attachment; filename="child-accounts-\d{4}-\d{2}-\d{2}\.csv"$/,
+    );
     expect(answer.headers.get('cache-control')).toBe('no-store');
     const text = await answer.text();
     expect(text.startsWith('username,email,lastSeen,registered\r\n')).toBe(true);
     expect(text).toContain(`'=HYPERLINK(""x""),""a""`);
-    expect(text.split('\r\n')[1]).toBe(`"'=HYPERLINK(""x""),""a""","line\nbreak@example.com",2026-02-01T00:00:00.000Z,2026-01-01T00:00:00.000Z`);
+    expect(text.split('\r\n')[1]).toBe(
+      `"'=HYPERLINK(""x""),""a""","line\nbreak@example.com",2026-02-01T00:00:00.000Z,2026-01-01T00:00:00.000Z`,
+    );
     const lines = text.split('\r\n').slice(2, -1);
     expect(lines).toHaveLength(EXPORT_BATCH_ROWS * 2 + 17);
-    expect(lines[0]).toBe(`bulk${EXPORT_BATCH_ROWS * 2 + 16},bulk${EXPORT_BATCH_ROWS * 2 + 16}@example.com,,${new Date(Date.UTC(2025, 0, 1) + (EXPORT_BATCH_ROWS * 2 + 16) * 1000).toISOString()}`);
+    expect(lines[0]).toBe(
+      `bulk${EXPORT_BATCH_ROWS * 2 + 16},bulk${EXPORT_BATCH_ROWS * 2 + 16}@example.com,,${new Date(Date.UTC(2025, 0, 1) + (EXPORT_BATCH_ROWS * 2 + 16) * 1000).toISOString()}`,
+    );
     expect(lines.at(-1)).toBe(`bulk0,bulk0@example.com,,2025-01-01T00:00:00.000Z`);
     expect(new Set(lines).size).toBe(lines.length);
     expect(odd.username).toBeDefined();
@@ -43,22 +56,41 @@ describe(`the child-list export (${testMode})`, () => {
     const built = await createOrganization(database());
     await manyChildren(database(), built, 1_500);
     const token = await tokenFor(built.parent, built);
-    const answer = await get('?format=ndjson&search=BULK1&startDate=2025-01-01T00:00:10.000Z&endDate=2025-01-01T00:20:00.000Z', token);
+    const answer = await get(
+      '?format=ndjson&search=BULK1&startDate=2025-01-01T00:00:10.000Z&endDate=2025-01-01T00:20:00.000Z',
+      token,
+    );
     expect(answer.headers.get('content-type')).toBe('application/x-ndjson; charset=utf-8');
-    const rows = (await answer.text()).trimEnd().split('\n').map((line) => JSON.parse(line) as { username: string; lastSeen: null; registered: string });
+    const rows = (await answer.text())
+      .trimEnd()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { username: string; lastSeen: null; registered: string });
     // bulk10..bulk19, bulk100..bulk199, bulk1000..bulk1199 registered within 10 s .. 20 min.
-    const expected = Array.from({ length: 1_500 }, (_, i) => i).filter((i) => String(i).startsWith('1') && i >= 10 && i <= 1_200).reverse();
+    const expected = Array.from({ length: 1_500 }, (_, i) => i)
+      .filter((i) => String(i).startsWith('1') && i >= 10 && i <= 1_200)
+      .reverse();
     expect(rows.map((r) => r.username)).toEqual(expected.map((i) => `bulk${i}`));
-    expect(rows[0]).toEqual({ username: `bulk${expected[0]}`, email: `bulk${expected[0]}@example.com`, lastSeen: null, registered: new Date(Date.UTC(2025, 0, 1) + expected[0]! * 1000).toISOString() });
+    expect(rows[0]).toEqual({
+      username: `bulk${expected[0]}`,
+      email: `bulk${expected[0]}@example.com`,
+      lastSeen: null,
+      registered: new Date(Date.UTC(2025, 0, 1) + expected[0]! * 1000).toISOString(),
+    });
   });
 
   it('parent-only, filters checked before it starts, one export per organization at a time', async () => {
     const built = await createOrganization(database());
     const child = await createChild(database(), built.parent);
     const parentToken = await tokenFor(built.parent, built);
-    const code = async (answer: Response) => [answer.status, ((await answer.json()) as { error: { code: string } }).error.code];
+    const code = async (answer: Response) => [
+      answer.status,
+      ((await answer.json()) as { error: { code: string } }).error.code,
+    ];
     expect(await code(await get('', await tokenFor(child, built)))).toEqual([401, 'UNAUTHORIZED_ACCESS']);
-    expect(await code(await get('', undefined, { 'x-public-key': built.parent.publicKey }))).toEqual([401, 'UNAUTHORIZED']);
+    expect(await code(await get('', undefined, { 'x-public-key': built.parent.publicKey }))).toEqual([
+      401,
+      'UNAUTHORIZED',
+    ]);
     expect(await code(await get('?format=xml', parentToken))).toEqual([400, 'INVALID_FORMAT']);
     expect(await code(await get('?format=csv&format=csv', parentToken))).toEqual([400, 'INVALID_FORMAT']);
     expect(await code(await get(`?search=${'x'.repeat(201)}`, parentToken))).toEqual([400, 'INVALID_SEARCH']);
@@ -67,10 +99,12 @@ describe(`the child-list export (${testMode})`, () => {
     await createChild(database(), other.parent, { username: 'someone-else' });
     expect(await (await get('', await tokenFor(other.parent, other))).text()).toContain('someone-else');
     expect(await (await get('', parentToken)).text()).not.toContain('someone-else');
-    const post = await fetch(`${server().url}${PATH}`, { method: 'POST', headers: { authorization: `Bearer ${parentToken}` } });
+    const post = await fetch(`${server().url}${PATH}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${parentToken}` },
+    });
     expect(post.status).toBe(405);
   });
-
 
   it('counts as many requests as EXPORT_RATE_COST says', async () => {
     const built = await createOrganization(database());
@@ -144,7 +178,10 @@ describe(`the child-list export (${testMode})`, () => {
         await expect.poll(() => patient().app.exports.running(), { timeout: 10_000, interval: 20 }).toBe(0);
         // At once (milliseconds idle), not after the 60 s stall bound.
         expect(Date.now() - at).toBeLessThan(5_000);
-        const again = await fetch(`${patient().url}${PATH}?format=ndjson&search=slow0r`, { headers: { authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(30_000) });
+        const again = await fetch(`${patient().url}${PATH}?format=ndjson&search=slow0r`, {
+          headers: { authorization: `Bearer ${token}` },
+          signal: AbortSignal.timeout(30_000),
+        });
         expect(again.status).toBe(200);
         await again.body?.cancel();
         await expect.poll(() => patient().app.exports.running(), { timeout: 10_000 }).toBe(0);
@@ -155,14 +192,37 @@ describe(`the child-list export (${testMode})`, () => {
   it("filters never reach another organization's rows", async () => {
     const [mine, theirs] = [await createOrganization(database()), await createOrganization(database())];
     const at = new Date('2025-03-10T12:00:00.000Z');
-    const own = await createChild(database(), mine.parent, { username: 'twin-mine', email: 'twin-mine@example.com', createdAt: at });
-    await createChild(database(), theirs.parent, { username: 'twin-theirs', email: 'twin-theirs@example.com', createdAt: at });
+    const own = await createChild(database(), mine.parent, {
+      username: 'twin-mine',
+      email: 'twin-mine@example.com',
+      createdAt: at,
+    });
+    await createChild(database(), theirs.parent, {
+      username: 'twin-theirs',
+      email: 'twin-theirs@example.com',
+      createdAt: at,
+    });
     const token = await tokenFor(mine.parent, mine);
-    for (const query of ['search=twin', 'search=twin-theirs', 'startDate=2025-03-10&endDate=2025-03-10', 'search=%25', 'search=_', `search=${theirs.parent.id}`]) {
-      const answer = await fetch(`${patient().url}${PATH}?format=ndjson&${query}`, { headers: { authorization: `Bearer ${token}` } });
+    for (const query of [
+      'search=twin',
+      'search=twin-theirs',
+      'startDate=2025-03-10&endDate=2025-03-10',
+      'search=%25',
+      'search=_',
+      `search=${theirs.parent.id}`,
+    ]) {
+      const answer = await fetch(`${patient().url}${PATH}?format=ndjson&${query}`, {
+        headers: { authorization: `Bearer ${token}` },
+      });
       expect(answer.status, query).toBe(200);
-      const rows = (await answer.text()).split('\n').filter(Boolean).map((line) => JSON.parse(line) as { username: string });
-      expect(rows.every((row) => row.username !== 'twin-theirs'), query).toBe(true);
+      const rows = (await answer.text())
+        .split('\n')
+        .filter(Boolean)
+        .map((line) => JSON.parse(line) as { username: string });
+      expect(
+        rows.every((row) => row.username !== 'twin-theirs'),
+        query,
+      ).toBe(true);
       if (query === 'search=twin') expect(rows.map((row) => row.username)).toEqual([own.username]);
     }
   });
@@ -171,20 +231,33 @@ describe(`the child-list export (${testMode})`, () => {
     const built = await createOrganization(database());
     const names = ['=1+1', '+1+1', '-1+1', '@SUM(A1)', '\tTAB', '\rCR'];
     for (const [i, username] of names.entries()) {
-      await createChild(database(), built.parent, { username, email: `${['=', '+', '-', '@', '\t', '\r'][i]}mail${i}@example.com`, createdAt: new Date(Date.UTC(2025, 0, 1 + i)) });
+      await createChild(database(), built.parent, {
+        username,
+        email: `${['=', '+', '-', '@', '\t', '\r'][i]}mail${i}@example.com`,
+        createdAt: new Date(Date.UTC(2025, 0, 1 + i)),
+      });
     }
     const token = await tokenFor(built.parent, built);
-    const csv = await (await fetch(`${patient().url}${PATH}?format=csv`, { headers: { authorization: `Bearer ${token}` } })).text();
+    const csv = await (
+      await fetch(`${patient().url}${PATH}?format=csv`, { headers: { authorization: `Bearer ${token}` } })
+    ).text();
     const fields = parseCsv(csv).slice(1).flat();
-    for (const value of [...names, ...names.map((_, i) => `${['=', '+', '-', '@', '\t', '\r'][i]}mail${i}@example.com`)]) {
+    for (const value of [
+      ...names,
+      ...names.map((_, i) => `${['=', '+', '-', '@', '\t', '\r'][i]}mail${i}@example.com`),
+    ]) {
       expect(fields, JSON.stringify(value)).toContain(`'${value}`);
       expect(fields, JSON.stringify(value)).not.toContain(value);
     }
-    const ndjson = await (await fetch(`${patient().url}${PATH}?format=ndjson`, { headers: { authorization: `Bearer ${token}` } })).text();
-    const usernames = ndjson.split('\n').filter(Boolean).map((line) => (JSON.parse(line) as { username: string }).username);
+    const ndjson = await (
+      await fetch(`${patient().url}${PATH}?format=ndjson`, { headers: { authorization: `Bearer ${token}` } })
+    ).text();
+    const usernames = ndjson
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => (JSON.parse(line) as { username: string }).username);
     expect(usernames.sort()).toEqual([...names].sort());
   });
-
 });
 
 describe('CSV fields', () => {
@@ -208,12 +281,13 @@ function parseCsv(text: string): string[][] {
   for (let i = 0; i < text.length; i++) {
     const c = text[i]!;
     if (quoted) {
-      if (c === '"' && text[i + 1] === '"') (field += '"'), i++;
+      if (c === '"' && text[i + 1] === '"') ((field += '"'), i++);
       else if (c === '"') quoted = false;
       else field += c;
     } else if (c === '"') quoted = true;
-    else if (c === ',') record.push(field), (field = '');
-    else if (c === '\r' && text[i + 1] === '\n') record.push(field), records.push(record), (record = []), (field = ''), i++;
+    else if (c === ',') (record.push(field), (field = ''));
+    else if (c === '\r' && text[i + 1] === '\n')
+      (record.push(field), records.push(record), (record = []), (field = ''), i++);
     else field += c;
   }
   return records;

@@ -24,12 +24,18 @@ import { testMode, useTestDatabase } from './helpers/database.js';
 /** GET /graphql as a browser asks for a page, with exactly this Accept-Encoding (fetch adds its own). */
 function page(url: string, encoding?: string): Promise<{ status: number; headers: IncomingHttpHeaders; body: Buffer }> {
   return new Promise((resolve, reject) => {
-    get(`${url}/graphql`, { headers: { accept: 'text/html', ...(encoding ? { 'accept-encoding': encoding } : {}) } }, (response) => {
-      const chunks: Buffer[] = [];
-      response.on('data', (chunk: Buffer) => chunks.push(chunk));
-      response.on('end', () => resolve({ status: response.statusCode!, headers: response.headers, body: Buffer.concat(chunks) }));
-      response.on('error', reject);
-    }).on('error', reject);
+    get(
+      `${url}/graphql`,
+      { headers: { accept: 'text/html', ...(encoding ? { 'accept-encoding': encoding } : {}) } },
+      (response) => {
+        const chunks: Buffer[] = [];
+        response.on('data', (chunk: Buffer) => chunks.push(chunk));
+        response.on('end', () =>
+          resolve({ status: response.statusCode!, headers: response.headers, body: Buffer.concat(chunks) }),
+        );
+        response.on('error', reject);
+      },
+    ).on('error', reject);
   });
 }
 
@@ -45,10 +51,13 @@ describe(`GraphiQL teaches this API (${testMode})`, () => {
       if (isObjectType(type) || isInterfaceType(type) || isInputObjectType(type)) {
         for (const field of Object.values(type.getFields())) {
           if (!field.description?.trim()) missing.push(`${type.name}.${field.name}`);
-          for (const argument of 'args' in field ? field.args : []) if (!argument.description?.trim()) missing.push(`${type.name}.${field.name}(${argument.name})`);
+          for (const argument of 'args' in field ? field.args : [])
+            if (!argument.description?.trim()) missing.push(`${type.name}.${field.name}(${argument.name})`);
         }
       }
-      if (isEnumType(type)) for (const value of type.getValues()) if (!value.description?.trim()) missing.push(`${type.name}.${value.name}`);
+      if (isEnumType(type))
+        for (const value of type.getValues())
+          if (!value.description?.trim()) missing.push(`${type.name}.${value.name}`);
     }
     expect(missing).toEqual([]);
   });
@@ -57,15 +66,28 @@ describe(`GraphiQL teaches this API (${testMode})`, () => {
     const schema = buildSchema(readFileSync(new URL('../schema.graphql', import.meta.url), 'utf8'));
     const document = parse(GRAPHIQL_DEFAULT_DOCUMENT);
     expect(validate(schema, document)).toEqual([]);
-    const operations = document.definitions.filter((d): d is OperationDefinitionNode => d.kind === 'OperationDefinition');
-    expect(operations.map((o) => o.name?.value)).toEqual(['Me', 'Organization', 'ChildAccounts', 'CreditAnalysis', 'CreditTrends', 'CreditAnalysisLive']);
+    const operations = document.definitions.filter(
+      (d): d is OperationDefinitionNode => d.kind === 'OperationDefinition',
+    );
+    expect(operations.map((o) => o.name?.value)).toEqual([
+      'Me',
+      'Organization',
+      'ChildAccounts',
+      'CreditAnalysis',
+      'CreditTrends',
+      'CreditAnalysisLive',
+    ]);
   });
 
   it('each default operation runs without errors against the demo data, for a parent (and Me and Organization for a child)', async () => {
     const [org] = await seed(database(), { organizations: 1, childrenPerOrganization: 12, seed: 7, now: new Date() });
-    const secret = (await database().prisma.organization.findUniqueOrThrow({ where: { parentId: org!.parent.userID } })).jwtSecret;
-    const child = await database().prisma.account.findFirstOrThrow({ where: { parentId: org!.parent.userID, status: 'active' } });
-    const token = (subject: string) => mintAccessToken({ secret, kid: org!.parent.publicKey, subject, ttlSeconds: 300 });
+    const secret = (await database().prisma.organization.findUniqueOrThrow({ where: { parentId: org!.parent.userID } }))
+      .jwtSecret;
+    const child = await database().prisma.account.findFirstOrThrow({
+      where: { parentId: org!.parent.userID, status: 'active' },
+    });
+    const token = (subject: string) =>
+      mintAccessToken({ secret, kid: org!.parent.publicKey, subject, ttlSeconds: 300 });
     const run = async (operationName: string, bearer: string, variables: Record<string, unknown> = {}) => {
       const response = await fetch(`${server().url}/graphql`, {
         method: 'POST',
@@ -104,7 +126,10 @@ describe(`GraphiQL teaches this API (${testMode})`, () => {
 
   it('prefills a demo token in its headers tab in development only', async () => {
     const headers = JSON.stringify({ Authorization: 'Bearer demo-token-for-graphiql' });
-    for (const [env, shown] of [['development', true], ['production', false]] as const) {
+    for (const [env, shown] of [
+      ['development', true],
+      ['production', false],
+    ] as const) {
       const s = await startServer(database(), { env: { NODE_ENV: env, GRAPHIQL: 'true' }, graphiqlHeaders: headers });
       try {
         const text = (await page(s.url)).body.toString();

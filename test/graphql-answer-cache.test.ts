@@ -19,7 +19,10 @@ describe('GraphQL answers kept whole', () => {
   const database = useTestDatabase();
   /** The server's clock: real time, moved by the tests. */
   let offset = 0;
-  const server = useServer(database, { now: () => new Date(Date.now() + offset), env: { JWT_MAX_LIFETIME_SECONDS: String(40 * 86_400) } });
+  const server = useServer(database, {
+    now: () => new Date(Date.now() + offset),
+    env: { JWT_MAX_LIFETIME_SECONDS: String(40 * 86_400) },
+  });
   const outside = useOutsideWriter(database);
 
   const stats = () => server().app.answers.stats;
@@ -40,14 +43,25 @@ describe('GraphQL answers kept whole', () => {
   });
 
   it('serves a kept answer to the viewer it was computed for, and to no other', async () => {
-    const [a, b] = [await createChild(database(), org.parent, { username: 'kept-a' }), await createChild(database(), org.parent, { username: 'kept-b' })];
-    const [tokenA, tokenB, parentToken] = [await tokenFor(a, org), await tokenFor(b, org), await tokenFor(org.parent, org)];
+    const [a, b] = [
+      await createChild(database(), org.parent, { username: 'kept-a' }),
+      await createChild(database(), org.parent, { username: 'kept-b' }),
+    ];
+    const [tokenA, tokenB, parentToken] = [
+      await tokenFor(a, org),
+      await tokenFor(b, org),
+      await tokenFor(org.parent, org),
+    ];
     const query = '{ me { userID username accountType } }';
     await server().graphql(query, { token: tokenA });
     const hits = stats().hits;
     const ran = executions();
     for (let i = 0; i < 3; i++) {
-      for (const [token, id, username] of [[tokenA, a.id, 'kept-a'], [tokenB, b.id, 'kept-b'], [parentToken, org.parent.id, org.parent.username]] as const) {
+      for (const [token, id, username] of [
+        [tokenA, a.id, 'kept-a'],
+        [tokenB, b.id, 'kept-b'],
+        [parentToken, org.parent.id, org.parent.username],
+      ] as const) {
         const answer = await server().graphql<{ me: { userID: string; username: string } }>(query, { token });
         expect(answer.data?.me).toMatchObject({ userID: id, username });
       }
@@ -58,7 +72,9 @@ describe('GraphQL answers kept whole', () => {
     expect(executions() - ran).toBe(5);
     // The same viewer with another token of its own shares the answer; the public key is another viewer.
     const other = await tokenFor(a, org, { ttlSeconds: 1800 });
-    expect((await server().graphql<{ me: { username: string } }>(query, { token: other })).data?.me.username).toBe('kept-a');
+    expect((await server().graphql<{ me: { username: string } }>(query, { token: other })).data?.me.username).toBe(
+      'kept-a',
+    );
     expect(stats().hits - hits).toBe(5);
     const secret = '{ organization { credentials { jwtSecret } } }';
     const byKey = await server().graphql(secret, { publicKey: org.parent.publicKey });
@@ -75,35 +91,66 @@ describe('GraphQL answers kept whole', () => {
   it("shares an answer that shows the organization alone among its readers, not with its parent by JWT nor with another organization's", async () => {
     const own = await createOrganization(database());
     const other = await createOrganization(database());
-    const children = await Promise.all(['shared-a', 'shared-b', 'shared-c'].map((username) => createChild(database(), own.parent, { username })));
+    const children = await Promise.all(
+      ['shared-a', 'shared-b', 'shared-c'].map((username) => createChild(database(), own.parent, { username })),
+    );
     const [a, b, c] = (await Promise.all(children.map((child) => tokenFor(child, own)))) as [string, string, string];
-    const stranger = await tokenFor(await createChild(database(), other.parent, { username: 'shared-elsewhere' }), other);
+    const stranger = await tokenFor(
+      await createChild(database(), other.parent, { username: 'shared-elsewhere' }),
+      other,
+    );
     const parentToken = await tokenFor(own.parent, own);
     const query = '{ organization { organizationName credentials { publicKey jwtSecret } } }';
-    type Details = { organization: { organizationName: string; credentials: { publicKey: string; jwtSecret: string } } };
-    const masked = { organizationName: own.organization.name, credentials: { publicKey: own.parent.publicKey, jwtSecret: '********' } };
+    type Details = {
+      organization: { organizationName: string; credentials: { publicKey: string; jwtSecret: string } };
+    };
+    const masked = {
+      organizationName: own.organization.name,
+      credentials: { publicKey: own.parent.publicKey, jwtSecret: '********' },
+    };
     // Known as the organization's alone once run; kept once its readers' key is asked for twice.
-    for (const token of [a, a, b]) expect((await server().graphql<Details>(query, { token })).data?.organization).toEqual(masked);
+    for (const token of [a, a, b])
+      expect((await server().graphql<Details>(query, { token })).data?.organization).toEqual(masked);
     const [hits, ran] = [stats().hits, executions()];
-    for (const token of [c, b, a]) expect((await server().graphql<Details>(query, { token })).data?.organization).toEqual(masked);
-    expect((await server().graphql<Details>(query, { publicKey: own.parent.publicKey })).data?.organization).toEqual(masked);
+    for (const token of [c, b, a])
+      expect((await server().graphql<Details>(query, { token })).data?.organization).toEqual(masked);
+    expect((await server().graphql<Details>(query, { publicKey: own.parent.publicKey })).data?.organization).toEqual(
+      masked,
+    );
     expect(stats().hits - hits).toBe(4);
     expect(executions() - ran).toBe(0);
     // The parent by JWT is shown the secret: never the readers' answer, nor they its.
-    for (let i = 0; i < 3; i++) expect((await server().graphql<Details>(query, { token: parentToken })).data?.organization.credentials.jwtSecret).toBe(own.organization.jwtSecret);
+    for (let i = 0; i < 3; i++)
+      expect(
+        (await server().graphql<Details>(query, { token: parentToken })).data?.organization.credentials.jwtSecret,
+      ).toBe(own.organization.jwtSecret);
     expect((await server().graphql<Details>(query, { token: c })).data?.organization).toEqual(masked);
     // Another organization's reader: its own organization.
-    for (let i = 0; i < 3; i++) expect((await server().graphql<Details>(query, { token: stranger })).data?.organization.organizationName).toBe(other.organization.name);
+    for (let i = 0; i < 3; i++)
+      expect((await server().graphql<Details>(query, { token: stranger })).data?.organization.organizationName).toBe(
+        other.organization.name,
+      );
     // Asking for anything else beside it keeps the answer per viewer.
     const both = '{ organization { organizationName } me { username } }';
     for (let i = 0; i < 3; i++) {
-      for (const [token, username] of [[a, 'shared-a'], [b, 'shared-b'], [c, 'shared-c']] as const) {
-        expect((await server().graphql<{ me: { username: string } }>(both, { token })).data?.me.username).toBe(username);
+      for (const [token, username] of [
+        [a, 'shared-a'],
+        [b, 'shared-b'],
+        [c, 'shared-c'],
+      ] as const) {
+        expect((await server().graphql<{ me: { username: string } }>(both, { token })).data?.me.username).toBe(
+          username,
+        );
       }
     }
     // A change to the organization reaches every reader.
-    await announced(() => outside(`UPDATE "Organization" SET name = 'Shared Renamed' WHERE "parentId" = $1`, [own.parent.id]));
-    for (const token of [a, b, c]) expect((await server().graphql<Details>(query, { token })).data?.organization.organizationName).toBe('Shared Renamed');
+    await announced(() =>
+      outside(`UPDATE "Organization" SET name = 'Shared Renamed' WHERE "parentId" = $1`, [own.parent.id]),
+    );
+    for (const token of [a, b, c])
+      expect((await server().graphql<Details>(query, { token })).data?.organization.organizationName).toBe(
+        'Shared Renamed',
+      );
     // REST's organization details are shared the same way.
     const details = (token: string) => rest(server(), '/auth/organization-details', { token });
     for (const token of [a, a]) expect((await details(token)).body.data.organizationName).toBe('Shared Renamed');
@@ -116,11 +163,16 @@ describe('GraphQL answers kept whole', () => {
 
   it('serves the same bytes and headers as the answer first computed, by POST and by GET', async () => {
     const token = await tokenFor(org.parent, org);
-    const query = 'query Profile($n: Int) { me { userID ... on ParentAccount { creditBalance packagesHistory { transactionId } } } childAccounts(first: $n) { edges { node { username } } } }';
+    const query =
+      'query Profile($n: Int) { me { userID ... on ParentAccount { creditBalance packagesHistory { transactionId } } } childAccounts(first: $n) { edges { node { username } } } }';
     const post = () =>
       fetch(`${server().url}/graphql`, {
         method: 'POST',
-        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'application/graphql-response+json' },
+        headers: {
+          authorization: `Bearer ${token}`,
+          'content-type': 'application/json',
+          accept: 'application/graphql-response+json',
+        },
         body: JSON.stringify({ query, variables: { n: 2 } }),
       });
     const first = await post();
@@ -130,8 +182,12 @@ describe('GraphQL answers kept whole', () => {
     const second = await post();
     expect(stats().hits).toBe(hits + 1);
     expect(await second.text()).toBe(firstText);
-    for (const name of ['content-type', 'cache-control', 'content-length']) expect(second.headers.get(name), name).toBe(first.headers.get(name));
-    const get = () => fetch(`${server().url}/graphql?query=${encodeURIComponent(query)}&variables=${encodeURIComponent('{"n":2}')}`, { headers: { authorization: `Bearer ${token}` } });
+    for (const name of ['content-type', 'cache-control', 'content-length'])
+      expect(second.headers.get(name), name).toBe(first.headers.get(name));
+    const get = () =>
+      fetch(`${server().url}/graphql?query=${encodeURIComponent(query)}&variables=${encodeURIComponent('{"n":2}')}`, {
+        headers: { authorization: `Bearer ${token}` },
+      });
     const [x, , y] = [await (await get()).text(), await (await get()).text(), await (await get()).text()];
     expect(y).toBe(x);
     expect(JSON.parse(x)).toEqual(JSON.parse(firstText));
@@ -143,9 +199,22 @@ describe('GraphQL answers kept whole', () => {
     await createChild(database(), own.parent, { username: 'bytes-2' });
     const token = await tokenFor(own.parent, own);
     const post = async (body: string) =>
-      (await (await fetch(`${server().url}/graphql`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body })).json()) as { data?: Record<string, any>; errors?: unknown };
-    const [id, email] = [JSON.stringify({ query: '{ me { userID } }' }), JSON.stringify({ query: '{ me { email  } }' })];
-    const page = (n: number) => JSON.stringify({ query: 'query Page($n: Int) { childAccounts(first: $n) { edges { node { username } } } }', variables: { n } });
+      (await (
+        await fetch(`${server().url}/graphql`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+          body,
+        })
+      ).json()) as { data?: Record<string, any>; errors?: unknown };
+    const [id, email] = [
+      JSON.stringify({ query: '{ me { userID } }' }),
+      JSON.stringify({ query: '{ me { email  } }' }),
+    ];
+    const page = (n: number) =>
+      JSON.stringify({
+        query: 'query Page($n: Int) { childAccounts(first: $n) { edges { node { username } } } }',
+        variables: { n },
+      });
     expect(email.length).toBe(id.length);
     expect(page(1).length).toBe(page(2).length);
     for (let i = 0; i < 3; i++) {
@@ -160,11 +229,26 @@ describe('GraphQL answers kept whole', () => {
     const own = await createOrganization(database());
     const child = await createChild(database(), own.parent);
     const [childToken, parentToken] = [await tokenFor(child, own), await tokenFor(own.parent, own)];
-    const childMe = () => server().graphql<{ me: { username: string; organizationName: string; signInCount: number } }>('{ me { username organizationName signInCount } }', { token: childToken });
+    const childMe = () =>
+      server().graphql<{ me: { username: string; organizationName: string; signInCount: number } }>(
+        '{ me { username organizationName signInCount } }',
+        { token: childToken },
+      );
     const parentMe = () =>
-      server().graphql<{ me: { creditBalance: number; signInCount: number; packagesHistory: unknown[] } }>('{ me { signInCount ... on ParentAccount { creditBalance packagesHistory { transactionId } } } }', { token: parentToken });
-    const analysis = () => server().graphql<{ creditAnalysis: { operationUsage: { signIns: number } } }>('{ creditAnalysis { operationUsage { signIns } } }', { token: parentToken });
-    const [c0, p0, u0] = [(await childMe()).data!.me, (await parentMe()).data!.me, (await analysis()).data!.creditAnalysis];
+      server().graphql<{ me: { creditBalance: number; signInCount: number; packagesHistory: unknown[] } }>(
+        '{ me { signInCount ... on ParentAccount { creditBalance packagesHistory { transactionId } } } }',
+        { token: parentToken },
+      );
+    const analysis = () =>
+      server().graphql<{ creditAnalysis: { operationUsage: { signIns: number } } }>(
+        '{ creditAnalysis { operationUsage { signIns } } }',
+        { token: parentToken },
+      );
+    const [c0, p0, u0] = [
+      (await childMe()).data!.me,
+      (await parentMe()).data!.me,
+      (await analysis()).data!.creditAnalysis,
+    ];
     await childMe();
     await parentMe();
     await analysis();
@@ -177,20 +261,30 @@ describe('GraphQL answers kept whole', () => {
 
     await announced(() => outside(`UPDATE "Account" SET username = 'renamed-by-support' WHERE id = $1`, [child.id]));
     expect((await childMe()).data!.me.username).toBe('renamed-by-support');
-    await announced(() => outside(`UPDATE "Organization" SET name = 'Renamed Org' WHERE "parentId" = $1`, [own.parent.id]));
+    await announced(() =>
+      outside(`UPDATE "Organization" SET name = 'Renamed Org' WHERE "parentId" = $1`, [own.parent.id]),
+    );
     expect((await childMe()).data!.me.organizationName).toBe('Renamed Org');
     // A sign-in: the child's and the parent's counters, the balance and this month's usage.
     await announced(() => outside(SIGN_IN_SQL, [child.id]));
-    await expect.poll(async () => (await childMe()).data!.me.signInCount, { timeout: 3000, interval: 0 }).toBe(c0.signInCount + 1);
-    await expect.poll(async () => (await parentMe()).data!.me, { timeout: 3000, interval: 0 }).toMatchObject({ signInCount: p0.signInCount + 1, creditBalance: p0.creditBalance - 1 });
-    await expect.poll(async () => (await analysis()).data!.creditAnalysis.operationUsage.signIns, { timeout: 3000, interval: 0 }).toBe(u0.operationUsage.signIns + 1);
+    await expect
+      .poll(async () => (await childMe()).data!.me.signInCount, { timeout: 3000, interval: 0 })
+      .toBe(c0.signInCount + 1);
+    await expect
+      .poll(async () => (await parentMe()).data!.me, { timeout: 3000, interval: 0 })
+      .toMatchObject({ signInCount: p0.signInCount + 1, creditBalance: p0.creditBalance - 1 });
+    await expect
+      .poll(async () => (await analysis()).data!.creditAnalysis.operationUsage.signIns, { timeout: 3000, interval: 0 })
+      .toBe(u0.operationUsage.signIns + 1);
     await announced(() =>
       outside(
         `INSERT INTO "PackagePurchase" ("organizationId", "packageType", "purchasedAt", "creditsAdded", "freeUsersAdded", price, "transactionId") VALUES ($1, 'STARTER', now(), 55000, 5000, 50, 'txn_kept_answers')`,
         [own.parent.id],
       ),
     );
-    await expect.poll(async () => (await parentMe()).data!.me.packagesHistory.length, { timeout: 3000, interval: 0 }).toBe(p0.packagesHistory.length + 1);
+    await expect
+      .poll(async () => (await parentMe()).data!.me.packagesHistory.length, { timeout: 3000, interval: 0 })
+      .toBe(p0.packagesHistory.length + 1);
     // Once shown, it stays: no kept answer from before comes back.
     for (let i = 0; i < 10; i++) expect((await childMe()).data!.me.username).toBe('renamed-by-support');
   });
@@ -209,12 +303,24 @@ describe('GraphQL answers kept whole', () => {
       offset = 0;
     }
     expect((await me()).errors).toBeUndefined();
-    await announced(() => outside(`UPDATE "Account" SET status = 'locked', "lockedUntil" = now() + interval '1 hour' WHERE id = $1`, [child.id]));
-    await expect.poll(async () => (await me()).errors?.[0]?.extensions?.code, { timeout: 3000, interval: 0 }).toBe('ACCOUNT_INACTIVE');
-    await announced(() => outside(`UPDATE "Account" SET status = 'active', "lockedUntil" = NULL WHERE id = $1`, [child.id]));
+    await announced(() =>
+      outside(`UPDATE "Account" SET status = 'locked', "lockedUntil" = now() + interval '1 hour' WHERE id = $1`, [
+        child.id,
+      ]),
+    );
+    await expect
+      .poll(async () => (await me()).errors?.[0]?.extensions?.code, { timeout: 3000, interval: 0 })
+      .toBe('ACCOUNT_INACTIVE');
+    await announced(() =>
+      outside(`UPDATE "Account" SET status = 'active', "lockedUntil" = NULL WHERE id = $1`, [child.id]),
+    );
     await expect.poll(async () => (await me()).errors, { timeout: 3000, interval: 0 }).toBeUndefined();
-    await announced(() => outside(`UPDATE "Organization" SET "creditBalance" = 0 WHERE "parentId" = $1`, [own.parent.id]));
-    await expect.poll(async () => (await me()).errors?.[0]?.extensions?.code, { timeout: 3000, interval: 0 }).toBe('CREDITS_DEPLETED');
+    await announced(() =>
+      outside(`UPDATE "Organization" SET "creditBalance" = 0 WHERE "parentId" = $1`, [own.parent.id]),
+    );
+    await expect
+      .poll(async () => (await me()).errors?.[0]?.extensions?.code, { timeout: 3000, interval: 0 })
+      .toBe('CREDITS_DEPLETED');
     // Without credentials a kept answer is never found.
     expect((await server().graphql('{ me { username } }')).errors?.[0]?.extensions?.code).toBe('UNAUTHORIZED');
   });
@@ -223,7 +329,11 @@ describe('GraphQL answers kept whole', () => {
     const own = await createOrganization(database());
     const token = await tokenFor(own.parent, own);
     const before = stats().hits;
-    for (let i = 0; i < 5; i++) expect((await server().graphql('{ organization { organizationName } }', { token })).errors, `request ${i}`).toBeUndefined();
+    for (let i = 0; i < 5; i++)
+      expect(
+        (await server().graphql('{ organization { organizationName } }', { token })).errors,
+        `request ${i}`,
+      ).toBeUndefined();
     // The second request's answer was kept: three served from it.
     expect(stats().hits - before).toBe(3);
     await server().app.deps.retrievals.flush();
@@ -236,7 +346,13 @@ describe('GraphQL answers kept whole', () => {
     const child = await createChild(database(), own.parent);
     const token = await tokenFor(own.parent, own, { ttlSeconds: 40 * 86_400 });
     await announced(() => outside(SIGN_IN_SQL, [child.id]));
-    const analysis = async () => (await server().graphql<{ creditAnalysis: { projectedMonthlyUsage: number; totalCreditsUsed: number } }>('{ creditAnalysis { projectedMonthlyUsage totalCreditsUsed } }', { token })).data!.creditAnalysis;
+    const analysis = async () =>
+      (
+        await server().graphql<{ creditAnalysis: { projectedMonthlyUsage: number; totalCreditsUsed: number } }>(
+          '{ creditAnalysis { projectedMonthlyUsage totalCreditsUsed } }',
+          { token },
+        )
+      ).data!.creditAnalysis;
     const first = await analysis();
     expect(await analysis()).toEqual(first);
     const hits = stats().hits;
@@ -248,13 +364,21 @@ describe('GraphQL answers kept whole', () => {
       offset = projectionHoldsUntil(first.totalCreditsUsed, new Date(now)) + 2 - now;
       const later = await analysis();
       expect(stats().hits).toBe(hits + 1);
-      expect(later.projectedMonthlyUsage).toBe(projectedMonthlyUsage(later.totalCreditsUsed, 0, new Date(Date.now() + offset)));
-      expect(later.projectedMonthlyUsage === first.projectedMonthlyUsage && later.totalCreditsUsed === first.totalCreditsUsed).toBe(false);
+      expect(later.projectedMonthlyUsage).toBe(
+        projectedMonthlyUsage(later.totalCreditsUsed, 0, new Date(Date.now() + offset)),
+      );
+      expect(
+        later.projectedMonthlyUsage === first.projectedMonthlyUsage &&
+          later.totalCreditsUsed === first.totalCreditsUsed,
+      ).toBe(false);
     } finally {
       offset = 0;
     }
     // The forecast is dated from the instant itself; a search reads around the cache: never kept.
-    for (const query of ['{ creditAnalysis { forecast { dailyBurn } } }', '{ childAccounts(search: "a") { stats { total } } }']) {
+    for (const query of [
+      '{ creditAnalysis { forecast { dailyBurn } } }',
+      '{ childAccounts(search: "a") { stats { total } } }',
+    ]) {
       await server().graphql(query, { token });
       const kept = stats().stored;
       await server().graphql(query, { token });
@@ -267,12 +391,19 @@ describe('GraphQL answers kept whole', () => {
     const own = await createOrganization(database());
     for (let i = 0; i < 3; i++) await createChild(database(), own.parent);
     const token = await tokenFor(own.parent, own);
-    const dashboard = '{ me { username } organization { organizationName } creditAnalysis { creditBalance } childAccounts(limit: 5) { stats { total } } }';
+    const dashboard =
+      '{ me { username } organization { organizationName } creditAnalysis { creditBalance } childAccounts(limit: 5) { stats { total } } }';
     // The document is known (an answer to it was kept for another viewer).
     await server().graphql(dashboard, { token: await tokenFor(own.parent, own, { ttlSeconds: 600 }) });
-    await announced(() => outside(`UPDATE "Organization" SET name = 'Busy Org' WHERE "parentId" = $1`, [own.parent.id]));
+    await announced(() =>
+      outside(`UPDATE "Organization" SET name = 'Busy Org' WHERE "parentId" = $1`, [own.parent.id]),
+    );
     const ran = executions();
-    const answers = await Promise.all(Array.from({ length: 20 }, () => server().graphql<{ organization: { organizationName: string } }>(dashboard, { token })));
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, () =>
+        server().graphql<{ organization: { organizationName: string } }>(dashboard, { token }),
+      ),
+    );
     expect(answers.every((a) => a.data?.organization.organizationName === 'Busy Org')).toBe(true);
     expect(executions() - ran).toBeLessThan(20);
   });
@@ -289,10 +420,15 @@ describe('GraphQL answers kept whole', () => {
     expect(stats().hits).toBe(hits + 1);
     expect(third.text).toBe(first.text);
     expect(third.headers.get('etag')).toBe(first.headers.get('etag'));
-    const revalidated = await rest(server(), '/auth/user-profile', { token, headers: { 'if-none-match': first.headers.get('etag')! } });
+    const revalidated = await rest(server(), '/auth/user-profile', {
+      token,
+      headers: { 'if-none-match': first.headers.get('etag')! },
+    });
     expect(revalidated.status).toBe(304);
     // Another path, another viewer: their own answers.
-    expect((await rest(server(), '/auth/organization-details', { token })).body.data.organizationName).toBe(own.organization.name);
+    expect((await rest(server(), '/auth/organization-details', { token })).body.data.organizationName).toBe(
+      own.organization.name,
+    );
     const parent = await rest(server(), '/auth/user-profile', { token: await tokenFor(own.parent, own) });
     expect(parent.body.data.user.userID).toBe(own.parent.id);
     await announced(() => outside(`UPDATE "Account" SET username = 'rest-renamed' WHERE id = $1`, [child.id]));
@@ -305,13 +441,19 @@ describe('GraphQL answers kept whole', () => {
     const small = await startServer(database(), { env: { ANSWER_CACHE_MAX_BYTES: '20000' } });
     const off = await startServer(database(), { env: { ANSWER_CACHE_MAX_BYTES: '0' } });
     try {
-      const children = await Promise.all(Array.from({ length: 40 }, (_, i) => createChild(database(), org.parent, { username: `bounded-${i}` })));
+      const children = await Promise.all(
+        Array.from({ length: 40 }, (_, i) => createChild(database(), org.parent, { username: `bounded-${i}` })),
+      );
       for (const child of children) {
         const token = await tokenFor(child, org);
-        for (const target of [small, small, off]) expect((await target.graphql('{ me { username email publicKey parentAccount } }', { token })).errors).toBeUndefined();
+        for (const target of [small, small, off])
+          expect(
+            (await target.graphql('{ me { username email publicKey parentAccount } }', { token })).errors,
+          ).toBeUndefined();
         expect(small.app.answers.bytes).toBeLessThanOrEqual(20000);
       }
-      // More answers were offered than fit: some were refused (or evicted others), and the bytes stayed within the bound.
+      // More answers were offered than fit: some were refused (or evicted others), and the bytes stayed
+      // within the bound.
       expect(small.app.answers.stats.refused + small.app.answers.stats.evictions).toBeGreaterThan(0);
       expect(off.app.answers.size).toBe(0);
       const token = await tokenFor(children[0]!, org);
@@ -330,16 +472,21 @@ describe('the projection holds until projectionHoldsUntil', () => {
   it('keeps its value up to that moment and changes (or the month ends) just after it', () => {
     const start = Date.UTC(2026, 0, 1);
     fc.assert(
-      fc.property(fc.integer({ min: 0, max: 5_000_000 }), fc.integer({ min: 0, max: 365 * 86_400_000 }), (used, offset) => {
-        const now = new Date(start + offset);
-        const until = projectionHoldsUntil(used, now);
-        expect(until).toBeGreaterThanOrEqual(now.getTime());
-        const value = projectedMonthlyUsage(used, 0, now);
-        for (const at of [now.getTime(), Math.floor((now.getTime() + until) / 2), until - 1]) if (at >= now.getTime()) expect(projectedMonthlyUsage(used, 0, new Date(at))).toBe(value);
-        const nextMonth = Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1);
-        // Changes within a few milliseconds after, unless the month ends first.
-        if (until < nextMonth - 2) expect(projectedMonthlyUsage(used, 0, new Date(until + 2))).not.toBe(value);
-      }),
+      fc.property(
+        fc.integer({ min: 0, max: 5_000_000 }),
+        fc.integer({ min: 0, max: 365 * 86_400_000 }),
+        (used, offset) => {
+          const now = new Date(start + offset);
+          const until = projectionHoldsUntil(used, now);
+          expect(until).toBeGreaterThanOrEqual(now.getTime());
+          const value = projectedMonthlyUsage(used, 0, now);
+          for (const at of [now.getTime(), Math.floor((now.getTime() + until) / 2), until - 1])
+            if (at >= now.getTime()) expect(projectedMonthlyUsage(used, 0, new Date(at))).toBe(value);
+          const nextMonth = Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1);
+          // Changes within a few milliseconds after, unless the month ends first.
+          if (until < nextMonth - 2) expect(projectedMonthlyUsage(used, 0, new Date(until + 2))).not.toBe(value);
+        },
+      ),
       { numRuns: 500 },
     );
   });
@@ -372,7 +519,8 @@ describe('callers missing the same answer', () => {
   const key = '1\nDashboard\njwt:parent:USR_p\n';
   const viewer = 'jwt:parent:USR_p';
   const now = () => Date.now();
-  const made = (text: string) => () => answerOf(text, { label: 'dashboard', retrievals: [], validUntil: Number.POSITIVE_INFINITY });
+  const made = (text: string) => () =>
+    answerOf(text, { label: 'dashboard', retrievals: [], validUntil: Number.POSITIVE_INFINITY });
 
   async function setup() {
     const feed = new ManualFeed();
@@ -391,8 +539,14 @@ describe('callers missing the same answer', () => {
     return { answers, readNow, signIn };
   }
 
-  /** A computation in progress: `finish` ends it, keeping its answer when given one; `readAgain`: its credentials were verified again first. */
-  type Computing = { finish(answer: (() => Answer) | undefined, reads: ReadonlyMap<string, TagRead>): Answer | undefined; readAgain: boolean };
+  /**
+   * A computation in progress: `finish` ends it, keeping its answer when given one; `readAgain`: its
+   * credentials were verified again first.
+   */
+  type Computing = {
+    finish(answer: (() => Answer) | undefined, reads: ReadonlyMap<string, TagRead>): Answer | undefined;
+    readAgain: boolean;
+  };
 
   /** One request through `serve`, having read `before` (its credentials); what it was given so far. */
   function request(answers: AnswerCache, before: ReadonlyMap<string, TagRead>) {
@@ -508,16 +662,33 @@ describe('callers missing the same answer', () => {
   it("verify a caller handed an organization's readers' computation again as a reader: it keeps the answer for the same readers, nothing for another organization's", async () => {
     const readers = 'organization:USR_p:reader';
     const shared = `1\nOrganization\n${readers}\n`;
-    for (const [freshReaders, keeps] of [[readers, true], ['organization:USR_q:reader', false]] as const) {
+    for (const [freshReaders, keeps] of [
+      [readers, true],
+      ['organization:USR_q:reader', false],
+    ] as const) {
       const { answers, readNow, signIn } = await setup();
       /** One request asking as `readers`, a child by its own key; verified again, it reads as `again`. */
       const asking = (again: string) => {
         let finish: ((text: string, reads: ReadonlyMap<string, TagRead>) => Answer | undefined) | undefined;
         let served: string | undefined;
-        type Context = ServingContext & { reads: { tags: ReadonlyMap<string, TagRead> }; readers: () => Promise<string | undefined> };
-        const context = (as: string): Context => ({ reads: { tags: readNow(), reusable: () => true }, viewerKey: async () => 'jwt:child:USR_c', readers: async () => as });
+        type Context = ServingContext & {
+          reads: { tags: ReadonlyMap<string, TagRead> };
+          readers: () => Promise<string | undefined>;
+        };
+        const context = (as: string): Context => ({
+          reads: { tags: readNow(), reusable: () => true },
+          viewerKey: async () => 'jwt:child:USR_c',
+          readers: async () => as,
+        });
         const done = answers.serve(
-          { key: shared, viewer: readers, viewerOf: (fresh) => fresh.readers(), context: context(readers), fresh: () => context(again), now },
+          {
+            key: shared,
+            viewer: readers,
+            viewerOf: (fresh) => fresh.readers(),
+            context: context(readers),
+            fresh: () => context(again),
+            now,
+          },
           (answer) => void (served = answer.body.toString()),
           (computing, keep) =>
             new Promise<void>((resolve) => {
@@ -529,7 +700,12 @@ describe('callers missing the same answer', () => {
               };
             }),
         );
-        return { done, finish: (text: string, reads: ReadonlyMap<string, TagRead>) => finish!(text, reads), computing: () => finish !== undefined, served: () => served };
+        return {
+          done,
+          finish: (text: string, reads: ReadonlyMap<string, TagRead>) => finish!(text, reads),
+          computing: () => finish !== undefined,
+          served: () => served,
+        };
       };
       // The key asked for before: answers to it are kept.
       const first = asking(readers);
@@ -557,10 +733,22 @@ describe('callers missing the same answer', () => {
 
   it('a computation that throws ends, and the next caller computes instead of waiting for it forever', async () => {
     const { answers, readNow } = await setup();
-    const failing = answers.serve({ key, viewer, context: { reads: { tags: readNow(), reusable: () => true }, viewerKey: async () => viewer }, fresh: () => { throw new Error('not asked'); }, now }, () => 'served', async () => {
-      await settle();
-      throw new Error('the database went away');
-    });
+    const failing = answers.serve(
+      {
+        key,
+        viewer,
+        context: { reads: { tags: readNow(), reusable: () => true }, viewerKey: async () => viewer },
+        fresh: () => {
+          throw new Error('not asked');
+        },
+        now,
+      },
+      () => 'served',
+      async () => {
+        await settle();
+        throw new Error('the database went away');
+      },
+    );
     const next = request(answers, readNow());
     await expect(failing).rejects.toThrow('the database went away');
     await settle();
@@ -584,12 +772,25 @@ describe('answers kept once the cache is full', () => {
   }
 
   /** One request of viewer `who` for its own answer: whether it was served a kept one. */
-  async function ask(answers: AnswerCache, who: string, reads: ReadonlyMap<string, TagRead>): Promise<'kept' | 'computed'> {
+  async function ask(
+    answers: AnswerCache,
+    who: string,
+    reads: ReadonlyMap<string, TagRead>,
+  ): Promise<'kept' | 'computed'> {
     let outcome: 'kept' | 'computed' = 'computed';
     await answers.serve(
-      { key: `1\nMe\n${who}\n`, viewer: who, context: { reads: { tags: reads, reusable: () => true }, viewerKey: async () => who }, fresh: () => { throw new Error('not asked'); }, now },
+      {
+        key: `1\nMe\n${who}\n`,
+        viewer: who,
+        context: { reads: { tags: reads, reusable: () => true }, viewerKey: async () => who },
+        fresh: () => {
+          throw new Error('not asked');
+        },
+        now,
+      },
       () => void (outcome = 'kept'),
-      async (_context, keep) => void keep?.(() => answerOf(body, { label: 'me', retrievals: [], validUntil: Number.POSITIVE_INFINITY })),
+      async (_context, keep) =>
+        void keep?.(() => answerOf(body, { label: 'me', retrievals: [], validUntil: Number.POSITIVE_INFINITY })),
     );
     return outcome;
   }
@@ -636,9 +837,20 @@ describe('answers borrowing what the entity cache leaves unused', () => {
     entities.recording(reads).hit({ namespace: '', tags: () => ['unrelated'] }, 'held');
     const ask = async (who: string) =>
       answers.serve(
-        { key: `1\nMe\n${who}\n`, viewer: who, context: { reads: { tags: reads.tags, reusable: () => true }, viewerKey: async () => who }, fresh: () => { throw new Error('not asked'); }, now },
+        {
+          key: `1\nMe\n${who}\n`,
+          viewer: who,
+          context: { reads: { tags: reads.tags, reusable: () => true }, viewerKey: async () => who },
+          fresh: () => {
+            throw new Error('not asked');
+          },
+          now,
+        },
         () => 'kept' as const,
-        async (_context, keep) => (keep?.(() => answerOf(body, { label: 'me', retrievals: [], validUntil: Number.POSITIVE_INFINITY })), 'computed' as const),
+        async (_context, keep) => (
+          keep?.(() => answerOf(body, { label: 'me', retrievals: [], validUntil: Number.POSITIVE_INFINITY })),
+          'computed' as const
+        ),
       );
     return { entities, answers, ask };
   }

@@ -49,7 +49,10 @@ describe(`GraphQL answers are the same before and after a document is compiled (
     (tokens ??= (async () => {
       const [organization] = await seed(database(), { organizations: 1, childrenPerOrganization: 12, seed: 31, now });
       const parent = await database().prisma.account.findUniqueOrThrow({ where: { id: organization!.parent.userID } });
-      const built = { parent, organization: await database().prisma.organization.findUniqueOrThrow({ where: { parentId: parent.id } }) };
+      const built = {
+        parent,
+        organization: await database().prisma.organization.findUniqueOrThrow({ where: { parentId: parent.id } }),
+      };
       const child = await createChild(database(), parent);
       return [await tokenFor(parent, built, { now }), await tokenFor(child, built, { now })];
     })());
@@ -59,7 +62,9 @@ describe(`GraphQL answers are the same before and after a document is compiled (
       const answers = await repeated(server(), DOCUMENTS[name]!, { token, variables: { search: 'a', limit: 5 } });
       for (const answer of answers.slice(1)) expect(answer).toEqual(answers[0]);
       // Each document gives data for someone; the child's refusals are errors with a code.
-      expect(answers[0]!.data !== undefined || answers[0]!.errors?.every((e) => typeof e.extensions?.code === 'string')).toBe(true);
+      expect(
+        answers[0]!.data !== undefined || answers[0]!.errors?.every((e) => typeof e.extensions?.code === 'string'),
+      ).toBe(true);
     }
   });
 
@@ -90,7 +95,9 @@ describe(`GraphQL answers are the same before and after a document is compiled (
     const compiled = /^api_graphql_executions_total\{engine="compiled"\} (\d+)$/m;
     // Subscriptions stream, and run on the reference executor (test/live-updates.test.ts).
     for (const operation of STORED_OPERATIONS.filter((o) => !o.document.startsWith('subscription'))) {
-      const variables = Object.fromEntries((operation.document.match(/\$\w+/g) ?? []).map((name) => [name.slice(1), undefined]));
+      const variables = Object.fromEntries(
+        (operation.document.match(/\$\w+/g) ?? []).map((name) => [name.slice(1), undefined]),
+      );
       const before = await metric(compiled);
       const answers = await repeated(server(), operation.document, { token: parentToken, variables });
       // Past the threshold every execution of the operation ran compiled, with the same answer;
@@ -109,13 +116,15 @@ describe(`GraphQL answers are the same before and after a document is compiled (
     for (const answer of answers) {
       expect(answer).toEqual(answers[0]);
       expect(answer.data).toBeNull();
-      expect(answer.errors?.map((e) => [e.extensions?.code, e.path])).toEqual([['UNAUTHORIZED_ACCESS', ['creditAnalysis']]]);
+      expect(answer.errors?.map((e) => [e.extensions?.code, e.path])).toEqual([
+        ['UNAUTHORIZED_ACCESS', ['creditAnalysis']],
+      ]);
     }
     // After compilation, a status change still shows at once, as an error in the same shape.
     await database().prisma.account.update({ where: { id: child.id }, data: { status: 'inactive' } });
     // Once the cache has heard the change (a no-hang bound of 30 s; milliseconds idle).
     let answer = await server().graphql(DOCUMENTS.me!, { token: await tokenFor(child, built, { now }) });
-    for (const until = performance.now() + 30_000; answer.errors === undefined && performance.now() < until; ) {
+    for (const until = performance.now() + 30_000; answer.errors === undefined && performance.now() < until;) {
       answer = await server().graphql(DOCUMENTS.me!, { token: await tokenFor(child, built, { now }) });
     }
     expect(answer.data).toBeNull();
@@ -130,26 +139,46 @@ describe(`GraphQL answers are the same before and after a document is compiled (
  */
 describe(`a compiled query's request log line and metrics are those of its first executions (${testMode})`, () => {
   const database = useTestDatabase();
-  const server = useServer(database, { now: () => now, env: { ANSWER_CACHE_MAX_BYTES: '0', LOG_LEVEL: 'info', LOG_FORMAT: 'json' } });
+  const server = useServer(database, {
+    now: () => now,
+    env: { ANSWER_CACHE_MAX_BYTES: '0', LOG_LEVEL: 'info', LOG_FORMAT: 'json' },
+  });
   const log = useCapturedLog();
 
   it('names the same operation, caller and error code on every repeat, and counts each execution', async () => {
     const built = await createOrganization(database());
     const child = await createChild(database(), built.parent);
-    const [parentToken, childToken] = [await tokenFor(built.parent, built, { now }), await tokenFor(child, built, { now })];
-    const executions = async () => Number(/^api_graphql_executions_total\{engine="compiled"\} (\d+)$/m.exec((await server().app.metricsText()).text)?.[1] ?? 0);
+    const [parentToken, childToken] = [
+      await tokenFor(built.parent, built, { now }),
+      await tokenFor(child, built, { now }),
+    ];
+    const executions = async () =>
+      Number(
+        /^api_graphql_executions_total\{engine="compiled"\} (\d+)$/m.exec(
+          (await server().app.metricsText()).text,
+        )?.[1] ?? 0,
+      );
     const before = await executions();
     for (let i = 0; i < REPEATS; i++) {
       // The parent reads it; the child is refused the credit analysis, field by field.
       expect((await server().graphql(DOCUMENTS.credits!, { token: parentToken })).errors).toBeUndefined();
-      expect((await server().graphql(DOCUMENTS.credits!, { token: childToken })).errors?.[0]?.extensions?.code).toBe('UNAUTHORIZED_ACCESS');
+      expect((await server().graphql(DOCUMENTS.credits!, { token: childToken })).errors?.[0]?.extensions?.code).toBe(
+        'UNAUTHORIZED_ACCESS',
+      );
     }
     expect(await executions()).toBe(before + 2 * REPEATS - 20);
-    const lines = (await log.lines()).filter((line) => line['message'] === 'request').map(({ caller, operation, code, status }) => ({ caller, operation, code, status }));
+    const lines = (await log.lines())
+      .filter((line) => line['message'] === 'request')
+      .map(({ caller, operation, code, status }) => ({ caller, operation, code, status }));
     expect(lines).toHaveLength(2 * REPEATS);
     for (let i = 0; i < REPEATS; i++) {
       expect(lines[2 * i]).toEqual({ caller: 'parent', operation: 'creditAnalysis', code: undefined, status: 200 });
-      expect(lines[2 * i + 1]).toEqual({ caller: 'child', operation: 'creditAnalysis', code: 'UNAUTHORIZED_ACCESS', status: 200 });
+      expect(lines[2 * i + 1]).toEqual({
+        caller: 'child',
+        operation: 'creditAnalysis',
+        code: 'UNAUTHORIZED_ACCESS',
+        status: 200,
+      });
     }
   });
 });

@@ -53,7 +53,9 @@ describe('the GraphQL document cache', () => {
     // Texts that do not parse: their errors are kept, and they are bounded too.
     for (let i = 0; i < 200; i++) {
       const broken = await post(`query Broken${i} { me { userID ${literal}`);
-      expect(((await broken.json()) as { errors?: { extensions?: { code?: string } }[] }).errors?.[0]?.extensions?.code).toBe('GRAPHQL_PARSE_FAILED');
+      expect(
+        ((await broken.json()) as { errors?: { extensions?: { code?: string } }[] }).errors?.[0]?.extensions?.code,
+      ).toBe('GRAPHQL_PARSE_FAILED');
     }
     expect(documents.bytes).toBeGreaterThan(0);
     expect(documents.bytes).toBeLessThanOrEqual(DOCUMENT_CACHE_BYTES);

@@ -89,10 +89,17 @@ describe(`hostile input (${testMode})`, () => {
       const long = await rest(server(), `/auth/child-accounts?${'search=a&'.repeat(1000)}`, { token });
       expectError(long, 414, 'URI_TOO_LONG');
       // 40,000 repeats (360 KB) is past the whole head's bound: refused by the parser, same answer.
-      const huge = await rawRequest(server().url, `GET /auth/child-accounts?${'search=a&'.repeat(40_000)} HTTP/1.1\r\nHost: localhost\r\nConnection: close`);
+      const huge = await rawRequest(
+        server().url,
+        `GET /auth/child-accounts?${'search=a&'.repeat(40_000)} HTTP/1.1\r\nHost: localhost\r\nConnection: close`,
+      );
       expectEnvelope(huge, 414, 'URI_TOO_LONG');
       // Just under the bound the path's own rules apply: a repeated search is INVALID_SEARCH.
-      expectError(await rest(server(), `/auth/child-accounts?${'search=a&'.repeat(800)}`, { token }), 400, 'INVALID_SEARCH');
+      expectError(
+        await rest(server(), `/auth/child-accounts?${'search=a&'.repeat(800)}`, { token }),
+        400,
+        'INVALID_SEARCH',
+      );
     });
 
     it('too many header fields, or a head over MAX_HEAD_BYTES, is 431; a token over MAX_TOKEN_BYTES is 401 with no query', async () => {
@@ -100,7 +107,11 @@ describe(`hostile input (${testMode})`, () => {
       expectError(await rest(server(), '/auth/user-profile', { headers }), 431, 'REQUEST_HEADER_FIELDS_TOO_LARGE');
       // Each header under MAX_HEADER_BYTES, together over the head's 32 KiB.
       const wide = Object.fromEntries(Array.from({ length: 6 }, (_, i) => [`x-w${i}`, 'v'.repeat(7000)]));
-      expectError(await rest(server(), '/auth/user-profile', { headers: wide }), 431, 'REQUEST_HEADER_FIELDS_TOO_LARGE');
+      expectError(
+        await rest(server(), '/auth/user-profile', { headers: wide }),
+        431,
+        'REQUEST_HEADER_FIELDS_TOO_LARGE',
+      );
 
       const org = await createOrganization(database());
       const padded = (bytes: number) => paddedToken(org, 'p'.repeat(bytes));
@@ -125,9 +136,13 @@ describe(`hostile input (${testMode})`, () => {
       try {
         const query = encodeURIComponent(`{ __typename ${'__typename '.repeat(150)}}`);
         expect(query.length).toBeGreaterThan(1024);
-        const response = await fetch(`${small.url}/graphql?query=${query}`, { headers: { accept: 'application/json' } });
+        const response = await fetch(`${small.url}/graphql?query=${query}`, {
+          headers: { accept: 'application/json' },
+        });
         expect(response.status).toBe(413);
-        expect(await response.json()).toEqual({ errors: [{ message: expect.any(String), extensions: { code: 'PAYLOAD_TOO_LARGE' } }] });
+        expect(await response.json()).toEqual({
+          errors: [{ message: expect.any(String), extensions: { code: 'PAYLOAD_TOO_LARGE' } }],
+        });
       } finally {
         await small.close();
       }
@@ -176,23 +191,34 @@ describe(`hostile input (${testMode})`, () => {
       await once(socket, 'connect');
       let answer = '';
       socket.on('data', (chunk: Buffer) => (answer += chunk.toString()));
-      const fields = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join('');
-      socket.write(`POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n${fields}\r\n{"query":`);
+      const fields = Object.entries(headers)
+        .map(([name, value]) => `${name}: ${value}\r\n`)
+        .join('');
+      socket.write(
+        `POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n${fields}\r\n{"query":`,
+      );
       return { socket, answer: () => answer };
     };
 
     it('a client trickling bodies on as many connections as the bound allows holds its part; past it 429, and another client is served at once, by address and by credential', async () => {
       const holder = await createOrganization(database());
       const other = await createOrganization(database());
-      const [holderToken, otherToken] = await Promise.all([tokenFor(holder.parent, holder), tokenFor(other.parent, other)]);
+      const [holderToken, otherToken] = await Promise.all([
+        tokenFor(holder.parent, holder),
+        tokenFor(other.parent, other),
+      ]);
       // The default budget's bound (the heap read as empty: this process holds many servers).
-      const limited = await startServer(database(), { env: { MEMORY_BUDGET_MB: '250', TRUST_PROXY: 'loopback' }, memoryUsed: () => 0 });
+      const limited = await startServer(database(), {
+        env: { MEMORY_BUDGET_MB: '250', TRUST_PROXY: 'loopback' },
+        memoryUsed: () => 0,
+      });
       const sockets: Socket[] = [];
       try {
         const max = limited.app.pressure.maxRequests;
         const part = limited.app.pressure.clientPart;
         expect(part).toBe(Math.floor(max / 4));
-        const inProgress = async () => metricValue(await (await fetch(`${limited.url}/metrics`)).text(), 'api_memory_requests_in_progress');
+        const inProgress = async () =>
+          metricValue(await (await fetch(`${limited.url}/metrics`)).text(), 'api_memory_requests_in_progress');
         // One address without a credential, then one credential from as many addresses: each time,
         // as many bodies as the whole bound holds.
         const holders = [
@@ -204,14 +230,22 @@ describe(`hostile input (${testMode})`, () => {
           sockets.push(...held.map(({ socket }) => socket));
           // Its part is in progress; every other body was refused at once, 429 with Retry-After.
           await expect.poll(inProgress, { timeout: 30_000, interval: 20 }).toBe(part);
-          await expect.poll(() => held.filter(({ answer }) => answer().includes('\r\n\r\n')).length, { timeout: 30_000, interval: 20 }).toBe(max - part);
+          await expect
+            .poll(() => held.filter(({ answer }) => answer().includes('\r\n\r\n')).length, {
+              timeout: 30_000,
+              interval: 20,
+            })
+            .toBe(max - part);
           for (const { answer } of held.filter(({ answer }) => answer() !== '')) {
             expect(answer()).toMatch(/^HTTP\/1\.1 429 /);
             expect(answer()).toMatch(/\r\nretry-after: 1\r\n/i);
             expect(answer()).toContain('RATE_LIMITED');
           }
           // Another client, at once: answered while every body of the holder still arrives.
-          const answered = await rest(limited, '/auth/user-profile', { token: otherToken, headers: { 'x-forwarded-for': `192.0.2.${round + 1}` } });
+          const answered = await rest(limited, '/auth/user-profile', {
+            token: otherToken,
+            headers: { 'x-forwarded-for': `192.0.2.${round + 1}` },
+          });
           expect(answered.status).toBe(200);
           expect(held.filter(({ answer }) => answer() === '').length).toBe(part);
           for (const { socket } of held) socket.destroy();
@@ -237,22 +271,31 @@ describe(`hostile input (${testMode})`, () => {
       '*/*',
     ];
 
-    it.each(accepts)('Accept %s: one framing, no Content-Encoding "none", parsed by a strict client', async (accept) => {
-      const acceptLine = accept === undefined ? '' : `\r\nAccept: ${accept}`;
-      for (const [head, body] of [
-        [`GET /graphql?query=%7B__typename%7D HTTP/1.1\r\nHost: localhost${acceptLine}\r\nConnection: close`, ''],
-        [`POST /graphql HTTP/1.1\r\nHost: localhost${acceptLine}\r\nContent-Type: application/json\r\nContent-Length: 27\r\nConnection: close`, '{"query":"{ __typename }"}\n'],
-      ] as const) {
-        const answer = await rawRequest(server().url, head, body);
-        expect(answer.status, answer.body).toBe(200);
-        expect(answer.header('content-encoding')).toBeUndefined();
-        expect(answer.headers.filter(([name]) => name === 'connection')).toEqual([['connection', 'close']]);
-        expect(answer.body).toContain('"__typename":"Query"');
-      }
-      const strict = await strictGet(`${server().url}/graphql?query=%7B__typename%7D`, accept === undefined ? {} : { accept });
-      expect(strict.status).toBe(200);
-      expect(strict.body).toContain('"__typename":"Query"');
-    });
+    it.each(accepts)(
+      'Accept %s: one framing, no Content-Encoding "none", parsed by a strict client',
+      async (accept) => {
+        const acceptLine = accept === undefined ? '' : `\r\nAccept: ${accept}`;
+        for (const [head, body] of [
+          [`GET /graphql?query=%7B__typename%7D HTTP/1.1\r\nHost: localhost${acceptLine}\r\nConnection: close`, ''],
+          [
+            `POST /graphql HTTP/1.1\r\nHost: localhost${acceptLine}\r\nContent-Type: application/json\r\nContent-Length: 27\r\nConnection: close`,
+            '{"query":"{ __typename }"}\n',
+          ],
+        ] as const) {
+          const answer = await rawRequest(server().url, head, body);
+          expect(answer.status, answer.body).toBe(200);
+          expect(answer.header('content-encoding')).toBeUndefined();
+          expect(answer.headers.filter(([name]) => name === 'connection')).toEqual([['connection', 'close']]);
+          expect(answer.body).toContain('"__typename":"Query"');
+        }
+        const strict = await strictGet(
+          `${server().url}/graphql?query=%7B__typename%7D`,
+          accept === undefined ? {} : { accept },
+        );
+        expect(strict.status).toBe(200);
+        expect(strict.body).toContain('"__typename":"Query"');
+      },
+    );
 
     it('while draining, every answer says Connection: close, GraphQL ones included', async () => {
       const draining = await startServer(database());
@@ -272,18 +315,36 @@ describe(`hostile input (${testMode})`, () => {
   });
 
   describe('malformed Host headers', () => {
-    it.each(['[zz]', 'x:99999', '1.2.3.4.5', 'a b', 'x/y', 'user@host'])('Host %s is 400 BAD_REQUEST, with no error logged', async (host) => {
-      logs = captureLogs();
-      const answer = await rawRequest(server().url, `GET /auth/user-profile HTTP/1.1\r\nHost: ${host}\r\nConnection: close`);
-      expectEnvelope(answer, 400, 'BAD_REQUEST');
-      expect(logs.lines().filter((line) => line.level === 'error')).toEqual([]);
-    });
+    it.each(['[zz]', 'x:99999', '1.2.3.4.5', 'a b', 'x/y', 'user@host'])(
+      'Host %s is 400 BAD_REQUEST, with no error logged',
+      async (host) => {
+        logs = captureLogs();
+        const answer = await rawRequest(
+          server().url,
+          `GET /auth/user-profile HTTP/1.1\r\nHost: ${host}\r\nConnection: close`,
+        );
+        expectEnvelope(answer, 400, 'BAD_REQUEST');
+        expect(logs.lines().filter((line) => line.level === 'error')).toEqual([]);
+      },
+    );
 
     it.each([
-      ['two Host headers', 'GET /auth/user-profile HTTP/1.1\r\nHost: localhost\r\nHost: other.example\r\nConnection: close', 'The request has more than one Host header.'],
-      ['two Host headers, the same value', 'GET /graphql?query=%7B__typename%7D HTTP/1.1\r\nHost: localhost\r\nhost: localhost\r\nConnection: close', 'The request has more than one Host header.'],
-      ['no Host header (HTTP/1.1)', 'GET /auth/user-profile HTTP/1.1\r\nConnection: close', 'The request has no Host header.'],
-    ])('%s: 400 BAD_REQUEST in the JSON envelope (GraphQL\'s on /graphql)', async (_name, head, message) => {
+      [
+        'two Host headers',
+        'GET /auth/user-profile HTTP/1.1\r\nHost: localhost\r\nHost: other.example\r\nConnection: close',
+        'The request has more than one Host header.',
+      ],
+      [
+        'two Host headers, the same value',
+        'GET /graphql?query=%7B__typename%7D HTTP/1.1\r\nHost: localhost\r\nhost: localhost\r\nConnection: close',
+        'The request has more than one Host header.',
+      ],
+      [
+        'no Host header (HTTP/1.1)',
+        'GET /auth/user-profile HTTP/1.1\r\nConnection: close',
+        'The request has no Host header.',
+      ],
+    ])("%s: 400 BAD_REQUEST in the JSON envelope (GraphQL's on /graphql)", async (_name, head, message) => {
       const answer = await rawRequest(server().url, head);
       expect(answer.status).toBe(400);
       expect(answer.header('content-type')).toMatch(/^application\/json/);
@@ -304,7 +365,11 @@ describe(`hostile input (${testMode})`, () => {
       const limited = await startServer(database(), { env: { RATE_LIMIT_PER_ADDRESS: '3' } });
       try {
         const statuses = [];
-        for (let i = 0; i < 5; i++) statuses.push((await rawRequest(limited.url, `GET /auth/user-profile HTTP/1.1\r\nHost: [zz]\r\nConnection: close`)).status);
+        for (let i = 0; i < 5; i++)
+          statuses.push(
+            (await rawRequest(limited.url, `GET /auth/user-profile HTTP/1.1\r\nHost: [zz]\r\nConnection: close`))
+              .status,
+          );
         expect(statuses).toEqual([400, 400, 400, 429, 429]);
       } finally {
         await limited.close();
@@ -366,7 +431,8 @@ describe(`hostile input (${testMode})`, () => {
       }
       // The organization's own tokens are remembered and served as before.
       const own = await tokenFor(org.parent, org);
-      for (let i = 0; i < 2; i++) expect((await rest(server(), '/auth/user-profile', { token: own })).body.data.user.userID).toBe(org.parent.id);
+      for (let i = 0; i < 2; i++)
+        expect((await rest(server(), '/auth/user-profile', { token: own })).body.data.user.userID).toBe(org.parent.id);
     });
 
     it('a token whose exp lies further than JWT_MAX_LIFETIME_SECONDS past iat is refused', async () => {
@@ -390,8 +456,16 @@ describe(`hostile input (${testMode})`, () => {
     it('a token continues only the search and date bounds it was issued for', async () => {
       org = await createOrganization(database());
       token = await tokenFor(org.parent, org);
-      for (let i = 0; i < 5; i++) await createChild(database(), org.parent, { username: `ann${i}`, createdAt: new Date(Date.UTC(2025, 0, 1 + i)) });
-      for (let i = 0; i < 3; i++) await createChild(database(), org.parent, { username: `zed${i}`, createdAt: new Date(Date.UTC(2025, 1, 1 + i)) });
+      for (let i = 0; i < 5; i++)
+        await createChild(database(), org.parent, {
+          username: `ann${i}`,
+          createdAt: new Date(Date.UTC(2025, 0, 1 + i)),
+        });
+      for (let i = 0; i < 3; i++)
+        await createChild(database(), org.parent, {
+          username: `zed${i}`,
+          createdAt: new Date(Date.UTC(2025, 1, 1 + i)),
+        });
       const first = await list('search=ann&limit=2');
       const next = first.body.data.data.pagination.nextPageToken as string;
       expect(next).toEqual(expect.any(String));
@@ -400,18 +474,36 @@ describe(`hostile input (${testMode})`, () => {
       expect(same.body.data.data.accounts.map((a: { username: string }) => a.username)).toEqual(['ann2', 'ann1']);
       // The same filter spelled with spaces (trimmed) or another page size is the same list.
       expect((await list(`search=%20ann%20&limit=3&lastKey=${encodeURIComponent(next)}`)).status).toBe(200);
-      for (const other of ['', 'search=zzzzz', 'search=an', 'startDate=2025-01-01&search=ann', 'endDate=2030-01-01&search=ann']) {
-        expectError(await list(`${other}&limit=2&lastKey=${encodeURIComponent(next)}`), 400, 'INVALID_PAGINATION_TOKEN');
+      for (const other of [
+        '',
+        'search=zzzzz',
+        'search=an',
+        'startDate=2025-01-01&search=ann',
+        'endDate=2030-01-01&search=ann',
+      ]) {
+        expectError(
+          await list(`${other}&limit=2&lastKey=${encodeURIComponent(next)}`),
+          400,
+          'INVALID_PAGINATION_TOKEN',
+        );
       }
       const [body, signature] = next.split('.') as [string, string];
       for (const altered of [`${next}=`, `${body}.${flipUnusedBits(signature)}`, `${body}=.${signature}`]) {
-        expectError(await list(`search=ann&limit=2&lastKey=${encodeURIComponent(altered)}`), 400, 'INVALID_PAGINATION_TOKEN');
+        expectError(
+          await list(`search=ann&limit=2&lastKey=${encodeURIComponent(altered)}`),
+          400,
+          'INVALID_PAGINATION_TOKEN',
+        );
       }
     });
 
     it('GraphQL cursors too', async () => {
-      const query = 'query ($search: String, $after: String) { childAccounts(search: $search, limit: 2, after: $after) { pageInfo { endCursor } edges { node { username } } } }';
-      const first = await server().graphql<{ childAccounts: { pageInfo: { endCursor: string } } }>(query, { token, variables: { search: 'ann' } });
+      const query =
+        'query ($search: String, $after: String) { childAccounts(search: $search, limit: 2, after: $after) { pageInfo { endCursor } edges { node { username } } } }';
+      const first = await server().graphql<{ childAccounts: { pageInfo: { endCursor: string } } }>(query, {
+        token,
+        variables: { search: 'ann' },
+      });
       const after = first.data!.childAccounts.pageInfo.endCursor;
       const same = await server().graphql(query, { token, variables: { search: 'ann', after } });
       expect(same.errors).toBeUndefined();
@@ -425,15 +517,25 @@ describe(`hostile input (${testMode})`, () => {
       expect(parseDateBound('startDate', '0050-12-31', 'start').toISOString()).toBe('0050-12-31T00:00:00.000Z');
       expect(parseDateBound('endDate', '0000-02-29', 'end').toISOString()).toBe('0000-02-29T23:59:59.999Z');
       expect(() => parseDateBound('endDate', '0100-02-29', 'end')).toThrow();
-      expect(parseDateBound('startDate', '0007-03-04T05:06:07+01:00', 'start').toISOString()).toBe('0007-03-04T04:06:07.000Z');
+      expect(parseDateBound('startDate', '0007-03-04T05:06:07+01:00', 'start').toISOString()).toBe(
+        '0007-03-04T04:06:07.000Z',
+      );
       const org = await createOrganization(database());
       const parentToken = await tokenFor(org.parent, org);
-      await createChild(database(), org.parent, { username: 'old1950', createdAt: new Date('1950-06-01T00:00:00.000Z') });
-      await createChild(database(), org.parent, { username: 'ancient0050', createdAt: new Date('0050-06-01T00:00:00.000Z') });
+      await createChild(database(), org.parent, {
+        username: 'old1950',
+        createdAt: new Date('1950-06-01T00:00:00.000Z'),
+      });
+      await createChild(database(), org.parent, {
+        username: 'ancient0050',
+        createdAt: new Date('0050-06-01T00:00:00.000Z'),
+      });
       const upTo50 = await rest(server(), '/auth/child-accounts?endDate=0050-12-31', { token: parentToken });
       expect(upTo50.body.data.data.accounts.map((a: { username: string }) => a.username)).toEqual(['ancient0050']);
       expect(upTo50.body.data.data.accounts[0].registered).toBe('0050-06-01T00:00:00.000Z');
-      const from1950 = await rest(server(), '/auth/child-accounts?startDate=1950-01-01&endDate=1950-12-31', { token: parentToken });
+      const from1950 = await rest(server(), '/auth/child-accounts?startDate=1950-01-01&endDate=1950-12-31', {
+        token: parentToken,
+      });
       expect(from1950.body.data.data.accounts.map((a: { username: string }) => a.username)).toEqual(['old1950']);
     });
   });
@@ -468,14 +570,21 @@ describe(`hostile input (${testMode})`, () => {
     it.each(paths)('%s is 404 NOT_FOUND, not the route it normalises to', async (path) => {
       const org = await createOrganization(database());
       const token = await tokenFor(org.parent, org);
-      const answer = await rawRequest(server().url, `GET ${path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${token}\r\nConnection: close`);
+      const answer = await rawRequest(
+        server().url,
+        `GET ${path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${token}\r\nConnection: close`,
+      );
       expectEnvelope(answer, 404, 'NOT_FOUND');
     });
   });
 
   describe('client address behind proxies', () => {
     const request = (remoteAddress: string, forwarded?: string) =>
-      ({ socket: { remoteAddress }, headers: forwarded ? { 'x-forwarded-for': forwarded } : {}, connection: { remoteAddress } }) as never;
+      ({
+        socket: { remoteAddress },
+        headers: forwarded ? { 'x-forwarded-for': forwarded } : {},
+        connection: { remoteAddress },
+      }) as never;
 
     it('is read from the right, past the trusted hops only (proxy-addr)', () => {
       const byHops = new RateLimiter(loadConfig({ TRUST_PROXY: '1' }).rateLimit);
@@ -496,7 +605,13 @@ describe(`hostile input (${testMode})`, () => {
       try {
         const statuses = [];
         for (let i = 0; i < 4; i++) {
-          statuses.push((await rest(limited, '/auth/user-profile', { headers: { 'x-forwarded-for': `198.51.100.${i}, 203.0.113.7` } })).status);
+          statuses.push(
+            (
+              await rest(limited, '/auth/user-profile', {
+                headers: { 'x-forwarded-for': `198.51.100.${i}, 203.0.113.7` },
+              })
+            ).status,
+          );
         }
         expect(statuses).toEqual([401, 401, 429, 429]);
       } finally {
@@ -513,7 +628,9 @@ describe(`hostile input (${testMode})`, () => {
       for (let i = 0; i < 20; i++) {
         await new Promise<void>((resolve) => {
           const socket = net.connect(Number(port), hostname, () => {
-            socket.write('POST /graphql HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"query":');
+            socket.write(
+              'POST /graphql HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"query":',
+            );
             setTimeout(() => {
               socket.destroy();
               resolve();
@@ -530,9 +647,15 @@ describe(`hostile input (${testMode})`, () => {
     it('malformed JSON bodies answer 400 without the parser error in production', async () => {
       const production = await startServer(database(), { env: { NODE_ENV: 'production' } });
       try {
-        const response = await fetch(`${production.url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{bad' });
+        const response = await fetch(`${production.url}/graphql`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: '{bad',
+        });
         expect(response.status).toBe(400);
-        expect(await response.json()).toEqual({ errors: [{ message: 'POST body sent invalid JSON.', extensions: { code: 'BAD_REQUEST' } }] });
+        expect(await response.json()).toEqual({
+          errors: [{ message: 'POST body sent invalid JSON.', extensions: { code: 'BAD_REQUEST' } }],
+        });
       } finally {
         await production.close();
       }
@@ -542,22 +665,43 @@ describe(`hostile input (${testMode})`, () => {
       const limited = await startServer(database(), { env: { RATE_LIMIT_PER_ADDRESS: '4', MAX_BODY_BYTES: '1024' } });
       try {
         const origin = { origin: 'https://app.example.com' };
-        const tooLarge = await fetch(`${limited.url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', ...origin }, body: JSON.stringify({ query: `{ __typename } # ${'x'.repeat(5000)}` }) });
-        const tooManyHeaders = await fetch(`${limited.url}/graphql`, { headers: { ...origin, ...Object.fromEntries(Array.from({ length: 120 }, (_, i) => [`x-h${i}`, 'v'])) } });
+        const tooLarge = await fetch(`${limited.url}/graphql`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', ...origin },
+          body: JSON.stringify({ query: `{ __typename } # ${'x'.repeat(5000)}` }),
+        });
+        const tooManyHeaders = await fetch(`${limited.url}/graphql`, {
+          headers: { ...origin, ...Object.fromEntries(Array.from({ length: 120 }, (_, i) => [`x-h${i}`, 'v'])) },
+        });
         const tooLong = await fetch(`${limited.url}/auth/user-profile?${'a'.repeat(9000)}`, { headers: origin });
         await fetch(`${limited.url}/graphql?query=%7B__typename%7D`, { headers: origin });
         const limitedAnswer = await fetch(`${limited.url}/graphql?query=%7B__typename%7D`, { headers: origin });
-        for (const [response, status] of [[tooLarge, 413], [tooManyHeaders, 431], [tooLong, 414], [limitedAnswer, 429]] as const) {
+        for (const [response, status] of [
+          [tooLarge, 413],
+          [tooManyHeaders, 431],
+          [tooLong, 414],
+          [limitedAnswer, 429],
+        ] as const) {
           expect(response.status).toBe(status);
           expect(response.headers.get('access-control-allow-origin'), String(status)).toBe('*');
           expect(response.headers.get('ratelimit-limit')).toBe('4');
         }
-        for (const [response, code] of [[tooLarge, 'PAYLOAD_TOO_LARGE'], [tooManyHeaders, 'REQUEST_HEADER_FIELDS_TOO_LARGE'], [limitedAnswer, 'RATE_LIMITED']] as const) {
+        for (const [response, code] of [
+          [tooLarge, 'PAYLOAD_TOO_LARGE'],
+          [tooManyHeaders, 'REQUEST_HEADER_FIELDS_TOO_LARGE'],
+          [limitedAnswer, 'RATE_LIMITED'],
+        ] as const) {
           // A refusal with a wait carries it, as the REST one does in Retry-After.
-          const extensions = code === 'RATE_LIMITED' ? { code, retryAfterSeconds: Number(response.headers.get('retry-after')) } : { code };
+          const extensions =
+            code === 'RATE_LIMITED'
+              ? { code, retryAfterSeconds: Number(response.headers.get('retry-after')) }
+              : { code };
           expect(await response.json()).toEqual({ errors: [{ message: expect.any(String), extensions }] });
         }
-        expect(await tooLong.json()).toEqual({ success: false, error: { code: 'URI_TOO_LONG', message: expect.any(String) } });
+        expect(await tooLong.json()).toEqual({
+          success: false,
+          error: { code: 'URI_TOO_LONG', message: expect.any(String) },
+        });
       } finally {
         await limited.close();
       }
@@ -576,7 +720,9 @@ describe(`hostile input (${testMode})`, () => {
       const net = await import('node:net');
       // Connections that send half a head and wait.
       const slow = Array.from({ length: 30 }, () => {
-        const socket = net.connect(Number(port), hostname, () => socket.write('GET /auth/user-profile HTTP/1.1\r\nHost: localhost\r\nX-Slow: '));
+        const socket = net.connect(Number(port), hostname, () =>
+          socket.write('GET /auth/user-profile HTTP/1.1\r\nHost: localhost\r\nX-Slow: '),
+        );
         socket.on('error', () => undefined);
         return socket;
       });
@@ -587,7 +733,9 @@ describe(`hostile input (${testMode})`, () => {
           const work: Promise<unknown>[] = [];
           for (let i = 0; i < 10; i++) {
             const n = round * 10 + i;
-            work.push(rest(server(), `/auth/child-accounts?search=${'q'.repeat(n % 7)}term${n}`, { token: flooderToken }));
+            work.push(
+              rest(server(), `/auth/child-accounts?search=${'q'.repeat(n % 7)}term${n}`, { token: flooderToken }),
+            );
             work.push(rest(server(), '/auth/organization-details', { publicKey: `APK_unknown${n}_${n}` }));
             work.push(rest(server(), `/auth/child-accounts?${'search=a&'.repeat(1000)}`, { token: flooderToken }));
             work.push(mint(n).then((token) => rest(server(), '/auth/user-profile', { token })));
@@ -612,4 +760,3 @@ describe(`hostile input (${testMode})`, () => {
     });
   });
 });
-

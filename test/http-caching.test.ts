@@ -5,7 +5,12 @@ import { createChild, createOrganization, tokenFor } from './helpers/builders.js
 import { rest, useServer, type TestServer } from './helpers/app.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
 
-const PATHS = ['/auth/user-profile', '/auth/organization-details', '/auth/child-accounts?limit=5', '/parent/credit-analysis'];
+const PATHS = [
+  '/auth/user-profile',
+  '/auth/organization-details',
+  '/auth/child-accounts?limit=5',
+  '/parent/credit-analysis',
+];
 const STRONG_TAG = /^"[A-Za-z0-9_-]{22}"$/;
 
 describe(`HTTP caching (${testMode})`, () => {
@@ -49,7 +54,10 @@ describe(`HTTP caching (${testMode})`, () => {
       expect(stale.body, path).toEqual(first.body);
       // A browser's request: the CORS headers beside the revalidation's, `Vary` naming each once.
       for (const ifNoneMatch of [undefined, tag]) {
-        const cors = await rest(withOrigins(), path, { token, headers: { origin: 'https://app.example', ...(ifNoneMatch ? { 'if-none-match': ifNoneMatch } : {}) } });
+        const cors = await rest(withOrigins(), path, {
+          token,
+          headers: { origin: 'https://app.example', ...(ifNoneMatch ? { 'if-none-match': ifNoneMatch } : {}) },
+        });
         expect(cors.status, path).toBe(ifNoneMatch ? 304 : 200);
         expect(cors.headers.get('access-control-allow-origin'), path).toBe('https://app.example');
         expect(cors.headers.get('vary'), path).toBe('Origin, Authorization, X-Public-Key');
@@ -66,11 +74,18 @@ describe(`HTTP caching (${testMode})`, () => {
     const secret = org.organization.jwtSecret;
     for (const method of ['GET', 'HEAD']) {
       for (const ifNoneMatch of [undefined, '*', '"stale"']) {
-        const answer = await rest(lean(), '/auth/organization-details', { token: parentToken, method, headers: ifNoneMatch ? { 'if-none-match': ifNoneMatch } : {} });
+        const answer = await rest(lean(), '/auth/organization-details', {
+          token: parentToken,
+          method,
+          headers: ifNoneMatch ? { 'if-none-match': ifNoneMatch } : {},
+        });
         expect(answer.status, `${method} ${ifNoneMatch}`).toBe(200);
         expect(answer.headers.get('cache-control'), `${method} ${ifNoneMatch}`).toBe('no-store');
         expect(answer.headers.get('etag'), `${method} ${ifNoneMatch}`).toBeNull();
-        if (method === 'GET') expect((answer.body as { data: { credentials: { jwtSecret: string } } }).data.credentials.jwtSecret).toBe(secret);
+        if (method === 'GET')
+          expect((answer.body as { data: { credentials: { jwtSecret: string } } }).data.credentials.jwtSecret).toBe(
+            secret,
+          );
       }
     }
     // Kept whole and served again (db/answer-cache.ts): the same rule.
@@ -84,7 +99,9 @@ describe(`HTTP caching (${testMode})`, () => {
       expect(masked.headers.get('cache-control')).toBe('private, no-cache');
       const tag = masked.headers.get('etag')!;
       expect(tag).toMatch(STRONG_TAG);
-      expect((await rest(lean(), '/auth/organization-details', { ...caller, headers: { 'if-none-match': tag } })).status).toBe(304);
+      expect(
+        (await rest(lean(), '/auth/organization-details', { ...caller, headers: { 'if-none-match': tag } })).status,
+      ).toBe(304);
     }
     // The parent's other answers keep their tags.
     const profile = await rest(lean(), '/auth/user-profile', { token: parentToken });
@@ -92,7 +109,7 @@ describe(`HTTP caching (${testMode})`, () => {
     expect(profile.headers.get('etag')).toMatch(STRONG_TAG);
   });
 
-  it('a changed answer gets a new tag; another caller never gets a 304 on someone else\'s tag', async () => {
+  it("a changed answer gets a new tag; another caller never gets a 304 on someone else's tag", async () => {
     const org = await createOrganization(database());
     const child = await createChild(database(), org.parent);
     const [parentToken, childToken] = [await tokenFor(org.parent, org), await tokenFor(child, org)];
@@ -103,9 +120,21 @@ describe(`HTTP caching (${testMode})`, () => {
     expect(own.status).toBe(200);
     expect(own.headers.get('etag')).not.toBe(tag);
     const before = await rest(lean(), '/parent/credit-analysis', { token: parentToken });
-    await database().prisma.organization.update({ where: { parentId: org.parent.id }, data: { creditBalance: { decrement: 1 } } });
+    await database().prisma.organization.update({
+      where: { parentId: org.parent.id },
+      data: { creditBalance: { decrement: 1 } },
+    });
     await expect
-      .poll(async () => (await rest(lean(), '/parent/credit-analysis', { token: parentToken, headers: { 'if-none-match': before.headers.get('etag')! } })).status, { timeout: 10_000, interval: 20 })
+      .poll(
+        async () =>
+          (
+            await rest(lean(), '/parent/credit-analysis', {
+              token: parentToken,
+              headers: { 'if-none-match': before.headers.get('etag')! },
+            })
+          ).status,
+        { timeout: 10_000, interval: 20 },
+      )
       .toBe(200);
   });
 
@@ -122,25 +151,48 @@ describe(`HTTP caching (${testMode})`, () => {
     const first = await rest(lean(), '/auth/organization-details', { token });
     expect(await retrievals(lean(), org.parent.id)).toBe(1n);
     for (let i = 0; i < 3; i++) {
-      expect((await rest(lean(), '/auth/organization-details', { token, headers: { 'if-none-match': first.headers.get('etag')! } })).status).toBe(304);
+      expect(
+        (
+          await rest(lean(), '/auth/organization-details', {
+            token,
+            headers: { 'if-none-match': first.headers.get('etag')! },
+          })
+        ).status,
+      ).toBe(304);
     }
     expect(await retrievals(lean(), org.parent.id)).toBe(4n);
-    expect((await rest(lean(), '/auth/organization-details', { token, headers: { 'if-none-match': '"stale"' } })).status).toBe(200);
+    expect(
+      (await rest(lean(), '/auth/organization-details', { token, headers: { 'if-none-match': '"stale"' } })).status,
+    ).toBe(200);
     expect(await retrievals(lean(), org.parent.id)).toBe(5n);
     // A refused revalidation is no answer: not counted.
-    expect((await rest(lean(), '/auth/organization-details', { token: 'nope', headers: { 'if-none-match': first.headers.get('etag')! } })).status).toBe(401);
+    expect(
+      (
+        await rest(lean(), '/auth/organization-details', {
+          token: 'nope',
+          headers: { 'if-none-match': first.headers.get('etag')! },
+        })
+      ).status,
+    ).toBe(401);
     expect(await retrievals(lean(), org.parent.id)).toBe(5n);
   });
 
-  for (const [door, server] of [['lean', lean], ['Yoga', full]] as const) {
+  for (const [door, server] of [
+    ['lean', lean],
+    ['Yoga', full],
+  ] as const) {
     it(`GraphQL (${door} door): a GET of a stored operation by id is revalidated; nothing else is kept`, async () => {
       const org = await createOrganization(database());
       // The child: the stored operation selects the secret, which the child sees masked.
       const token = await tokenFor(await createChild(database(), org.parent), org);
       const stored = STORED_OPERATIONS.find((o) => o.name === 'Organization')!;
-      const extensions = encodeURIComponent(JSON.stringify({ persistedQuery: { version: 1, sha256Hash: operationId(stored.document) } }));
+      const extensions = encodeURIComponent(
+        JSON.stringify({ persistedQuery: { version: 1, sha256Hash: operationId(stored.document) } }),
+      );
       const get = (headers: Record<string, string> = {}) =>
-        fetch(`${server().url}/graphql?operationName=Organization&extensions=${extensions}`, { headers: { authorization: `Bearer ${token}`, accept: 'application/graphql-response+json', ...headers } });
+        fetch(`${server().url}/graphql?operationName=Organization&extensions=${extensions}`, {
+          headers: { authorization: `Bearer ${token}`, accept: 'application/graphql-response+json', ...headers },
+        });
       const first = await get();
       expect(first.status).toBe(200);
       const tag = first.headers.get('etag')!;
@@ -155,17 +207,23 @@ describe(`HTTP caching (${testMode})`, () => {
       // The revalidation was answered: a retrieval, as the first was.
       expect(await retrievals(server(), org.parent.id)).toBe(2n);
       // The same document as text, or by POST, or failing: never kept.
-      const byText = await fetch(`${server().url}/graphql?query=${encodeURIComponent(stored.document)}`, { headers: { authorization: `Bearer ${token}`, accept: 'application/json' } });
+      const byText = await fetch(`${server().url}/graphql?query=${encodeURIComponent(stored.document)}`, {
+        headers: { authorization: `Bearer ${token}`, accept: 'application/json' },
+      });
       expect(byText.headers.get('cache-control')).toBe('no-store');
       expect(byText.headers.get('etag')).toBeNull();
       const posted = await fetch(`${server().url}/graphql`, {
         method: 'POST',
         headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'if-none-match': tag },
-        body: JSON.stringify({ extensions: { persistedQuery: { version: 1, sha256Hash: operationId(stored.document) } } }),
+        body: JSON.stringify({
+          extensions: { persistedQuery: { version: 1, sha256Hash: operationId(stored.document) } },
+        }),
       });
       expect(posted.status).toBe(200);
       expect(posted.headers.get('cache-control')).toBe('no-store');
-      const refused = await fetch(`${server().url}/graphql?operationName=Organization&extensions=${extensions}`, { headers: { authorization: 'Bearer nope', accept: 'application/json', 'if-none-match': tag } });
+      const refused = await fetch(`${server().url}/graphql?operationName=Organization&extensions=${extensions}`, {
+        headers: { authorization: 'Bearer nope', accept: 'application/json', 'if-none-match': tag },
+      });
       expect(refused.headers.get('cache-control')).toBe('no-store');
       expect(refused.headers.get('etag')).toBeNull();
     });
@@ -175,12 +233,25 @@ describe(`HTTP caching (${testMode})`, () => {
       const token = await tokenFor(org.parent, org);
       const secret = org.organization.jwtSecret;
       const stored = STORED_OPERATIONS.find((o) => o.name === 'Organization')!;
-      const extensions = encodeURIComponent(JSON.stringify({ persistedQuery: { version: 1, sha256Hash: operationId(stored.document) } }));
-      const headers = { authorization: `Bearer ${token}`, accept: 'application/graphql-response+json', 'if-none-match': '*' };
+      const extensions = encodeURIComponent(
+        JSON.stringify({ persistedQuery: { version: 1, sha256Hash: operationId(stored.document) } }),
+      );
+      const headers = {
+        authorization: `Bearer ${token}`,
+        accept: 'application/graphql-response+json',
+        'if-none-match': '*',
+      };
       const answers = [
         await fetch(`${server().url}/graphql?operationName=Organization&extensions=${extensions}`, { headers }),
-        await fetch(`${server().url}/graphql?query=${encodeURIComponent('{ organization { credentials { jwtSecret } } }')}`, { headers }),
-        await fetch(`${server().url}/graphql`, { method: 'POST', headers: { ...headers, 'content-type': 'application/json' }, body: JSON.stringify({ query: '{ organization { credentials { jwtSecret } } }' }) }),
+        await fetch(
+          `${server().url}/graphql?query=${encodeURIComponent('{ organization { credentials { jwtSecret } } }')}`,
+          { headers },
+        ),
+        await fetch(`${server().url}/graphql`, {
+          method: 'POST',
+          headers: { ...headers, 'content-type': 'application/json' },
+          body: JSON.stringify({ query: '{ organization { credentials { jwtSecret } } }' }),
+        }),
       ];
       for (const [index, answer] of answers.entries()) {
         expect(answer.status, String(index)).toBe(200);
@@ -190,8 +261,13 @@ describe(`HTTP caching (${testMode})`, () => {
       }
       // The same stored operation without the secret in it (the parent's profile) keeps its tag.
       const profile = STORED_OPERATIONS.find((o) => o.name === 'Me')!;
-      const profileExtensions = encodeURIComponent(JSON.stringify({ persistedQuery: { version: 1, sha256Hash: operationId(profile.document) } }));
-      const kept = await fetch(`${server().url}/graphql?operationName=${profile.name}&extensions=${profileExtensions}`, { headers: { authorization: `Bearer ${token}`, accept: 'application/json' } });
+      const profileExtensions = encodeURIComponent(
+        JSON.stringify({ persistedQuery: { version: 1, sha256Hash: operationId(profile.document) } }),
+      );
+      const kept = await fetch(
+        `${server().url}/graphql?operationName=${profile.name}&extensions=${profileExtensions}`,
+        { headers: { authorization: `Bearer ${token}`, accept: 'application/json' } },
+      );
       expect(kept.status).toBe(200);
       expect(kept.headers.get('cache-control')).toBe('private, no-cache');
       expect(kept.headers.get('etag')).toMatch(STRONG_TAG);

@@ -23,10 +23,14 @@ function sources(folder = src): string[] {
 /** What a file imports of ours (static, dynamic and re-exports), as paths relative to src/. */
 function importsOf(file: string): string[] {
   const text = readFileSync(path.join(src, file), 'utf8');
-  const specifiers = [...text.matchAll(/(?:\bfrom\s+|\bimport\s*\(\s*|^\s*import\s+)['"]([^'"]+)['"]/gm)].map((match) => match[1]!);
+  const specifiers = [...text.matchAll(/(?:\bfrom\s+|\bimport\s*\(\s*|^\s*import\s+)['"]([^'"]+)['"]/gm)].map(
+    (match) => match[1]!,
+  );
   return specifiers
     .filter((specifier) => specifier.startsWith('.'))
-    .map((specifier) => path.relative(src, path.resolve(path.dirname(path.join(src, file)), specifier)).replace(/\.js$/, '.ts'));
+    .map((specifier) =>
+      path.relative(src, path.resolve(path.dirname(path.join(src, file)), specifier)).replace(/\.js$/, '.ts'),
+    );
 }
 
 const area = (file: string) => (file.includes(path.sep) ? file.split(path.sep)[0]! : file);
@@ -39,14 +43,20 @@ const RULES: Rule[] = [
   {
     name: 'a transport imports neither the other transport nor the edge (only the exchange it receives)',
     broken: (file, imported) =>
-      TRANSPORTS.has(area(file)) && ((TRANSPORTS.has(area(imported)) && area(imported) !== area(file)) || (area(imported) === 'http' && !EDGE_OFFERS.has(imported))),
+      TRANSPORTS.has(area(file)) &&
+      ((TRANSPORTS.has(area(imported)) && area(imported) !== area(file)) ||
+        (area(imported) === 'http' && !EDGE_OFFERS.has(imported))),
   },
   {
     name: 'db/ imports neither auth/, services/ nor a transport or the edge',
-    broken: (file, imported) => area(file) === 'db' && ['auth', 'services', 'rest', 'graphql', 'http'].includes(area(imported)),
+    broken: (file, imported) =>
+      area(file) === 'db' && ['auth', 'services', 'rest', 'graphql', 'http'].includes(area(imported)),
   },
   // The errors are the one vocabulary every layer throws in; they import nothing themselves.
-  { name: 'domain/ imports nothing of ours outside domain/ but the errors', broken: (file, imported) => area(file) === 'domain' && area(imported) !== 'domain' && imported !== 'errors.ts' },
+  {
+    name: 'domain/ imports nothing of ours outside domain/ but the errors',
+    broken: (file, imported) => area(file) === 'domain' && area(imported) !== 'domain' && imported !== 'errors.ts',
+  },
   { name: 'the errors import nothing of ours', broken: (file) => file === 'errors.ts' },
 ];
 
@@ -60,7 +70,11 @@ describe('the import rules', () => {
 
   for (const rule of RULES) {
     it(rule.name, () => {
-      const broken = files.flatMap((file) => importsOf(file).filter((imported) => rule.broken(file, imported)).map((imported) => `${file} imports ${imported}`));
+      const broken = files.flatMap((file) =>
+        importsOf(file)
+          .filter((imported) => rule.broken(file, imported))
+          .map((imported) => `${file} imports ${imported}`),
+      );
       expect(broken).toEqual([]);
     });
   }

@@ -14,15 +14,19 @@ function subscribeWith(client: Client, query: string) {
   const events: Event[] = [];
   let completed = false;
   let failed: unknown;
-  const dispose = client.subscribe<Record<string, any>>({ query }, {
-    next: (event) => void events.push(event as Event),
-    error: (error) => void (failed = error),
-    complete: () => void (completed = true),
-  });
+  const dispose = client.subscribe<Record<string, any>>(
+    { query },
+    {
+      next: (event) => void events.push(event as Event),
+      error: (error) => void (failed = error),
+      complete: () => void (completed = true),
+    },
+  );
   return { events, dispose, completed: () => completed, failed: () => failed };
 }
 
-const CREDIT = 'subscription { creditAnalysisChanged { creditBalance operationUsage { signIns } forecast { dailyBurn } } }';
+const CREDIT =
+  'subscription { creditAnalysisChanged { creditBalance operationUsage { signIns } forecast { dailyBurn } } }';
 
 describe(`live updates over Server-Sent Events (${testMode})`, () => {
   const database = useTestDatabase();
@@ -43,11 +47,16 @@ describe(`live updates over Server-Sent Events (${testMode})`, () => {
   });
 
   const client = (token: string | undefined, headers: Record<string, string> = {}) => {
-    const made = createClient({ url: `${server().url}/graphql`, headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...headers }, retryAttempts: 0 });
+    const made = createClient({
+      url: `${server().url}/graphql`,
+      headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...headers },
+      retryAttempts: 0,
+    });
     clients.push(made);
     return made;
   };
-  const signIn = (childId: string) => (writer ? writer.query(SIGN_IN_SQL, [childId]) : database().sql.query(SIGN_IN_SQL, [childId]));
+  const signIn = (childId: string) =>
+    writer ? writer.query(SIGN_IN_SQL, [childId]) : database().sql.query(SIGN_IN_SQL, [childId]);
   const live = () => server().app.deps.live!;
 
   async function organizationWithChild(): Promise<{ built: BuiltOrganization; childId: string; token: string }> {
@@ -95,7 +104,10 @@ describe(`live updates over Server-Sent Events (${testMode})`, () => {
   it("organization details follow the organization's settings: sign-ins (its balance) compute nothing, a rename is pushed", async () => {
     const { built, childId } = await organizationWithChild();
     const child = await createChild(database(), built.parent);
-    const subscription = subscribeWith(client(await tokenFor(child, built)), 'subscription { organizationChanged { organizationName } }');
+    const subscription = subscribeWith(
+      client(await tokenFor(child, built)),
+      'subscription { organizationChanged { organizationName } }',
+    );
     await expect.poll(() => subscription.events.length, { timeout: 5_000 }).toBe(1);
     const computed = live().computations;
     for (let i = 0; i < 5; i++) await signIn(childId);
@@ -115,13 +127,18 @@ describe(`live updates over Server-Sent Events (${testMode})`, () => {
     const child = await createChild(database(), built.parent);
     const refusal = async (made: Client, query = CREDIT) => {
       const subscription = subscribeWith(made, query);
-      await expect.poll(() => subscription.events.length + (subscription.completed() ? 1 : 0), { timeout: 5_000 }).toBeGreaterThan(0);
+      await expect
+        .poll(() => subscription.events.length + (subscription.completed() ? 1 : 0), { timeout: 5_000 })
+        .toBeGreaterThan(0);
       return subscription.events[0]?.errors?.map((e) => e.extensions?.code);
     };
     expect(await refusal(client(await tokenFor(child, built)))).toEqual(['UNAUTHORIZED_ACCESS']);
     expect(await refusal(client(undefined, { 'x-public-key': built.parent.publicKey }))).toEqual(['UNAUTHORIZED']);
     // A child may follow its organization's details, with the secret masked.
-    const details = subscribeWith(client(await tokenFor(child, built)), 'subscription { organizationChanged { organizationName credentials { jwtSecret } } }');
+    const details = subscribeWith(
+      client(await tokenFor(child, built)),
+      'subscription { organizationChanged { organizationName credentials { jwtSecret } } }',
+    );
     await expect.poll(() => details.events.length, { timeout: 5_000 }).toBe(1);
     expect(details.events[0]!.data!.organizationChanged.credentials.jwtSecret).toBe('********');
     details.dispose();
@@ -134,7 +151,12 @@ describe(`live updates over Server-Sent Events (${testMode})`, () => {
 
   it('ends when the token expires', async () => {
     const { built } = await organizationWithChild();
-    const token = await mintAccessToken({ secret: built.organization.jwtSecret, kid: built.parent.publicKey, subject: built.parent.id, ttlSeconds: 2 });
+    const token = await mintAccessToken({
+      secret: built.organization.jwtSecret,
+      kid: built.parent.publicKey,
+      subject: built.parent.id,
+      ttlSeconds: 2,
+    });
     const subscription = subscribeWith(client(token), CREDIT);
     await expect.poll(() => subscription.events.length, { timeout: 5_000 }).toBe(1);
     await expect.poll(() => subscription.completed(), { timeout: 6_000 }).toBe(true);
@@ -168,7 +190,11 @@ describe(`live updates and shutdown (${testMode})`, () => {
   it('a draining instance completes every stream cleanly and takes no new one', async () => {
     const built = await createOrganization(database());
     const token = await tokenFor(built.parent, built);
-    const made = createClient({ url: `${server().url}/graphql`, headers: { authorization: `Bearer ${token}` }, retryAttempts: 0 });
+    const made = createClient({
+      url: `${server().url}/graphql`,
+      headers: { authorization: `Bearer ${token}` },
+      retryAttempts: 0,
+    });
     const subscriptions = [subscribeWith(made, CREDIT), subscribeWith(made, CREDIT)];
     await expect.poll(() => subscriptions.every((s) => s.events.length === 1), { timeout: 5_000 }).toBe(true);
     server().app.drain();
@@ -187,10 +213,18 @@ describe(`the stored live operation (${testMode})`, () => {
   it('runs by its id over Server-Sent Events, as GraphiQL and first-party clients send it', async () => {
     const built = await createOrganization(database());
     const stored = STORED_OPERATIONS.find((o) => o.name === 'CreditAnalysisLive')!;
-    const made = createClient({ url: `${server().url}/graphql`, headers: { authorization: `Bearer ${await tokenFor(built.parent, built)}` }, retryAttempts: 0 });
+    const made = createClient({
+      url: `${server().url}/graphql`,
+      headers: { authorization: `Bearer ${await tokenFor(built.parent, built)}` },
+      retryAttempts: 0,
+    });
     const events: Event[] = [];
     const dispose = made.subscribe(
-      { query: '', operationName: 'CreditAnalysisLive', extensions: { persistedQuery: { version: 1, sha256Hash: operationId(stored.document) } } },
+      {
+        query: '',
+        operationName: 'CreditAnalysisLive',
+        extensions: { persistedQuery: { version: 1, sha256Hash: operationId(stored.document) } },
+      },
       { next: (event) => void events.push(event as Event), error: () => {}, complete: () => {} },
     );
     await expect.poll(() => events.length, { timeout: 5_000 }).toBe(1);
@@ -209,12 +243,16 @@ describe(`live updates on several instances (${testMode})`, () => {
     const built = await createOrganization(database());
     const child = await createChild(database(), built.parent);
     const token = await tokenFor(built.parent, built);
-    const clients = [first(), second()].map((target) => createClient({ url: `${target.url}/graphql`, headers: { authorization: `Bearer ${token}` }, retryAttempts: 0 }));
+    const clients = [first(), second()].map((target) =>
+      createClient({ url: `${target.url}/graphql`, headers: { authorization: `Bearer ${token}` }, retryAttempts: 0 }),
+    );
     const subscriptions = clients.map((made) => subscribeWith(made, CREDIT));
     await expect.poll(() => subscriptions.every((s) => s.events.length === 1), { timeout: 5_000 }).toBe(true);
     await database().sql.query(SIGN_IN_SQL, [child.id]);
     for (const subscription of subscriptions) {
-      await expect.poll(() => subscription.events.at(-1)!.data!.creditAnalysisChanged.creditBalance, { timeout: 10_000 }).toBe(built.organization.creditBalance - 1);
+      await expect
+        .poll(() => subscription.events.at(-1)!.data!.creditAnalysisChanged.creditBalance, { timeout: 10_000 })
+        .toBe(built.organization.creditBalance - 1);
     }
     for (const made of clients) made.dispose();
   });

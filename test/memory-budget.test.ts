@@ -24,7 +24,8 @@ async function subscribe(url: string, token: string): Promise<{ first: string; l
   const reader = answer.body!.getReader();
   let text = '';
   while (!text.includes('event: next')) text += new TextDecoder().decode((await reader.read()).value);
-  while (!text.includes('\n\n', text.indexOf('event: next'))) text += new TextDecoder().decode((await reader.read()).value);
+  while (!text.includes('\n\n', text.indexOf('event: next')))
+    text += new TextDecoder().decode((await reader.read()).value);
   return { first: text, leave: () => controller.abort() };
 }
 
@@ -32,7 +33,12 @@ describe(`the memory budget (${testMode})`, () => {
   const database = useTestDatabase();
   /** The heap's share of the budget as the pressure reads it; undefined: the real heap. */
   let ratio: number | undefined;
-  const server = useServer(database, { memoryUsed: () => (ratio === undefined ? v8.getHeapStatistics().used_heap_size : ratio * server().app.deps.config.memory.oldGenerationBytes) });
+  const server = useServer(database, {
+    memoryUsed: () =>
+      ratio === undefined
+        ? v8.getHeapStatistics().used_heap_size
+        : ratio * server().app.deps.config.memory.oldGenerationBytes,
+  });
   const at = (value: number | undefined) => {
     ratio = value;
     return server().app.pressure.sample();
@@ -105,7 +111,11 @@ describe(`the memory budget (${testMode})`, () => {
   it("the rate limiter's memory store holds at most its share of keys, and still refuses a caller over its limit", async () => {
     const { rateLimit } = loadConfig({ RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '3' });
     const limiter = new RateLimiter(rateLimit, undefined, undefined, 2_000);
-    const request = (token: string) => ({ headers: { authorization: `Bearer ${token}` }, socket: { remoteAddress: '10.0.0.1' } }) as unknown as IncomingMessage;
+    const request = (token: string) =>
+      ({
+        headers: { authorization: `Bearer ${token}` },
+        socket: { remoteAddress: '10.0.0.1' },
+      }) as unknown as IncomingMessage;
     // A flood of distinct credentials: the store keeps the most recent 1,000 (half the keys, per limit).
     for (let i = 0; i < 5_000; i++) expect((await limiter.check(request(`flood-${i}`))).allowed).toBe(true);
     expect(limiter.memoryKeys).toBe(1_000);
@@ -130,15 +140,20 @@ describe(`the memory budget (${testMode})`, () => {
     expect(() => loadConfig({ MEMORY_BUDGET_MB: String(least - 1) })).toThrow(/too little/);
   });
 
-  it('traced, the SDK and its queue join the process\'s own objects, and a stream counts as its traced size', () => {
-    const [plain, traced] = [loadConfig({ MEMORY_BUDGET_MB: '250' }).memory, loadConfig({ MEMORY_BUDGET_MB: '250', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }).memory];
+  it("traced, the SDK and its queue join the process's own objects, and a stream counts as its traced size", () => {
+    const [plain, traced] = [
+      loadConfig({ MEMORY_BUDGET_MB: '250' }).memory,
+      loadConfig({ MEMORY_BUDGET_MB: '250', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }).memory,
+    ];
     expect(traced.reserveBytes.base - plain.reserveBytes.base).toBe(TRACING_HEAP_BYTES);
     expect(traced.streamBytes).toBe(TRACED_STREAM_BYTES);
     expect(traced.maxStreams).toBeLessThan(plain.maxStreams);
     expect(traced.maxStreams * traced.streamBytes).toBeLessThanOrEqual(traced.shares.streams);
     // A budget that fits untraced may not fit traced: the refusal names the least that does.
     expect(() => loadConfig({ MEMORY_BUDGET_MB: '166' })).not.toThrow();
-    expect(() => loadConfig({ MEMORY_BUDGET_MB: '166', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' })).toThrow(/raise MEMORY_BUDGET_MB to at least \d+/);
+    expect(() => loadConfig({ MEMORY_BUDGET_MB: '166', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' })).toThrow(
+      /raise MEMORY_BUDGET_MB to at least \d+/,
+    );
   });
 
   it("gives the cache's records 14 % of a budget and 40 % of what it has above 190 MB, never more than one ring holds", () => {
@@ -146,17 +161,28 @@ describe(`the memory budget (${testMode})`, () => {
     expect(records(170)).toBe(Math.floor(170 * 2 ** 20 * 0.14));
     expect(records(250)).toBe(Math.floor(250 * 2 ** 20 * 0.14 + (250 * 2 ** 20 - 190_000_000) * 0.4));
     // The default budget: about 139,000 users at 425 bytes.
-    expect(memoryBudget(undefined, {}, { containerLimitBytes: undefined, heapLimitBytes: 2 ** 32 }).recordBytes).toBe(59_000_000);
+    expect(memoryBudget(undefined, {}, { containerLimitBytes: undefined, heapLimitBytes: 2 ** 32 }).recordBytes).toBe(
+      59_000_000,
+    );
     // Past what one ring holds, the heap takes the rest.
     const large = loadConfig({ MEMORY_BUDGET_MB: '20000' }).memory;
     expect(large.recordBytes).toBe(RING_MAX_BYTES);
     expect(large.oldSpaceMiB).toBeGreaterThan(8000);
-    expect(loadConfig({ MEMORY_BUDGET_MB: '20000', CACHE_MAX_BYTES: String(2 ** 32) }).memory.recordBytes).toBe(RING_MAX_BYTES);
-    // Explicit streams that do not fit beside the grown records keep them at 14 %: 10,000 streams need what they needed.
+    expect(loadConfig({ MEMORY_BUDGET_MB: '20000', CACHE_MAX_BYTES: String(2 ** 32) }).memory.recordBytes).toBe(
+      RING_MAX_BYTES,
+    );
+    // Explicit streams that do not fit beside the grown records keep them at 14 %: 10,000 streams need what
+    // they needed.
     const streams = { LIVE_MAX_STREAMS: '10000' };
-    expect(loadConfig({ MEMORY_BUDGET_MB: '426', ...streams }).memory.recordBytes).toBe(Math.floor(426 * 2 ** 20 * 0.14));
-    expect(() => loadConfig({ MEMORY_BUDGET_MB: '425', ...streams })).toThrow(/raise MEMORY_BUDGET_MB to at least 426$/);
-    expect(loadConfig({ MEMORY_BUDGET_MB: '1000', ...streams }).memory.recordBytes).toBe(Math.floor(1000 * 2 ** 20 * 0.14 + (1000 * 2 ** 20 - 190_000_000) * 0.4));
+    expect(loadConfig({ MEMORY_BUDGET_MB: '426', ...streams }).memory.recordBytes).toBe(
+      Math.floor(426 * 2 ** 20 * 0.14),
+    );
+    expect(() => loadConfig({ MEMORY_BUDGET_MB: '425', ...streams })).toThrow(
+      /raise MEMORY_BUDGET_MB to at least 426$/,
+    );
+    expect(loadConfig({ MEMORY_BUDGET_MB: '1000', ...streams }).memory.recordBytes).toBe(
+      Math.floor(1000 * 2 ** 20 * 0.14 + (1000 * 2 ** 20 - 190_000_000) * 0.4),
+    );
   });
 });
 
@@ -165,7 +191,12 @@ describe('the live heap before V8 has collected in full', () => {
     const MIB = 1024 * 1024;
     const heap = { bytes: 97 * MIB, collections: 0, read: () => heap.bytes };
     const shrunk: number[] = [];
-    const pressure = new MemoryPressure({ oldGenerationBytes: 100 * MIB, maxRequests: 10, heap, shrink: (fraction) => shrunk.push(fraction) });
+    const pressure = new MemoryPressure({
+      oldGenerationBytes: 100 * MIB,
+      maxRequests: 10,
+      heap,
+      shrink: (fraction) => shrunk.push(fraction),
+    });
     try {
       // Garbage and all (a process started without the heap flag): the caches shrink once.
       expect(pressure.sample()).toBe(1);
@@ -188,9 +219,14 @@ describe('the live heap before V8 has collected in full', () => {
   });
 });
 
-describe('a client\'s part of the requests in progress', () => {
+describe("a client's part of the requests in progress", () => {
   it('an address or a credential holds a quarter of the bound at most; one more is refused, others are admitted, and a finished request gives its place back', () => {
-    const pressure = new MemoryPressure({ oldGenerationBytes: 1024 ** 3, maxRequests: 8, used: () => 0, shrink: () => {} });
+    const pressure = new MemoryPressure({
+      oldGenerationBytes: 1024 ** 3,
+      maxRequests: 8,
+      used: () => 0,
+      shrink: () => {},
+    });
     try {
       expect(pressure.clientPart).toBe(2);
       const mallory = ['address 203.0.113.7'];
@@ -203,7 +239,8 @@ describe('a client\'s part of the requests in progress', () => {
       expect(pressure.refusesRequest(token('10.0.0.2'))).toBeUndefined();
       expect(pressure.refusesRequest(token('10.0.0.3'))).toBe('client');
       // Others are admitted until the whole bound is taken.
-      for (const address of ['a', 'b', 'c', 'd']) expect(pressure.refusesRequest([`address ${address}`])).toBeUndefined();
+      for (const address of ['a', 'b', 'c', 'd'])
+        expect(pressure.refusesRequest([`address ${address}`])).toBeUndefined();
       expect(pressure.refusesRequest(['address e'])).toBe('busy');
       expect(pressure.refusals).toMatchObject({ client: 2, busy: 1 });
       pressure.finished(mallory);

@@ -12,7 +12,12 @@ import { testMode, useTestDatabase } from './helpers/database.js';
 
 /** The value of one series in Prometheus text (labels in the order prom-client writes them), or 0 when absent. */
 function series(text: string, name: string, labels: Record<string, string> = {}): number {
-  const selector = Object.keys(labels).length === 0 ? '' : `{${Object.entries(labels).map(([k, v]) => `${k}="${v}"`).join(',')}}`;
+  const selector =
+    Object.keys(labels).length === 0
+      ? ''
+      : `{${Object.entries(labels)
+          .map(([k, v]) => `${k}="${v}"`)
+          .join(',')}}`;
   const line = text.split('\n').find((l) => l.startsWith(`${name}${selector} `));
   return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
 }
@@ -41,7 +46,8 @@ describe(`GET /metrics moves with the traffic, by bounded labels (${testMode})`,
     expect(moved({ route: '/auth/user-profile', method: 'GET', status: '401', code: 'UNAUTHORIZED' })).toBe(1);
     expect(moved({ route: 'other', method: 'GET', status: '404', code: 'NOT_FOUND' })).toBe(1);
     expect(moved({ route: '/auth/user-profile', method: 'POST', status: '405', code: 'METHOD_NOT_ALLOWED' })).toBe(1);
-    const count = (text: string) => series(text, 'api_http_request_duration_seconds_count', { route: '/auth/user-profile' });
+    const count = (text: string) =>
+      series(text, 'api_http_request_duration_seconds_count', { route: '/auth/user-profile' });
     expect(count(after) - count(before)).toBe(5);
     // Nothing a request sent becomes a label: not the unknown path, its query, or the token.
     expect(after).not.toContain('nothing-here');
@@ -54,12 +60,17 @@ describe(`GET /metrics moves with the traffic, by bounded labels (${testMode})`,
     const token = await tokenFor(org.parent, org);
     const before = await scrape();
     expect((await server().graphql('query MyScreen { me { userID } }', { token })).status).toBe(200);
-    expect((await server().graphql('query { b: organization { organizationName } a: me { userID } }', { token })).status).toBe(200);
+    expect(
+      (await server().graphql('query { b: organization { organizationName } a: me { userID } }', { token })).status,
+    ).toBe(200);
     expect((await server().graphql('{ me { userID } }')).errors?.[0]?.extensions?.code).toBe('UNAUTHORIZED');
     expect((await server().graphql('{ me { ', { token })).errors?.[0]?.extensions?.code).toBe('GRAPHQL_PARSE_FAILED');
-    expect((await server().graphql('{ me { noSuchField } }', { token })).errors?.[0]?.extensions?.code).toBe('GRAPHQL_VALIDATION_FAILED');
+    expect((await server().graphql('{ me { noSuchField } }', { token })).errors?.[0]?.extensions?.code).toBe(
+      'GRAPHQL_VALIDATION_FAILED',
+    );
     const after = await scrape();
-    const operations = (text: string, operation: string) => series(text, 'api_graphql_operation_duration_seconds_count', { operation });
+    const operations = (text: string, operation: string) =>
+      series(text, 'api_graphql_operation_duration_seconds_count', { operation });
     // Executed, with data or with an error (the unauthenticated one); not the refused documents.
     expect(operations(after, 'me') - operations(before, 'me')).toBe(2);
     expect(operations(after, 'me,organization') - operations(before, 'me,organization')).toBe(1);
@@ -78,17 +89,23 @@ describe(`GET /metrics moves with the traffic, by bounded labels (${testMode})`,
     const token = await tokenFor(org.parent, org);
     const before = await scrape();
     let refused = 0;
-    for (let i = 0; i < 40; i++) if ((await rest(server(), '/auth/user-profile', { token })).status === 429) refused += 1;
+    for (let i = 0; i < 40; i++)
+      if ((await rest(server(), '/auth/user-profile', { token })).status === 429) refused += 1;
     expect(refused).toBeGreaterThan(0);
     const after = await scrape();
     expect(series(after, 'api_rate_limited_total') - series(before, 'api_rate_limited_total')).toBe(refused);
-    expect(answered(before, after, { route: '/auth/user-profile', method: 'GET', status: '429', code: 'RATE_LIMITED' })).toBe(refused);
+    expect(
+      answered(before, after, { route: '/auth/user-profile', method: 'GET', status: '429', code: 'RATE_LIMITED' }),
+    ).toBe(refused);
     expect(series(after, 'api_cache_live')).toBe(1);
     expect(after).toMatch(/^api_change_feed_reconnects_total \d+$/m);
     expect(after).toMatch(/^api_retrieval_counter_pending \d+$/m);
     expect(after).toMatch(/^api_retrieval_counter_write_failures_total \d+$/m);
     if (testMode === 'postgres') {
-      expect(series(after, 'api_db_pool_connections', { state: 'idle' }) + series(after, 'api_db_pool_connections', { state: 'in_use' })).toBeGreaterThan(0);
+      expect(
+        series(after, 'api_db_pool_connections', { state: 'idle' }) +
+          series(after, 'api_db_pool_connections', { state: 'in_use' }),
+      ).toBeGreaterThan(0);
       expect(after).toMatch(/^api_db_pool_connections\{state="waiting"\} \d+$/m);
     }
   });
@@ -141,30 +158,57 @@ describe(`METRICS_PORT (${testMode})`, () => {
 describe('GraphQL operation labels', () => {
   it('are the sorted root fields, without aliases, whatever the client names the operation', () => {
     expect(operationLabel(parse('query Anything { me { userID } }'), undefined)).toBe('me');
-    expect(operationLabel(parse('{ z: creditAnalysis { creditBalance } a: me { userID } b: me { email } }'), undefined)).toBe('creditAnalysis,me');
-    expect(operationLabel(parse('query A { me { userID } } query B { organization { organizationName } }'), 'B')).toBe('organization');
-    expect(operationLabel(parse('query A { me { userID } } query B { organization { organizationName } }'), 'C')).toBe('none');
+    expect(
+      operationLabel(parse('{ z: creditAnalysis { creditBalance } a: me { userID } b: me { email } }'), undefined),
+    ).toBe('creditAnalysis,me');
+    expect(operationLabel(parse('query A { me { userID } } query B { organization { organizationName } }'), 'B')).toBe(
+      'organization',
+    );
+    expect(operationLabel(parse('query A { me { userID } } query B { organization { organizationName } }'), 'C')).toBe(
+      'none',
+    );
     expect(operationLabel(parse('{ ...F } fragment F on Query { me { userID } }'), undefined)).toBe('fragment');
   });
 });
 
 describe('the per-request series', () => {
-  it('read as prom-client\'s own counter and histogram would, in text and in JSON, and reset alike', async () => {
+  it("read as prom-client's own counter and histogram would, in text and in JSON, and reset alike", async () => {
     const bounds = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
     const [theirs, ours] = [new Registry(), new Registry()];
-    const histogram = new Histogram({ name: 'x_seconds', help: 'Time "by" route.', labelNames: ['route'], buckets: bounds, registers: [theirs] });
-    const counter = new Counter({ name: 'x_total', help: 'Requests.', labelNames: ['route', 'method', 'status', 'code'], registers: [theirs] });
+    const histogram = new Histogram({
+      name: 'x_seconds',
+      help: 'Time "by" route.',
+      labelNames: ['route'],
+      buckets: bounds,
+      registers: [theirs],
+    });
+    const counter = new Counter({
+      name: 'x_total',
+      help: 'Requests.',
+      labelNames: ['route', 'method', 'status', 'code'],
+      registers: [theirs],
+    });
     const ourHistogram = new RequestHistogram('x_seconds', 'Time "by" route.', 'route', bounds, ours);
     const ourCounter = new RequestCounter('x_total', 'Requests.', ['route', 'method', 'status', 'code'], ours);
     const same = async () => {
       expect(await ours.metrics()).toBe(await theirs.metrics());
       const sorted = (metrics: { values: { labels: object; value: number; metricName?: string }[] }[]) =>
-        metrics.map((metric) => metric.values.map((v) => `${v.metricName ?? ''}${JSON.stringify(Object.entries(v.labels).sort())} ${v.value}`).sort());
+        metrics.map((metric) =>
+          metric.values
+            .map((v) => `${v.metricName ?? ''}${JSON.stringify(Object.entries(v.labels).sort())} ${v.value}`)
+            .sort(),
+        );
       expect(sorted(await ours.getMetricsAsJSON())).toEqual(sorted(await theirs.getMetricsAsJSON()));
     };
     await same();
     // On a bound, between bounds, past the last, and a label that needs escaping.
-    for (const [route, seconds, status, code] of [['/graphql', 0.0005, '200', ''], ['/graphql', 0.003, '400', 'BAD_REQUEST'], ['/a"b\\c', 7, '200', ''], ['/graphql', 0.0004, '200', ''], ['/x', 1, '503', 'SERVICE_UNAVAILABLE']] as const) {
+    for (const [route, seconds, status, code] of [
+      ['/graphql', 0.0005, '200', ''],
+      ['/graphql', 0.003, '400', 'BAD_REQUEST'],
+      ['/a"b\\c', 7, '200', ''],
+      ['/graphql', 0.0004, '200', ''],
+      ['/x', 1, '503', 'SERVICE_UNAVAILABLE'],
+    ] as const) {
       histogram.observe({ route }, seconds);
       ourHistogram.observe(route, seconds);
       counter.inc({ route, method: 'GET', status, code });

@@ -69,12 +69,15 @@ describe(`migrations (${testMode})`, () => {
 
   it('two instances migrating at once apply each migration exactly once', async () => {
     const database = await emptyDatabase();
-    const second =
-      testMode === 'postgres' ? await openDatabase({ url: database.url!, poolSize: 2 }) : database;
+    const second = testMode === 'postgres' ? await openDatabase({ url: database.url!, poolSize: 2 }) : database;
     try {
       const reports = await Promise.all([migrate(database.sql), migrate(second.sql)]);
       const appliedTwice = reports.flatMap((r) => r.applied);
-      expect(appliedTwice.sort()).toEqual(readMigrations().map((m) => m.name).sort());
+      expect(appliedTwice.sort()).toEqual(
+        readMigrations()
+          .map((m) => m.name)
+          .sort(),
+      );
       const rows = await database.sql.query<{ n: number }>('SELECT count(*)::int AS n FROM "_prisma_migrations"');
       expect(rows[0]!.n).toBe(readMigrations().length);
     } finally {
@@ -87,7 +90,11 @@ describe(`migrations (${testMode})`, () => {
     const good = readMigrations();
     const broken = [
       ...good,
-      { name: '29990101000000_broken', script: 'CREATE TABLE "Half" (id int);\nSELECT * FROM "NoSuchTable";', checksum: 'x'.repeat(64) },
+      {
+        name: '29990101000000_broken',
+        script: 'CREATE TABLE "Half" (id int);\nSELECT * FROM "NoSuchTable";',
+        checksum: 'x'.repeat(64),
+      },
     ];
     await expect(migrate(database.sql, broken)).rejects.toThrow(/29990101000000_broken failed/);
     expect(await tables(database)).not.toContain('Half');
@@ -102,7 +109,11 @@ describe(`migrations (${testMode})`, () => {
 
   it('runs a migration without the per-statement time limit that requests have (a backfill may be long)', async () => {
     const database = await emptyDatabase();
-    const probe = { name: '29990101000000_probe', script: 'CREATE TABLE "Probe" AS SELECT current_setting(\'statement_timeout\') AS value;', checksum: 'p'.repeat(64) };
+    const probe = {
+      name: '29990101000000_probe',
+      script: 'CREATE TABLE "Probe" AS SELECT current_setting(\'statement_timeout\') AS value;',
+      checksum: 'p'.repeat(64),
+    };
     await migrate(database.sql, [...readMigrations(), probe]);
     expect(await database.sql.query(`SELECT value FROM "Probe"`)).toEqual([{ value: '0' }]);
     // The pool's own connections keep their limit.
@@ -113,11 +124,21 @@ describe(`migrations (${testMode})`, () => {
   it('an index built CONCURRENTLY runs outside a transaction and is valid; a failed one leaves no index behind and blocks later runs', async () => {
     const database = await emptyDatabase();
     await migrate(database.sql);
-    const valid = (name: string) => database.sql.query<{ valid: boolean }>(`SELECT i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = $1`, [name]);
+    const valid = (name: string) =>
+      database.sql.query<{ valid: boolean }>(
+        `SELECT i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = $1`,
+        [name],
+      );
     expect(await valid('Account_parentId_search_grams_idx')).toEqual([{ valid: true }]);
-    await database.sql.query(`INSERT INTO "Account" (id, type, username, email, "publicKey") VALUES ('USR_d1', 'parent', 'same', 'd1@example.com', 'APK_d1'), ('USR_d2', 'parent', 'same', 'd2@example.com', 'APK_d2')`);
+    await database.sql.query(
+      `INSERT INTO "Account" (id, type, username, email, "publicKey") VALUES ('USR_d1', 'parent', 'same', 'd1@example.com', 'APK_d1'), ('USR_d2', 'parent', 'same', 'd2@example.com', 'APK_d2')`,
+    );
     // Two accounts share the username: the unique index fails after PostgreSQL has created it, invalid.
-    const unique = { name: '29990101000000_unique', script: '-- a comment\nCREATE UNIQUE INDEX CONCURRENTLY "Account_username_once" ON "Account"(username);\n', checksum: 'u'.repeat(64) };
+    const unique = {
+      name: '29990101000000_unique',
+      script: '-- a comment\nCREATE UNIQUE INDEX CONCURRENTLY "Account_username_once" ON "Account"(username);\n',
+      checksum: 'u'.repeat(64),
+    };
     await expect(migrate(database.sql, [...readMigrations(), unique])).rejects.toThrow(/29990101000000_unique failed/);
     expect(await valid('Account_username_once')).toEqual([]);
     await expect(migrate(database.sql, readMigrations())).rejects.toBeInstanceOf(MigrationError);

@@ -8,12 +8,17 @@ import { testMode, useTestDatabase } from './helpers/database.js';
 import { contractViolations } from './helpers/openapi.js';
 
 /** A GET with exactly these headers (fetch adds its own Accept-Encoding). */
-function raw(url: string, headers: Record<string, string> = {}): Promise<{ status: number; headers: IncomingHttpHeaders; body: Buffer }> {
+function raw(
+  url: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; headers: IncomingHttpHeaders; body: Buffer }> {
   return new Promise((resolve, reject) => {
     get(url, { headers }, (response) => {
       const chunks: Buffer[] = [];
       response.on('data', (chunk: Buffer) => chunks.push(chunk));
-      response.on('end', () => resolve({ status: response.statusCode!, headers: response.headers, body: Buffer.concat(chunks) }));
+      response.on('end', () =>
+        resolve({ status: response.statusCode!, headers: response.headers, body: Buffer.concat(chunks) }),
+      );
       response.on('error', reject);
     }).on('error', reject);
   });
@@ -25,7 +30,13 @@ describe('the OpenAPI description', () => {
     const result = await validate(document);
     expect(result.valid, JSON.stringify(result)).toBe(true);
     expect(document.openapi).toBe('3.1.0');
-    expect(Object.keys(document.paths).sort()).toEqual(['/auth/child-accounts', '/auth/organization-details', '/auth/parent/child-accounts/export', '/auth/user-profile', '/parent/credit-analysis']);
+    expect(Object.keys(document.paths).sort()).toEqual([
+      '/auth/child-accounts',
+      '/auth/organization-details',
+      '/auth/parent/child-accounts/export',
+      '/auth/user-profile',
+      '/parent/credit-analysis',
+    ]);
     expect(Object.keys(document.components.securitySchemes).sort()).toEqual(['bearerAuth', 'publicKey']);
     const params = document.paths['/auth/child-accounts'].get.parameters.map((p: { name: string }) => p.name).sort();
     expect(params).toEqual(['If-None-Match', 'endDate', 'lastKey', 'limit', 'search', 'startDate']);
@@ -35,12 +46,29 @@ describe('the OpenAPI description', () => {
         expect(item.get.responses['304']).toBeUndefined();
         continue;
       }
-      expect(item.get.parameters.find((p: { name: string; in: string }) => p.name === 'If-None-Match')?.in).toBe('header');
+      expect(item.get.parameters.find((p: { name: string; in: string }) => p.name === 'If-None-Match')?.in).toBe(
+        'header',
+      );
       expect(item.get.responses['304'].headers.ETag).toBeDefined();
       expect(item.get.responses['200'].headers.ETag).toBeDefined();
     }
     const text = JSON.stringify(document);
-    for (const code of ['UNAUTHORIZED', 'UNAUTHORIZED_ACCESS', 'ACCOUNT_INACTIVE', 'CREDITS_DEPLETED', 'USER_NOT_FOUND', 'MISSING_PARENT_PUBLIC_KEY', 'INVALID_PARENT_ACCOUNT', 'INVALID_DATE_FORMAT', 'INVALID_LIMIT', 'INVALID_PAGINATION_TOKEN', 'INVALID_SEARCH', 'METHOD_NOT_ALLOWED', 'SERVICE_UNAVAILABLE', 'INTERNAL_ERROR']) {
+    for (const code of [
+      'UNAUTHORIZED',
+      'UNAUTHORIZED_ACCESS',
+      'ACCOUNT_INACTIVE',
+      'CREDITS_DEPLETED',
+      'USER_NOT_FOUND',
+      'MISSING_PARENT_PUBLIC_KEY',
+      'INVALID_PARENT_ACCOUNT',
+      'INVALID_DATE_FORMAT',
+      'INVALID_LIMIT',
+      'INVALID_PAGINATION_TOKEN',
+      'INVALID_SEARCH',
+      'METHOD_NOT_ALLOWED',
+      'SERVICE_UNAVAILABLE',
+      'INTERNAL_ERROR',
+    ]) {
       expect(text).toContain(`"${code}"`);
     }
   });
@@ -55,22 +83,46 @@ describe('the OpenAPI description', () => {
         }
         if (!response.content['application/json']) {
           // The export's file: an example of each format.
-          for (const media of Object.values<any>(response.content)) expect(Object.keys(media.examples ?? {}).length, `${path} ${status}`).toBeGreaterThan(0);
+          for (const media of Object.values<any>(response.content))
+            expect(Object.keys(media.examples ?? {}).length, `${path} ${status}`).toBeGreaterThan(0);
           continue;
         }
         const examples = Object.values<{ value: unknown }>(response.content['application/json'].examples ?? {});
         expect(examples.length, `${path} ${status}`).toBeGreaterThan(0);
-        for (const example of examples) expect(contractViolations(path, Number(status), example.value), `${path} ${status}`).toEqual([]);
+        for (const example of examples)
+          expect(contractViolations(path, Number(status), example.value), `${path} ${status}`).toEqual([]);
       }
     }
   });
 
   it('refuses answers that are not what it describes', () => {
-    expect(contractViolations('/auth/user-profile', 200, { success: true, data: { message: 'x', user: { userID: 'USR_1' } } })).not.toEqual([]);
-    expect(contractViolations('/auth/child-accounts', 400, { success: false, error: { code: 'INVALID_LIMIT', message: 'm', extra: 1 } })).not.toEqual([]);
-    expect(contractViolations('/auth/child-accounts', 400, { success: false, error: { code: 'NOT_A_CODE', message: 'm' } })).not.toEqual([]);
-    expect(contractViolations('/parent/credit-analysis', 418, { success: false, error: { code: 'INTERNAL_ERROR', message: 'm' } })).not.toEqual([]);
-    expect(contractViolations('/auth/child-accounts', 400, { success: false, error: { code: 'INVALID_LIMIT', message: 'm' } })).toEqual([]);
+    expect(
+      contractViolations('/auth/user-profile', 200, {
+        success: true,
+        data: { message: 'x', user: { userID: 'USR_1' } },
+      }),
+    ).not.toEqual([]);
+    expect(
+      contractViolations('/auth/child-accounts', 400, {
+        success: false,
+        error: { code: 'INVALID_LIMIT', message: 'm', extra: 1 },
+      }),
+    ).not.toEqual([]);
+    expect(
+      contractViolations('/auth/child-accounts', 400, { success: false, error: { code: 'NOT_A_CODE', message: 'm' } }),
+    ).not.toEqual([]);
+    expect(
+      contractViolations('/parent/credit-analysis', 418, {
+        success: false,
+        error: { code: 'INTERNAL_ERROR', message: 'm' },
+      }),
+    ).not.toEqual([]);
+    expect(
+      contractViolations('/auth/child-accounts', 400, {
+        success: false,
+        error: { code: 'INVALID_LIMIT', message: 'm' },
+      }),
+    ).toEqual([]);
   });
 });
 
@@ -90,7 +142,9 @@ describe(`/openapi.json and /docs (${testMode})`, () => {
     // Offline: nothing from another origin.
     expect(html).not.toMatch(/(src|href)="(https?:)?\/\//);
     const assets = [...html.matchAll(/(?:src|href)="([^"]+)"/g)].map((m) => m[1]!);
-    expect(assets).toEqual(expect.arrayContaining(['/docs/swagger-ui.css', '/docs/swagger-ui-bundle.js', '/docs/init.js']));
+    expect(assets).toEqual(
+      expect.arrayContaining(['/docs/swagger-ui.css', '/docs/swagger-ui-bundle.js', '/docs/init.js']),
+    );
     for (const asset of assets) {
       const answer = await raw(`${server().url}${asset}`);
       expect(answer.status, asset).toBe(200);

@@ -26,8 +26,15 @@ async function settledHeap(): Promise<number> {
   return process.memoryUsage().heapUsed;
 }
 
-/** A raw event-stream request (GraphQL over SSE, distinct connections), resolved once its head and first event arrived. */
-function openStream(server: TestServer, token: string, query: string): Promise<{ socket: Socket; received: () => string }> {
+/**
+ * A raw event-stream request (GraphQL over SSE, distinct connections), resolved once its head and first event
+ * arrived.
+ */
+function openStream(
+  server: TestServer,
+  token: string,
+  query: string,
+): Promise<{ socket: Socket; received: () => string }> {
   const url = new URL(server.url);
   const socket = connect(Number(url.port), url.hostname);
   let text = '';
@@ -45,12 +52,19 @@ function openStream(server: TestServer, token: string, query: string): Promise<{
   });
 }
 
-const liveGauge = async (server: TestServer) => Number(/^api_live_subscriptions (\d+)$/m.exec((await server.app.metricsText()).text)?.[1] ?? NaN);
+const liveGauge = async (server: TestServer) =>
+  Number(/^api_live_subscriptions (\d+)$/m.exec((await server.app.metricsText()).text)?.[1] ?? NaN);
 
 describe(`live updates, probed from outside (${testMode})`, () => {
   const database = useTestDatabase();
   const wide = useServer(database, {
-    env: { LIVE_MAX_PER_CREDENTIAL: '1000', LIVE_MAX_PER_ORGANIZATION: '1000', LIVE_MAX_STREAMS: '5000', LIVE_MIN_INTERVAL_MS: '0', LIVE_STALL_MS: '1000' },
+    env: {
+      LIVE_MAX_PER_CREDENTIAL: '1000',
+      LIVE_MAX_PER_ORGANIZATION: '1000',
+      LIVE_MAX_STREAMS: '5000',
+      LIVE_MIN_INTERVAL_MS: '0',
+      LIVE_STALL_MS: '1000',
+    },
   });
   const narrow = useServer(database, { env: { LIVE_MAX_PER_CREDENTIAL: '5', LIVE_MAX_PER_ORGANIZATION: '3' } });
 
@@ -63,7 +77,9 @@ describe(`live updates, probed from outside (${testMode})`, () => {
     const before = await settledHeap();
     const streams: Socket[] = [];
     for (let batch = 0; batch < 10; batch++) {
-      const opened = await Promise.all(Array.from({ length: 200 }, (_, i) => openStream(wide(), tokens[(batch * 200 + i) % 2]!, CREDIT)));
+      const opened = await Promise.all(
+        Array.from({ length: 200 }, (_, i) => openStream(wide(), tokens[(batch * 200 + i) % 2]!, CREDIT)),
+      );
       streams.push(...opened.map((stream) => stream.socket));
     }
     expect(wide().app.deps.live!.open).toBe(2_000);
@@ -82,7 +98,9 @@ describe(`live updates, probed from outside (${testMode})`, () => {
     }
     // What 2,000 open streams held is gone again (within 4 MB of where it started).
     expect(open - before, `held while open: ${open - before} bytes`).toBeGreaterThan(0);
-    expect(after - before, `left after: ${after - before} bytes (open: ${open - before})`).toBeLessThan(4 * 1024 * 1024);
+    expect(after - before, `left after: ${after - before} bytes (open: ${open - before})`).toBeLessThan(
+      4 * 1024 * 1024,
+    );
     // And the server still takes streams.
     (await openStream(wide(), tokens[0]!, CREDIT)).socket.destroy();
   }, 120_000);
@@ -100,7 +118,8 @@ describe(`live updates, probed from outside (${testMode})`, () => {
       );
     }
     const child = await createChild(database(), built.parent);
-    const query = 'subscription { creditAnalysisChanged { creditBalance packageHistory { packageType purchaseDate creditsAdded freeUsersAdded price transactionId } } }';
+    const query =
+      'subscription { creditAnalysisChanged { creditBalance packageHistory { packageType purchaseDate creditsAdded freeUsersAdded price transactionId } } }';
     const stream = await openStream(wide(), await tokenFor(built.parent, built), query);
     stream.socket.pause();
     const closed = new Promise<number>((resolve) => stream.socket.on('close', () => resolve(Date.now())));
@@ -109,8 +128,14 @@ describe(`live updates, probed from outside (${testMode})`, () => {
     void closed.then(() => (gone = true));
     // The sign-in service keeps writing; each change is a push of about 1 MB the client never reads.
     for (let i = 0; i < 200 && !gone && wide().app.deps.live!.open > 0; i++) {
-      await database().sql.query(`UPDATE "Account" SET "signInCount" = "signInCount" + 1, "lastLogin" = now() WHERE id = $1`, [child.id]);
-      await database().sql.query(`UPDATE "Organization" SET "creditBalance" = "creditBalance" - 1 WHERE "parentId" = $1`, [built.parent.id]);
+      await database().sql.query(
+        `UPDATE "Account" SET "signInCount" = "signInCount" + 1, "lastLogin" = now() WHERE id = $1`,
+        [child.id],
+      );
+      await database().sql.query(
+        `UPDATE "Organization" SET "creditBalance" = "creditBalance" - 1 WHERE "parentId" = $1`,
+        [built.parent.id],
+      );
       lastChange = Date.now();
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
@@ -147,7 +172,7 @@ describe(`global ids and node, probed from outside (${testMode})`, () => {
   const NODE = 'query Node($id: ID!) { node(id: $id) { id } }';
   const encode = (text: string) => Buffer.from(text).toString('base64');
 
-  it('malformed, empty, huge and other-tenant ids answer null, never a 5xx; an absent id does the same work as another tenant\'s', async () => {
+  it("malformed, empty, huge and other-tenant ids answer null, never a 5xx; an absent id does the same work as another tenant's", async () => {
     const [mine, theirs] = [await createOrganization(database()), await createOrganization(database())];
     const token = await tokenFor(mine.parent, mine);
     const theirChild = await createChild(database(), theirs.parent);
@@ -212,8 +237,21 @@ describe(`paging and history arguments, probed from outside (${testMode})`, () =
       expect(answer.status, JSON.stringify(variables).slice(0, 80)).toBeLessThan(500);
       return answer.errors?.map((e) => e.extensions?.code);
     };
-    const cursor = (await server().graphql<{ childAccounts: { pageInfo: { endCursor: string } } }>(PAGE, { token, variables: { first: 1 } })).data!.childAccounts.pageInfo.endCursor;
-    for (const variables of [{ first: 2_147_483_647 }, { first: -2_147_483_648 }, { first: 0 }, { last: 2_147_483_647 }, { limit: -1 }, { first: 1, last: 1 }, { first: 1, limit: 1 }]) {
+    const cursor = (
+      await server().graphql<{ childAccounts: { pageInfo: { endCursor: string } } }>(PAGE, {
+        token,
+        variables: { first: 1 },
+      })
+    ).data!.childAccounts.pageInfo.endCursor;
+    for (const variables of [
+      { first: 2_147_483_647 },
+      { first: -2_147_483_648 },
+      { first: 0 },
+      { last: 2_147_483_647 },
+      { limit: -1 },
+      { first: 1, last: 1 },
+      { first: 1, limit: 1 },
+    ]) {
       expect(await codes(variables), JSON.stringify(variables)).toEqual(['INVALID_LIMIT']);
     }
     // Outside GraphQL's Int: refused by the variables' coercion.
@@ -226,13 +264,18 @@ describe(`paging and history arguments, probed from outside (${testMode})`, () =
     }
     // Both cursors at once are a window (Relay's ApplyCursorsToEdges): one that holds nothing is an empty page.
     expect(await codes({ first: 1, after: cursor, before: cursor })).toBeUndefined();
-    const empty = await server().graphql<{ childAccounts: { edges: unknown[] } }>(PAGE, { token, variables: { first: 5, after: cursor, before: cursor } });
+    const empty = await server().graphql<{ childAccounts: { edges: unknown[] } }>(PAGE, {
+      token,
+      variables: { first: 5, after: cursor, before: cursor },
+    });
     expect(empty.data!.childAccounts.edges).toEqual([]);
     // The REST list: the same bounds, in the envelope.
     for (const query of ['limit=2147483648', 'limit=-1', 'limit=1e3', `lastKey=${'A'.repeat(5_000)}`, 'lastKey=%00']) {
       const answer = await rest(server(), `/auth/child-accounts?${query}`, { token });
       expect(answer.status, query).toBe(400);
-      expect((answer.body as { error: { code: string } }).error.code, query).toMatch(/^INVALID_(LIMIT|PAGINATION_TOKEN)$/);
+      expect((answer.body as { error: { code: string } }).error.code, query).toMatch(
+        /^INVALID_(LIMIT|PAGINATION_TOKEN)$/,
+      );
     }
   });
 
@@ -243,10 +286,16 @@ describe(`paging and history arguments, probed from outside (${testMode})`, () =
     for (const months of [0, 37, -1, 2_147_483_647, -2_147_483_648]) {
       const answer = await server().graphql(query, { token, variables: { months } });
       expect(answer.status, String(months)).toBeLessThan(500);
-      expect(answer.errors?.map((e) => e.extensions?.code), String(months)).toEqual(['INVALID_MONTHS']);
+      expect(
+        answer.errors?.map((e) => e.extensions?.code),
+        String(months),
+      ).toEqual(['INVALID_MONTHS']);
     }
     for (const months of [1, 36]) {
-      const answer = await server().graphql<{ creditAnalysis: { usageHistory: unknown[] } }>(query, { token, variables: { months } });
+      const answer = await server().graphql<{ creditAnalysis: { usageHistory: unknown[] } }>(query, {
+        token,
+        variables: { months },
+      });
       expect(answer.data?.creditAnalysis.usageHistory).toHaveLength(months);
     }
   });
@@ -259,12 +308,20 @@ describe(`conditional requests, probed from outside (${testMode})`, () => {
   async function twoViewers(): Promise<{ built: BuiltOrganization; tokens: string[] }> {
     const built = await createOrganization(database());
     const children = [await createChild(database(), built.parent), await createChild(database(), built.parent)];
-    return { built, tokens: await Promise.all([tokenFor(built.parent, built), ...children.map((child) => tokenFor(child, built))]) };
+    return {
+      built,
+      tokens: await Promise.all([tokenFor(built.parent, built), ...children.map((child) => tokenFor(child, built))]),
+    };
   }
 
   it("a 304 never answers for another viewer's representation, by REST or by GraphQL", async () => {
     const { built, tokens } = await twoViewers();
-    for (const path of ['/auth/user-profile', '/auth/organization-details', '/parent/credit-analysis', '/auth/child-accounts']) {
+    for (const path of [
+      '/auth/user-profile',
+      '/auth/organization-details',
+      '/parent/credit-analysis',
+      '/auth/child-accounts',
+    ]) {
       const tags = new Map<string, string>();
       for (const token of tokens) {
         const answer = await rest(server(), path, { token });
@@ -305,11 +362,17 @@ describe(`conditional requests, probed from outside (${testMode})`, () => {
       expect([200, 304], shape.slice(0, 30)).toContain(answer.status);
     }
     // A tag past the first 64 listed is not read: the answer is sent whole, not a 304.
-    const late = await rest(server(), '/auth/user-profile', { token, headers: { 'if-none-match': `${'"x",'.repeat(64)}${tag}` } });
+    const late = await rest(server(), '/auth/user-profile', {
+      token,
+      headers: { 'if-none-match': `${'"x",'.repeat(64)}${tag}` },
+    });
     expect(late.status).toBe(200);
     expect(late.body).toEqual(first.body);
     // Over the head bound: 431, as any large header.
-    const huge = await rest(server(), '/auth/user-profile', { token, headers: { 'if-none-match': `"${'a'.repeat(70_000)}"` } });
+    const huge = await rest(server(), '/auth/user-profile', {
+      token,
+      headers: { 'if-none-match': `"${'a'.repeat(70_000)}"` },
+    });
     expect(huge.status).toBe(431);
   });
 });

@@ -8,13 +8,20 @@ import { createChild, createOrganization, tokenFor } from './helpers/builders.js
 import { useServer, type TestServer } from './helpers/app.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
 
-type Answer = { status: number; body: { data?: Record<string, any>; errors?: { message: string; extensions?: { code?: string } }[] } };
+type Answer = {
+  status: number;
+  body: { data?: Record<string, any>; errors?: { message: string; extensions?: { code?: string } }[] };
+};
 
 /** A POST /graphql with any body, as a first-party client sends a stored operation's id. */
 async function post(server: TestServer, body: Record<string, unknown>, token: string): Promise<Answer> {
   const response = await fetch(`${server.url}/graphql`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', accept: 'application/graphql-response+json', authorization: `Bearer ${token}` },
+    headers: {
+      'content-type': 'application/json',
+      accept: 'application/graphql-response+json',
+      authorization: `Bearer ${token}`,
+    },
     body: JSON.stringify(body),
   });
   return { status: response.status, body: (await response.json()) as Answer['body'] };
@@ -28,7 +35,7 @@ const byId = (name: string, variables: Record<string, unknown> = {}) => ({
 });
 
 describe('stored operations in the repository', () => {
-  it('possible-types.json is the schema\'s interface map, as npm run schema:print writes it', () => {
+  it("possible-types.json is the schema's interface map, as npm run schema:print writes it", () => {
     const written = JSON.parse(readFileSync(new URL('../src/graphql/possible-types.json', import.meta.url), 'utf8'));
     expect(written).toEqual(possibleTypes());
     expect(written.Account).toEqual(['ChildAccount', 'ParentAccount']);
@@ -37,8 +44,11 @@ describe('stored operations in the repository', () => {
 
   it('are each valid against the schema, and persisted-operations.json lists exactly them', () => {
     const schema = buildSchema(readFileSync(new URL('../schema.graphql', import.meta.url), 'utf8'));
-    for (const operation of STORED_OPERATIONS) expect(validate(schema, parse(operation.document)), operation.name).toEqual([]);
-    const manifest = JSON.parse(readFileSync(new URL('../src/graphql/persisted-operations.json', import.meta.url), 'utf8'));
+    for (const operation of STORED_OPERATIONS)
+      expect(validate(schema, parse(operation.document)), operation.name).toEqual([]);
+    const manifest = JSON.parse(
+      readFileSync(new URL('../src/graphql/persisted-operations.json', import.meta.url), 'utf8'),
+    );
     expect(manifest, 'run npm run schema:print').toEqual(persistedOperationsManifest());
     expect(new Set(manifest.map((m: { id: string }) => m.id)).size).toBe(STORED_OPERATIONS.length);
   });
@@ -75,19 +85,26 @@ describe(`persisted operations (${testMode})`, () => {
     expect(me.status).toBe(200);
     expect(me.body.data!.me).toMatchObject({ userID: org.parent.id, accountType: 'parent' });
     const page = await post(strict(), byId('ChildAccounts', { search: child.username }), token);
-    expect(page.body.data!.childAccounts.edges).toEqual([expect.objectContaining({ node: expect.objectContaining({ username: child.username }) })]);
+    expect(page.body.data!.childAccounts.edges).toEqual([
+      expect.objectContaining({ node: expect.objectContaining({ username: child.username }) }),
+    ]);
     // Authorization still applies to stored operations.
     const childToken = await tokenFor(child, org);
     const denied = await post(strict(), byId('CreditAnalysis'), childToken);
     expect(denied.body.errors?.[0]?.extensions?.code).toBe('UNAUTHORIZED_ACCESS');
   });
 
-  it('a client\'s own hash is registered only when it is its document\'s, and never in the stored-only mode', async () => {
+  it("a client's own hash is registered only when it is its document's, and never in the stored-only mode", async () => {
     const org = await createOrganization(database());
     const token = await tokenFor(org.parent, org);
     const query = `{ me { userID } }`;
     const hash = operationId(query);
-    const ask = (target: TestServer, body: Record<string, unknown>) => post(target, { ...body, extensions: { persistedQuery: { version: 1, sha256Hash: body['hash'] ?? hash } }, hash: undefined }, token);
+    const ask = (target: TestServer, body: Record<string, unknown>) =>
+      post(
+        target,
+        { ...body, extensions: { persistedQuery: { version: 1, sha256Hash: body['hash'] ?? hash } }, hash: undefined },
+        token,
+      );
     expect((await ask(open(), {})).body.errors?.[0]?.extensions?.code).toBe('PERSISTED_QUERY_NOT_FOUND');
     const wrong = await ask(open(), { query, hash: operationId('{ me { email } }') });
     expect([wrong.status, wrong.body.errors?.[0]?.extensions?.code]).toEqual([400, 'PERSISTED_QUERY_HASH_MISMATCH']);
@@ -98,25 +115,52 @@ describe(`persisted operations (${testMode})`, () => {
     expect((await ask(strict(), {})).body.errors?.[0]?.extensions?.code).toBe('PERSISTED_QUERY_NOT_FOUND');
   });
 
-  for (const [door, server] of [['lean', open], ['Yoga', yoga]] as const) {
+  for (const [door, server] of [
+    ['lean', open],
+    ['Yoga', yoga],
+  ] as const) {
     it(`(${door} door) registers a document only for a caller whose credential verified, within its budget, counted in /metrics`, async () => {
       const org = await createOrganization(database());
-      const [parentToken, childToken] = [await tokenFor(org.parent, org), await tokenFor(await createChild(database(), org.parent), org)];
+      const [parentToken, childToken] = [
+        await tokenFor(org.parent, org),
+        await tokenFor(await createChild(database(), org.parent), org),
+      ];
       const registrations = async () =>
         Object.fromEntries(
-          [...(await server().app.metricsText()).text.matchAll(/^api_graphql_registrations_total\{outcome="(\w+)"\} (\d+)$/gm)].map((m) => [m[1], Number(m[2])]),
+          [
+            ...(await server().app.metricsText()).text.matchAll(
+              /^api_graphql_registrations_total\{outcome="(\w+)"\} (\d+)$/gm,
+            ),
+          ].map((m) => [m[1], Number(m[2])]),
         );
       const before = await registrations();
       const offer = (query: string, token?: string) =>
         fetch(`${server().url}/graphql`, {
           method: 'POST',
-          headers: { 'content-type': 'application/json', accept: 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
-          body: JSON.stringify({ query, extensions: { persistedQuery: { version: 1, sha256Hash: operationId(query) } } }),
+          headers: {
+            'content-type': 'application/json',
+            accept: 'application/json',
+            ...(token ? { authorization: `Bearer ${token}` } : {}),
+          },
+          body: JSON.stringify({
+            query,
+            extensions: { persistedQuery: { version: 1, sha256Hash: operationId(query) } },
+          }),
         });
       const known = async (query: string, token: string) =>
-        (await post(server(), { extensions: { persistedQuery: { version: 1, sha256Hash: operationId(query) } } }, token)).body.errors?.[0]?.extensions?.code !== 'PERSISTED_QUERY_NOT_FOUND';
+        (
+          await post(
+            server(),
+            { extensions: { persistedQuery: { version: 1, sha256Hash: operationId(query) } } },
+            token,
+          )
+        ).body.errors?.[0]?.extensions?.code !== 'PERSISTED_QUERY_NOT_FOUND';
       // No credential, a forged one, and a document that asks for nothing a credential guards.
-      const anonymous = [`{ me { userID } } # ${door} anonymous`, `{ me { email } } # ${door} forged`, `{ __typename } # ${door} typename`];
+      const anonymous = [
+        `{ me { userID } } # ${door} anonymous`,
+        `{ me { email } } # ${door} forged`,
+        `{ __typename } # ${door} typename`,
+      ];
       expect((await offer(anonymous[0]!)).status).toBeLessThan(500);
       await offer(anonymous[1]!, 'forged.token.value');
       expect((await offer(anonymous[2]!)).status).toBe(200);

@@ -21,19 +21,24 @@ describe(`probes: /healthz, /readyz, /health (${testMode})`, () => {
     expect(health.body).toMatchObject({ status: 'ok', database: testMode === 'postgres' ? 'postgres' : 'pglite' });
   });
 
-  it.each(['POST', 'PUT', 'DELETE'])('%s on a probe: 405 METHOD_NOT_ALLOWED with Allow: GET, HEAD, in the JSON envelope', async (method) => {
-    for (const path of ['/healthz', '/readyz', '/health']) {
-      const answer = await rest(server(), path, { method });
-      expect(answer.status).toBe(405);
-      expect(answer.headers.get('allow')).toBe('GET, HEAD');
-      expect(answer.body).toMatchObject({ success: false, error: { code: 'METHOD_NOT_ALLOWED' } });
-    }
-  });
+  it.each(['POST', 'PUT', 'DELETE'])(
+    '%s on a probe: 405 METHOD_NOT_ALLOWED with Allow: GET, HEAD, in the JSON envelope',
+    async (method) => {
+      for (const path of ['/healthz', '/readyz', '/health']) {
+        const answer = await rest(server(), path, { method });
+        expect(answer.status).toBe(405);
+        expect(answer.headers.get('allow')).toBe('GET, HEAD');
+        expect(answer.body).toMatchObject({ success: false, error: { code: 'METHOD_NOT_ALLOWED' } });
+      }
+    },
+  );
 
   it('probes are not rate limited, and one check a second serves every probe', async () => {
     await rest(server(), '/readyz');
     const before = database().queries.count;
-    const answers = await Promise.all(Array.from({ length: 50 }, (_, i) => rest(server(), i % 2 ? '/readyz' : '/health')));
+    const answers = await Promise.all(
+      Array.from({ length: 50 }, (_, i) => rest(server(), i % 2 ? '/readyz' : '/health')),
+    );
     expect(answers.map((a) => a.status)).toEqual(Array(50).fill(200));
     expect(database().queries.count - before).toBeLessThanOrEqual(1);
   });
@@ -106,8 +111,12 @@ describe(`metrics (${testMode})`, () => {
     expect(metricValue(before.text, 'api_cache_live')).toBe(1);
     for (let i = 0; i < 5; i++) expect((await rest(server(), '/auth/user-profile', { token })).status).toBe(200);
     const after = (await rest(server(), '/metrics')).text;
-    expect(metricValue(after, 'api_cache_hits_total')).toBeGreaterThanOrEqual(metricValue(before.text, 'api_cache_hits_total') + 4);
-    expect(metricValue(after, 'api_cache_misses_total')).toBeGreaterThan(metricValue(before.text, 'api_cache_misses_total'));
+    expect(metricValue(after, 'api_cache_hits_total')).toBeGreaterThanOrEqual(
+      metricValue(before.text, 'api_cache_hits_total') + 4,
+    );
+    expect(metricValue(after, 'api_cache_misses_total')).toBeGreaterThan(
+      metricValue(before.text, 'api_cache_misses_total'),
+    );
     expect(metricValue(after, 'api_cache_entries')).toBeGreaterThan(0);
     expect(metricValue(after, 'api_cache_bytes')).toBeGreaterThan(0);
     // No series is labelled with anything a request sent.

@@ -56,7 +56,8 @@ describe('the documentation', () => {
     expect(files).toContain(path.join(root, 'README.md'));
     expect(files).toContain(path.join(root, 'test', 'README.md'));
     for (const entry of readdirSync(path.join(root, 'src'), { withFileTypes: true })) {
-      if (entry.isDirectory() && entry.name !== 'generated') expect(files, entry.name).toContain(path.join(root, 'src', entry.name, 'README.md'));
+      if (entry.isDirectory() && entry.name !== 'generated')
+        expect(files, entry.name).toContain(path.join(root, 'src', entry.name, 'README.md'));
     }
   });
 
@@ -73,7 +74,12 @@ describe('the documentation', () => {
           broken.push(`${where} (no such file)`);
           continue;
         }
-        if (fragment !== undefined && statSync(resolved).isFile() && resolved.endsWith('.md') && !anchors(resolved).has(fragment)) {
+        if (
+          fragment !== undefined &&
+          statSync(resolved).isFile() &&
+          resolved.endsWith('.md') &&
+          !anchors(resolved).has(fragment)
+        ) {
           broken.push(`${where} (no such heading)`);
         }
       }
@@ -84,7 +90,16 @@ describe('the documentation', () => {
   it('the README is read in ten minutes: at most 20,000 bytes, in the order a newcomer needs', () => {
     const text = readFileSync(path.join(root, 'README.md'), 'utf8');
     expect(Buffer.byteLength(text)).toBeLessThanOrEqual(20_000);
-    const order = ['Two commands', 'A five-minute tour', 'The API at a glance', 'The settings people change', 'Production and several instances', 'Code layout', 'Tests', 'Results'];
+    const order = [
+      'Two commands',
+      'A five-minute tour',
+      'The API at a glance',
+      'The settings people change',
+      'Production and several instances',
+      'Code layout',
+      'Tests',
+      'Results',
+    ];
     const headings = [...prose(text).matchAll(/^## (.+)$/gm)].map((m) => m[1]!);
     expect(headings.filter((heading) => order.includes(heading))).toEqual(order);
     // The layout names every folder of src/.

@@ -16,7 +16,9 @@ import { testMode, useTestDatabase } from './helpers/database.js';
  * only as src/graphql/README.md's "Using Apollo Client, urql and codegen" says: the published interface map,
  * and nothing else.
  */
-const possibleTypes = JSON.parse(readFileSync(new URL('../src/graphql/possible-types.json', import.meta.url), 'utf8')) as Record<string, string[]>;
+const possibleTypes = JSON.parse(
+  readFileSync(new URL('../src/graphql/possible-types.json', import.meta.url), 'utf8'),
+) as Record<string, string[]>;
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 
 /** fetch, recording what each request sent (its method, and whether it carried the document). */
@@ -36,10 +38,15 @@ const ME = gql`
       id
       userID
       ...ParentFields
-      ... on ChildAccount { parentAccount }
+      ... on ChildAccount {
+        parentAccount
+      }
     }
   }
-  fragment ParentFields on ParentAccount { creditBalance totalChildAccounts }
+  fragment ParentFields on ParentAccount {
+    creditBalance
+    totalChildAccounts
+  }
 `;
 
 describe(`real GraphQL clients, unmodified (${testMode})`, () => {
@@ -47,8 +54,17 @@ describe(`real GraphQL clients, unmodified (${testMode})`, () => {
   const server = useServer(database);
   const storedOnly = useServer(database, { env: { GRAPHQL_PERSISTED_ONLY: 'true' } });
 
-  const apollo = (target: TestServer, token: string, log: { method: string; withDocument: boolean }[] = [], persisted = false) => {
-    const http = new HttpLink({ uri: `${target.url}/graphql`, headers: { authorization: `Bearer ${token}` }, fetch: recordingFetch(log) });
+  const apollo = (
+    target: TestServer,
+    token: string,
+    log: { method: string; withDocument: boolean }[] = [],
+    persisted = false,
+  ) => {
+    const http = new HttpLink({
+      uri: `${target.url}/graphql`,
+      headers: { authorization: `Bearer ${token}` },
+      fetch: recordingFetch(log),
+    });
     return new ApolloClient({
       link: persisted ? new PersistedQueryLink({ sha256 }).concat(http) : http,
       cache: new InMemoryCache({ possibleTypes }),
@@ -60,16 +76,47 @@ describe(`real GraphQL clients, unmodified (${testMode})`, () => {
     await createChild(database(), built.parent);
     const client = apollo(server(), await tokenFor(built.parent, built));
     const { data } = await client.query<{ me: Record<string, unknown> }>({ query: ME });
-    expect(data!.me).toMatchObject({ __typename: 'ParentAccount', userID: built.parent.id, creditBalance: built.organization.creditBalance, totalChildAccounts: 1 });
+    expect(data!.me).toMatchObject({
+      __typename: 'ParentAccount',
+      userID: built.parent.id,
+      creditBalance: built.organization.creditBalance,
+      totalChildAccounts: 1,
+    });
     const id = data!.me['id'] as string;
     // The same account by node(id): one normalised entry, so the first query's fields are there too.
-    const again = await client.query<{ node: Record<string, unknown> }>({ query: gql`query Again($id: ID!) { node(id: $id) { id ... on Account { username } } }`, variables: { id } });
+    const again = await client.query<{ node: Record<string, unknown> }>({
+      query: gql`
+        query Again($id: ID!) {
+          node(id: $id) {
+            id
+            ... on Account {
+              username
+            }
+          }
+        }
+      `,
+      variables: { id },
+    });
     expect(again.data!.node).toMatchObject({ __typename: 'ParentAccount', id, username: built.parent.username });
     const cached = client.cache.extract() as Record<string, Record<string, unknown>>;
-    expect(cached[`ParentAccount:${id}`]).toMatchObject({ userID: built.parent.id, username: built.parent.username, creditBalance: built.organization.creditBalance });
+    expect(cached[`ParentAccount:${id}`]).toMatchObject({
+      userID: built.parent.id,
+      username: built.parent.username,
+      creditBalance: built.organization.creditBalance,
+    });
     // Someone else's id: null, not an error and not their data.
     const other = await createOrganization(database());
-    const foreign = await client.query<{ node: unknown }>({ query: gql`query Other($id: ID!) { node(id: $id) { id } }`, variables: { id: Buffer.from(`Account:${other.parent.id}`).toString('base64') }, fetchPolicy: 'network-only' });
+    const foreign = await client.query<{ node: unknown }>({
+      query: gql`
+        query Other($id: ID!) {
+          node(id: $id) {
+            id
+          }
+        }
+      `,
+      variables: { id: Buffer.from(`Account:${other.parent.id}`).toString('base64') },
+      fetchPolicy: 'network-only',
+    });
     expect(foreign.data!.node).toBeNull();
   });
 
@@ -101,20 +148,31 @@ describe(`real GraphQL clients, unmodified (${testMode})`, () => {
 
   it('urql with graphcache: fragments on the interface, normalised by id, and relayPagination to the end', async () => {
     const built = await createOrganization(database());
-    for (let i = 0; i < 12; i++) await createChild(database(), built.parent, { createdAt: new Date(Date.UTC(2026, 0, 1, 0, i)) });
+    for (let i = 0; i < 12; i++)
+      await createChild(database(), built.parent, { createdAt: new Date(Date.UTC(2026, 0, 1, 0, i)) });
     const client = new UrqlClient({
       url: `${server().url}/graphql`,
       fetchOptions: { headers: { authorization: `Bearer ${await tokenFor(built.parent, built)}` } },
-      exchanges: [graphcache({ possibleTypes, resolvers: { Query: { childAccounts: relayPagination() } } }), fetchExchange],
+      exchanges: [
+        graphcache({ possibleTypes, resolvers: { Query: { childAccounts: relayPagination() } } }),
+        fetchExchange,
+      ],
     });
     const me = await client.query(ME, {}).toPromise();
     expect(me.error).toBeUndefined();
     // The parent's fragment applied, the child's did not.
-    expect(me.data.me).toEqual({ id: expect.any(String), userID: built.parent.id, creditBalance: built.organization.creditBalance, totalChildAccounts: 12 });
+    expect(me.data.me).toEqual({
+      id: expect.any(String),
+      userID: built.parent.id,
+      creditBalance: built.organization.creditBalance,
+      totalChildAccounts: 12,
+    });
     const PAGE = urqlGql`query Page($after: String) { childAccounts(first: 5, after: $after) { edges { cursor node { id username } } pageInfo { hasNextPage endCursor } } }`;
     // graphcache warns (console.warn) of every object it cannot key: a listed child must have its id.
     const warnings: string[] = [];
-    const spy = vi.spyOn(console, 'warn').mockImplementation((...args: unknown[]) => void warnings.push(args.map(String).join(' ')));
+    const spy = vi
+      .spyOn(console, 'warn')
+      .mockImplementation((...args: unknown[]) => void warnings.push(args.map(String).join(' ')));
     try {
       let page = await client.query(PAGE, {}).toPromise();
       let after: string | undefined;
@@ -129,9 +187,21 @@ describe(`real GraphQL clients, unmodified (${testMode})`, () => {
       expect(new Set(listed).size).toBe(12);
       // The listed child's id is the one its own token's me { id } answers.
       const child = await createChild(database(), built.parent, { createdAt: new Date(Date.UTC(2025, 0, 1)) });
-      const own = await server().graphql<{ me: { id: string } }>('{ me { id } }', { token: await tokenFor(child, built) });
-      const all = await client.query(urqlGql`{ childAccounts(first: 20) { edges { node { id username } } } }`, {}, { requestPolicy: 'network-only' }).toPromise();
-      expect(all.data.childAccounts.edges.find((edge: { node: { username: string } }) => edge.node.username === child.username).node.id).toBe(own.data!.me.id);
+      const own = await server().graphql<{ me: { id: string } }>('{ me { id } }', {
+        token: await tokenFor(child, built),
+      });
+      const all = await client
+        .query(
+          urqlGql`{ childAccounts(first: 20) { edges { node { id username } } } }`,
+          {},
+          { requestPolicy: 'network-only' },
+        )
+        .toPromise();
+      expect(
+        all.data.childAccounts.edges.find(
+          (edge: { node: { username: string } }) => edge.node.username === child.username,
+        ).node.id,
+      ).toBe(own.data!.me.id);
     } finally {
       spy.mockRestore();
     }

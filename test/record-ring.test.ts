@@ -2,7 +2,16 @@ import { describe, expect, it, vi } from 'vitest';
 import { OffsetIndex, RecordRing, RING_INDEX_BYTES, RING_MAX_BYTES } from '../src/db/record-ring.js';
 import { compactAccount, READ_ACCOUNT_COLUMNS, type AccountRow } from '../src/db/accounts.js';
 import { compactToken } from '../src/auth/authenticate.js';
-import { enumOf, enumText, enumValues, FIELD, numberOf, numberText, optionalOf, optionalText } from '../src/db/compact-text.js';
+import {
+  enumOf,
+  enumText,
+  enumValues,
+  FIELD,
+  numberOf,
+  numberText,
+  optionalOf,
+  optionalText,
+} from '../src/db/compact-text.js';
 import { EntityCache, type CompactForm } from '../src/db/entity-cache.js';
 import { ManualFeed } from './helpers/manual-feed.js';
 
@@ -109,7 +118,13 @@ describe('the record ring', () => {
     const ring = new RecordRing(3 * 2 ** 30, 60_000);
     expect(ring.capacity).toBeGreaterThan(2 ** 30);
     expect(ring.capacity + ring.maxRecords * RING_INDEX_BYTES).toBeLessThanOrEqual(RING_MAX_BYTES);
-    const token = compactToken.encode({ subject: 'USR_1', parentId: 'USR_0', exp: 1_900_000_000, iat: 1_800_000_000, nbf: undefined });
+    const token = compactToken.encode({
+      subject: 'USR_1',
+      parentId: 'USR_0',
+      exp: 1_900_000_000,
+      iat: 1_800_000_000,
+      nbf: undefined,
+    });
     expect(ring.set('token:abc', token, ['org:1'])).toBe(true);
     expect(ring.get('token:abc')).toBe(token);
   });
@@ -191,7 +206,9 @@ describe('the record ring', () => {
             found += 1;
             expect(expected, `seed ${seed} step ${step}: ${key} answered after it was dropped`).toBeDefined();
             expect(held).toBe(expected!.value);
-            expect(expected!.stale, `seed ${seed} step ${step}: ${key} answered after its tag was invalidated`).toBe(false);
+            expect(expected!.stale, `seed ${seed} step ${step}: ${key} answered after its tag was invalidated`).toBe(
+              false,
+            );
           }
         }
         expect(ring.usedBytes).toBeLessThanOrEqual(ring.capacity);
@@ -210,7 +227,8 @@ describe("the ring's index", () => {
       const model = new Map<number, number>();
       for (let step = 0; step < 50_000; step++) {
         // Few distinct homes (hash mod 64 in 0, 1, 62, 63): long probe runs across the table's end.
-        const hash = [0, 1, 62, 63][Math.floor(next() * 4)]! + 64 * Math.floor(next() * 40) - (next() < 0.5 ? 2 ** 31 : 0);
+        const hash =
+          [0, 1, 62, 63][Math.floor(next() * 4)]! + 64 * Math.floor(next() * 40) - (next() < 0.5 ? 2 ** 31 : 0);
         if (next() < 0.55 && (model.size < index.maxSize || model.has(hash))) {
           const at = Math.floor(next() * 2 ** 32 - 1);
           index.set(hash, at);
@@ -231,19 +249,57 @@ describe("the ring's index", () => {
 describe('an account as a record', () => {
   it('comes back as it went in, every column in its place, timestamps as dates and nulls as nulls', () => {
     const full: AccountRow = {
-      id: 'USR_child', type: 'child', parentId: 'USR_parent', username: 'ünïcode "quoted" \\ name', email: 'a@b.example',
-      publicKey: 'APK_child_1', status: 'locked', emailVerified: true, createdAt: new Date(1), updatedAt: new Date(2),
-      lastLogin: new Date(3), authProvider: 'providerA', lastLoginProvider: 'providerB', providerAId: 'pa-1',
-      childSignupCount: 4, signInCount: 5, emailConfirmationCount: 6, providerAAuthCount: 7, providerBAuthCount: 8,
-      providerCAuthCount: 9, providerDAuthCount: 10, lastPasswordChanged: new Date(11), loginAttempts: 12,
-      lastLoginAttempt: new Date(13), lockedUntil: new Date(14), lastResetPasswordRequestAt: new Date(15),
+      id: 'USR_child',
+      type: 'child',
+      parentId: 'USR_parent',
+      username: 'ünïcode "quoted" \\ name',
+      email: 'a@b.example',
+      publicKey: 'APK_child_1',
+      status: 'locked',
+      emailVerified: true,
+      createdAt: new Date(1),
+      updatedAt: new Date(2),
+      lastLogin: new Date(3),
+      authProvider: 'providerA',
+      lastLoginProvider: 'providerB',
+      providerAId: 'pa-1',
+      childSignupCount: 4,
+      signInCount: 5,
+      emailConfirmationCount: 6,
+      providerAAuthCount: 7,
+      providerBAuthCount: 8,
+      providerCAuthCount: 9,
+      providerDAuthCount: 10,
+      lastPasswordChanged: new Date(11),
+      loginAttempts: 12,
+      lastLoginAttempt: new Date(13),
+      lockedUntil: new Date(14),
+      lastResetPasswordRequestAt: new Date(15),
     };
     expect(Object.keys(full).sort()).toEqual([...READ_ACCOUNT_COLUMNS].sort());
     expect(compactAccount.decode(compactAccount.encode(full), full.id)).toStrictEqual(full);
-    const sparse: AccountRow = { ...full, parentId: null, lastLogin: null, lastLoginProvider: null, providerAId: null, lastPasswordChanged: null, lastLoginAttempt: null, lockedUntil: null, lastResetPasswordRequestAt: null };
+    const sparse: AccountRow = {
+      ...full,
+      parentId: null,
+      lastLogin: null,
+      lastLoginProvider: null,
+      providerAId: null,
+      lastPasswordChanged: null,
+      lastLoginAttempt: null,
+      lockedUntil: null,
+      lastResetPasswordRequestAt: null,
+    };
     expect(compactAccount.decode(compactAccount.encode(sparse), sparse.id)).toStrictEqual(sparse);
     // Texts that begin with the mark, empty ones, and times before 1970 or past the safe integers' milliseconds.
-    const odd: AccountRow = { ...full, parentId: '', username: '~', email: '', providerAId: '~x', createdAt: new Date(-1), updatedAt: new Date(8.64e15) };
+    const odd: AccountRow = {
+      ...full,
+      parentId: '',
+      username: '~',
+      email: '',
+      providerAId: '~x',
+      createdAt: new Date(-1),
+      updatedAt: new Date(8.64e15),
+    };
     expect(compactAccount.decode(compactAccount.encode(odd), odd.id)).toStrictEqual(odd);
   });
 });
@@ -252,7 +308,13 @@ describe('a verified token as a record', () => {
   it('comes back as it went in: fractional and large times, no nbf, a subject that spells the separator or the mark', () => {
     for (const token of [
       { subject: 'USR_a', parentId: 'USR_p', exp: 1_800_000_000, iat: 1_700_000_000, nbf: undefined },
-      { subject: `USR_a${FIELD}USR_b${FIELD}1${FIELD}2${FIELD}`, parentId: 'USR_p', exp: 1_800_000_000.5, iat: -1, nbf: 1_700_000_001 },
+      {
+        subject: `USR_a${FIELD}USR_b${FIELD}1${FIELD}2${FIELD}`,
+        parentId: 'USR_p',
+        exp: 1_800_000_000.5,
+        iat: -1,
+        nbf: 1_700_000_001,
+      },
       { subject: '~', parentId: 'USR_p', exp: 1e300, iat: 0, nbf: 0 },
       { subject: '', parentId: 'USR_p', exp: Number.MAX_SAFE_INTEGER + 2, iat: 1, nbf: -0.25 },
     ]) {
@@ -263,19 +325,37 @@ describe('a verified token as a record', () => {
 
 describe('the compact texts', () => {
   it('numbers, enum values and nullable texts come back as they went in', () => {
-    for (const value of [0, 1, -1, 35, 36, 1_789_973_851_392, -62_135_596_800_000, 0.5, -1e-7, 1e21, Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER + 2, null]) {
+    for (const value of [
+      0,
+      1,
+      -1,
+      35,
+      36,
+      1_789_973_851_392,
+      -62_135_596_800_000,
+      0.5,
+      -1e-7,
+      1e21,
+      Number.MAX_SAFE_INTEGER,
+      Number.MAX_SAFE_INTEGER + 2,
+      null,
+    ]) {
       expect(numberOf(numberText(value))).toBe(value);
     }
     expect(numberText(1_789_973_851_392)).toHaveLength(8);
     const values = enumValues<'a' | 'b'>({ a: 0, b: 1 });
     expect(values).toEqual(['a', 'b']);
-    for (const value of ['a', 'b', 'c', '~a', ''] as ('a' | 'b')[]) expect(enumOf(enumText(value, values), values)).toBe(value);
+    for (const value of ['a', 'b', 'c', '~a', ''] as ('a' | 'b')[])
+      expect(enumOf(enumText(value, values), values)).toBe(value);
     for (const value of [null, '', '~', 'x', '~~x']) expect(optionalOf(optionalText(value))).toBe(value);
   });
 });
 
 describe('values the entity cache holds as records', () => {
-  const asText: CompactForm<{ subject: string }> = { encode: (value) => JSON.stringify(value), decode: (text) => JSON.parse(text) };
+  const asText: CompactForm<{ subject: string }> = {
+    encode: (value) => JSON.stringify(value),
+    decode: (text) => JSON.parse(text),
+  };
   const setup = () => {
     const feed = new ManualFeed();
     const cache = new EntityCache(feed, { maxEntries: 1000, maxBytes: 1 << 20, ttlMs: 60_000 });

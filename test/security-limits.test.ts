@@ -12,7 +12,9 @@ describe(`resource limits (${testMode})`, () => {
   const database = useTestDatabase();
 
   it('rate limits per address and per credential: 429 with Retry-After and RateLimit headers, no database query', async () => {
-    const server = await startServer(database(), { env: { RATE_LIMIT_PER_ADDRESS: '30', RATE_LIMIT_PER_CREDENTIAL: '5', RATE_LIMIT_WINDOW_SECONDS: '60' } });
+    const server = await startServer(database(), {
+      env: { RATE_LIMIT_PER_ADDRESS: '30', RATE_LIMIT_PER_CREDENTIAL: '5', RATE_LIMIT_WINDOW_SECONDS: '60' },
+    });
     try {
       const org = await createOrganization(database());
       const token = await tokenFor(org.parent, org);
@@ -36,10 +38,16 @@ describe(`resource limits (${testMode})`, () => {
       const other = await createOrganization(database());
       const otherToken = await tokenFor(other.parent, other);
       expect((await rest(server, '/auth/user-profile', { token: otherToken })).status).toBe(200);
-      const gql = await fetch(`${server.url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: '{"query":"{ me { userID } }"}' });
+      const gql = await fetch(`${server.url}/graphql`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+        body: '{"query":"{ me { userID } }"}',
+      });
       expect(gql.status).toBe(429);
       let addressLimited = 0;
-      for (let i = 0; i < 30; i++) if ((await rest(server, '/auth/organization-details', { publicKey: `APK_x${i}_1` })).status === 429) addressLimited++;
+      for (let i = 0; i < 30; i++)
+        if ((await rest(server, '/auth/organization-details', { publicKey: `APK_x${i}_1` })).status === 429)
+          addressLimited++;
       expect(addressLimited).toBeGreaterThan(0);
     } finally {
       await server.close();
@@ -47,13 +55,19 @@ describe(`resource limits (${testMode})`, () => {
   });
 
   it.skipIf(testMode !== 'postgres')('RATE_LIMIT_STORE=postgres: two instances share one limit', async () => {
-    const env = { RATE_LIMIT_STORE: 'postgres', DATABASE_URL: database().url!, RATE_LIMIT_PER_CREDENTIAL: '4', RATE_LIMIT_PER_ADDRESS: '0' };
+    const env = {
+      RATE_LIMIT_STORE: 'postgres',
+      DATABASE_URL: database().url!,
+      RATE_LIMIT_PER_CREDENTIAL: '4',
+      RATE_LIMIT_PER_ADDRESS: '0',
+    };
     const [a, b] = [await startServer(database(), { env }), await startServer(database(), { env })];
     try {
       const org = await createOrganization(database());
       const token = await tokenFor(org.parent, org);
       const statuses = [];
-      for (const server of [a, b, a, b, a, b]) statuses.push((await rest(server, '/auth/user-profile', { token })).status);
+      for (const server of [a, b, a, b, a, b])
+        statuses.push((await rest(server, '/auth/user-profile', { token })).status);
       expect(statuses).toEqual([200, 200, 200, 200, 429, 429]);
       const rows = await database().sql.query<{ n: number }>('SELECT count(*)::int AS n FROM rate_limit');
       expect(rows[0]!.n).toBeGreaterThan(0);
@@ -66,11 +80,23 @@ describe(`resource limits (${testMode})`, () => {
   it('2,000 random kids and public keys, refused once, are refused again without a query', async () => {
     const feed = database().changeFeed();
     await feed.started();
-    const cache = new EntityCache(feed, { maxEntries: 150_000, maxBytes: 80 * 1024 * 1024, ttlMs: 600_000 }, database().sql);
-    const deps = (): AuthDependencies => ({ loaders: createLoaders(database().prisma, cache), cache, jwt: { maxLifetimeSeconds: 86_400, maxTokenBytes: 4096 }, now: () => new Date() });
+    const cache = new EntityCache(
+      feed,
+      { maxEntries: 150_000, maxBytes: 80 * 1024 * 1024, ttlMs: 600_000 },
+      database().sql,
+    );
+    const deps = (): AuthDependencies => ({
+      loaders: createLoaders(database().prisma, cache),
+      cache,
+      jwt: { maxLifetimeSeconds: 86_400, maxTokenBytes: 4096 },
+      now: () => new Date(),
+    });
     const kids = Array.from({ length: 2_000 }, (_, i) => `APK_${randomBytes(6).toString('hex')}_${i}`);
-    const tokens = await Promise.all(kids.map((kid) => mintAccessToken({ secret: 'x'.repeat(40), kid, subject: 'USR_x', ttlSeconds: 60 })));
-    const refuse = async (work: () => Promise<unknown>) => expect(work()).rejects.toMatchObject({ code: expect.any(String) });
+    const tokens = await Promise.all(
+      kids.map((kid) => mintAccessToken({ secret: 'x'.repeat(40), kid, subject: 'USR_x', ttlSeconds: 60 })),
+    );
+    const refuse = async (work: () => Promise<unknown>) =>
+      expect(work()).rejects.toMatchObject({ code: expect.any(String) });
     for (const key of kids) await refuse(() => authenticateForOrganization({ publicKey: key }, deps()));
     for (const token of tokens) await refuse(() => authenticateJwt({ authorization: `Bearer ${token}` }, deps()));
     const before = database().queries.count;

@@ -5,8 +5,20 @@ import { createChild, createOrganization, tokenFor, type BuiltOrganization } fro
 import { rest, useServer } from './helpers/app.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
 
-const FORBIDDEN_FIELDS = ['passwordHash', 'password', 'emailVerificationToken', 'passwordResetToken', 'encryptionKey', 'encryptionIv',
-  'providerASsoClientSecret', 'clientSecret', 'detailsRetrievalCount', 'stack', 'sql', 'parentId'];
+const FORBIDDEN_FIELDS = [
+  'passwordHash',
+  'password',
+  'emailVerificationToken',
+  'passwordResetToken',
+  'encryptionKey',
+  'encryptionIv',
+  'providerASsoClientSecret',
+  'clientSecret',
+  'detailsRetrievalCount',
+  'stack',
+  'sql',
+  'parentId',
+];
 
 type Caller = { name: string; headers: () => Record<string, string> };
 
@@ -21,10 +33,17 @@ describe(`authorization matrix, leak scan and fuzzing (${testMode})`, () => {
 
   beforeAll(async () => {
     org = await createOrganization(database());
-    const child = await createChild(database(), org.parent, { passwordHash: `${SECRET_MARKER}_PASSWORD_HASH_child`, passwordResetToken: `${SECRET_MARKER}_RESET_child` });
+    const child = await createChild(database(), org.parent, {
+      passwordHash: `${SECRET_MARKER}_PASSWORD_HASH_child`,
+      passwordResetToken: `${SECRET_MARKER}_RESET_child`,
+    });
     const inactive = await createOrganization(database(), { parent: { status: 'inactive' } });
-    const locked = await createOrganization(database(), { parent: { status: 'locked', lockedUntil: new Date(Date.now() + 3_600_000) } });
-    const unlocked = await createOrganization(database(), { parent: { status: 'locked', lockedUntil: new Date(Date.now() - 1000) } });
+    const locked = await createOrganization(database(), {
+      parent: { status: 'locked', lockedUntil: new Date(Date.now() + 3_600_000) },
+    });
+    const unlocked = await createOrganization(database(), {
+      parent: { status: 'locked', lockedUntil: new Date(Date.now() - 1000) },
+    });
     const other = await createOrganization(database());
     const depleted = await createOrganization(database(), { organization: { creditBalance: 0 } });
     const depletedChild = await createChild(database(), depleted.parent);
@@ -55,17 +74,80 @@ describe(`authorization matrix, leak scan and fuzzing (${testMode})`, () => {
 
   const OK = 'OK';
   // rows: callers in the order above; columns: the four REST paths then the four GraphQL fields.
-  const columns = ['/auth/user-profile', '/auth/organization-details', '/auth/child-accounts', '/parent/credit-analysis', 'me', 'organization', 'childAccounts', 'creditAnalysis'] as const;
+  const columns = [
+    '/auth/user-profile',
+    '/auth/organization-details',
+    '/auth/child-accounts',
+    '/parent/credit-analysis',
+    'me',
+    'organization',
+    'childAccounts',
+    'creditAnalysis',
+  ] as const;
   const expected: Record<string, string[]> = {
-    'no credentials': ['401 UNAUTHORIZED', '400 MISSING_PARENT_PUBLIC_KEY', '401 UNAUTHORIZED', '401 UNAUTHORIZED', 'UNAUTHORIZED', 'MISSING_PARENT_PUBLIC_KEY', 'UNAUTHORIZED', 'UNAUTHORIZED'],
-    'public key': ['401 UNAUTHORIZED', OK, '401 UNAUTHORIZED', '401 UNAUTHORIZED', 'UNAUTHORIZED', OK, 'UNAUTHORIZED', 'UNAUTHORIZED'],
-    child: [OK, OK, '401 UNAUTHORIZED_ACCESS', '401 UNAUTHORIZED_ACCESS', OK, OK, 'UNAUTHORIZED_ACCESS', 'UNAUTHORIZED_ACCESS'],
+    'no credentials': [
+      '401 UNAUTHORIZED',
+      '400 MISSING_PARENT_PUBLIC_KEY',
+      '401 UNAUTHORIZED',
+      '401 UNAUTHORIZED',
+      'UNAUTHORIZED',
+      'MISSING_PARENT_PUBLIC_KEY',
+      'UNAUTHORIZED',
+      'UNAUTHORIZED',
+    ],
+    'public key': [
+      '401 UNAUTHORIZED',
+      OK,
+      '401 UNAUTHORIZED',
+      '401 UNAUTHORIZED',
+      'UNAUTHORIZED',
+      OK,
+      'UNAUTHORIZED',
+      'UNAUTHORIZED',
+    ],
+    child: [
+      OK,
+      OK,
+      '401 UNAUTHORIZED_ACCESS',
+      '401 UNAUTHORIZED_ACCESS',
+      OK,
+      OK,
+      'UNAUTHORIZED_ACCESS',
+      'UNAUTHORIZED_ACCESS',
+    ],
     parent: [OK, OK, OK, OK, OK, OK, OK, OK],
-    'inactive parent': ['403 ACCOUNT_INACTIVE', '403 ACCOUNT_INACTIVE', '403 ACCOUNT_INACTIVE', '403 ACCOUNT_INACTIVE', 'ACCOUNT_INACTIVE', 'ACCOUNT_INACTIVE', 'ACCOUNT_INACTIVE', 'ACCOUNT_INACTIVE'],
-    'locked parent': ['403 ACCOUNT_INACTIVE', '403 ACCOUNT_INACTIVE', '403 ACCOUNT_INACTIVE', '403 ACCOUNT_INACTIVE', 'ACCOUNT_INACTIVE', 'ACCOUNT_INACTIVE', 'ACCOUNT_INACTIVE', 'ACCOUNT_INACTIVE'],
+    'inactive parent': [
+      '403 ACCOUNT_INACTIVE',
+      '403 ACCOUNT_INACTIVE',
+      '403 ACCOUNT_INACTIVE',
+      '403 ACCOUNT_INACTIVE',
+      'ACCOUNT_INACTIVE',
+      'ACCOUNT_INACTIVE',
+      'ACCOUNT_INACTIVE',
+      'ACCOUNT_INACTIVE',
+    ],
+    'locked parent': [
+      '403 ACCOUNT_INACTIVE',
+      '403 ACCOUNT_INACTIVE',
+      '403 ACCOUNT_INACTIVE',
+      '403 ACCOUNT_INACTIVE',
+      'ACCOUNT_INACTIVE',
+      'ACCOUNT_INACTIVE',
+      'ACCOUNT_INACTIVE',
+      'ACCOUNT_INACTIVE',
+    ],
     'lock-expired parent': [OK, OK, OK, OK, OK, OK, OK, OK],
     "other organization's parent": [OK, OK, OK, OK, OK, OK, OK, OK],
-    "depleted organization's child": ['403 CREDITS_DEPLETED', '403 CREDITS_DEPLETED', '403 CREDITS_DEPLETED', '403 CREDITS_DEPLETED', 'CREDITS_DEPLETED', 'CREDITS_DEPLETED', 'CREDITS_DEPLETED', 'CREDITS_DEPLETED'],
+    "depleted organization's child": [
+      '403 CREDITS_DEPLETED',
+      '403 CREDITS_DEPLETED',
+      '403 CREDITS_DEPLETED',
+      '403 CREDITS_DEPLETED',
+      'CREDITS_DEPLETED',
+      'CREDITS_DEPLETED',
+      'CREDITS_DEPLETED',
+      'CREDITS_DEPLETED',
+    ],
   };
   const FIELDS: Record<string, string> = {
     me: '{ me { userID accountType } }',
@@ -103,7 +185,8 @@ describe(`authorization matrix, leak scan and fuzzing (${testMode})`, () => {
     // The signing secret is the organization's own, shown to its parent by JWT on the organization
     // details (decisions §3) and nowhere else: any other place it shows, in any string, is a leak.
     const mayShowSigningSecret = (caller: string, column: string) =>
-      ['parent', 'lock-expired parent', "other organization's parent"].includes(caller) && ['/auth/organization-details', 'organization'].includes(column);
+      ['parent', 'lock-expired parent', "other organization's parent"].includes(caller) &&
+      ['/auth/organization-details', 'organization'].includes(column);
     const scan = (where: string, value: unknown, mayShow: boolean) => {
       if (Array.isArray(value)) return value.forEach((v) => scan(where, v, mayShow));
       if (value && typeof value === 'object') {
@@ -114,16 +197,21 @@ describe(`authorization matrix, leak scan and fuzzing (${testMode})`, () => {
       } else if (typeof value === 'string') {
         // Only as the credentials' signing secret itself.
         const signingSecretAllowed = mayShow && where.endsWith('.credentials.jwtSecret');
-        if (value.includes(SECRET_MARKER) && !signingSecretAllowed) hits.push(`${where}: marker in ${value.slice(0, 40)}`);
+        if (value.includes(SECRET_MARKER) && !signingSecretAllowed)
+          hits.push(`${where}: marker in ${value.slice(0, 40)}`);
         for (const secret of secrets) if (value.includes(secret)) hits.push(`${where}: a secret's value`);
-        if (!signingSecretAllowed) for (const secret of signingSecrets) if (value.includes(secret)) hits.push(`${where}: a signing secret`);
-        if (/\bat .*\.(ts|js):\d+|SELECT |INSERT |prisma/i.test(value)) hits.push(`${where}: internals in ${value.slice(0, 60)}`);
+        if (!signingSecretAllowed)
+          for (const secret of signingSecrets) if (value.includes(secret)) hits.push(`${where}: a signing secret`);
+        if (/\bat .*\.(ts|js):\d+|SELECT |INSERT |prisma/i.test(value))
+          hits.push(`${where}: internals in ${value.slice(0, 60)}`);
       }
     };
     /** Anywhere in the body: the object walk decides where the signing secret may be. */
     const scanBody = (where: string, body: string, mayShow: boolean) => {
       scan(where, JSON.parse(body), mayShow);
-      if (!mayShow) for (const secret of signingSecrets) if (body.includes(secret)) hits.push(`${where}: a signing secret in the bytes`);
+      if (!mayShow)
+        for (const secret of signingSecrets)
+          if (body.includes(secret)) hits.push(`${where}: a signing secret in the bytes`);
     };
     let scanned = 0;
     for (const caller of callers) {
@@ -135,7 +223,12 @@ describe(`authorization matrix, leak scan and fuzzing (${testMode})`, () => {
     }
     // The parent's profile and child list, the GraphQL dashboard, and error answers: never a secret.
     const parent = callers.find((c) => c.name === 'parent')!;
-    for (const path of ['/auth/user-profile', '/auth/child-accounts?limit=100', '/auth/child-accounts?search=%25', '/auth/child-accounts?limit=abc']) {
+    for (const path of [
+      '/auth/user-profile',
+      '/auth/child-accounts?limit=100',
+      '/auth/child-accounts?search=%25',
+      '/auth/child-accounts?limit=abc',
+    ]) {
       const r = await rest(server(), path, { headers: parent.headers() });
       scanBody(`parent ${path}`, r.text, false);
     }
@@ -144,7 +237,11 @@ describe(`authorization matrix, leak scan and fuzzing (${testMode})`, () => {
       '{ me { nope } }',
       '{ childAccounts(limit: 1000) { stats { total } } }',
     ]) {
-      const response = await fetch(`${server().url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', ...parent.headers() }, body: JSON.stringify({ query }) });
+      const response = await fetch(`${server().url}/graphql`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...parent.headers() },
+        body: JSON.stringify({ query }),
+      });
       scanBody(`parent GraphQL ${query.slice(0, 30)}`, await response.text(), false);
     }
     const unknown = await rest(server(), '/nope');
@@ -157,7 +254,9 @@ describe(`authorization matrix, leak scan and fuzzing (${testMode})`, () => {
     for (const caller of callers) {
       const r = await rest(server(), '/auth/organization-details', { headers: caller.headers() });
       const hasSecret = r.text.includes('JWT_SIGNING_SECRET');
-      expect(hasSecret, caller.name).toBe(['parent', 'lock-expired parent', "other organization's parent"].includes(caller.name));
+      expect(hasSecret, caller.name).toBe(
+        ['parent', 'lock-expired parent', "other organization's parent"].includes(caller.name),
+      );
     }
   });
 
@@ -168,7 +267,22 @@ describe(`authorization matrix, leak scan and fuzzing (${testMode})`, () => {
       fc.string({ unit: 'binary', maxLength: 40 }),
       fc.integer().map(String),
       fc.date({ noInvalidDate: true }).map((d) => d.toISOString()),
-      fc.constantFrom('', '%', '%%', '%FF', '%00', '\\', '_', '2024-02-30', '101', '0', 'null', 'undefined', '[]', '{}'),
+      fc.constantFrom(
+        '',
+        '%',
+        '%%',
+        '%FF',
+        '%00',
+        '\\',
+        '_',
+        '2024-02-30',
+        '101',
+        '0',
+        'null',
+        'undefined',
+        '[]',
+        '{}',
+      ),
     );
     const name = fc.constantFrom('limit', 'search', 'startDate', 'endDate', 'lastKey', 'other', 'limit[]');
     let runs = 0;
@@ -181,7 +295,9 @@ describe(`authorization matrix, leak scan and fuzzing (${testMode})`, () => {
         fc.option(fc.string({ unit: 'grapheme-ascii', maxLength: 60 }), { nil: undefined }),
         async (pairs, path, authorization, publicKey) => {
           runs++;
-          const query = pairs.map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v).replace(/%25(FF|00)/g, '%$1')}`).join('&');
+          const query = pairs
+            .map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v).replace(/%25(FF|00)/g, '%$1')}`)
+            .join('&');
           const headers: Record<string, string> = authorization === undefined ? parent.headers() : { authorization };
           if (publicKey !== undefined) headers['x-public-key'] = publicKey;
           // fetch refuses some header values itself; those never reach the server, and are not sent.

@@ -29,13 +29,22 @@ describe(`seed (${testMode})`, () => {
       const [dumpA, dumpB, dumpC] = [await dump(a), await dump(b), await dump(c)];
       expect(dumpA.accounts).toHaveLength(2 + 80);
       // Secrets are random: nobody can rebuild a seeded organization's signing secret from the seed.
-      const secrets = (value: unknown): string[] => JSON.stringify(value, (_, v) => (typeof v === 'bigint' ? v.toString() : v)).match(new RegExp(`${SECRET_MARKER}_[A-Z_]+_[0-9a-f]+`, 'g')) ?? [];
+      const secrets = (value: unknown): string[] =>
+        JSON.stringify(value, (_, v) => (typeof v === 'bigint' ? v.toString() : v)).match(
+          new RegExp(`${SECRET_MARKER}_[A-Z_]+_[0-9a-f]+`, 'g'),
+        ) ?? [];
       const secretsA = secrets(dumpA);
       expect(secretsA.length).toBeGreaterThan(10);
       expect(secretsA.filter((secret) => secrets(dumpB).includes(secret))).toEqual([]);
       expect(new Set(secretsA).size).toBe(secretsA.length);
       const text = (value: unknown) =>
-        JSON.stringify(value, (_, v) => (typeof v === 'bigint' ? v.toString() : typeof v === 'string' && v.startsWith(`${SECRET_MARKER}_`) ? v.replace(/_[0-9a-f]+$/, '_…') : v));
+        JSON.stringify(value, (_, v) =>
+          typeof v === 'bigint'
+            ? v.toString()
+            : typeof v === 'string' && v.startsWith(`${SECRET_MARKER}_`)
+              ? v.replace(/_[0-9a-f]+$/, '_…')
+              : v,
+        );
       expect(text(dumpA)).toBe(text(dumpB));
       expect(dumpC.accounts.map((x) => x.id)).not.toEqual(dumpA.accounts.map((x) => x.id));
       await expect(seed(a, options)).rejects.toBeInstanceOf(SeedConflictError);
@@ -122,7 +131,9 @@ describe(`seed (${testMode})`, () => {
       const currentMonth = '2026-06-01';
       const organizations = await database().prisma.organization.findMany({ select: { parentId: true } });
       for (const { parentId } of organizations) {
-        const months = usage.filter((u) => u.organizationId === parentId).map((u) => u.month.toISOString().slice(0, 10));
+        const months = usage
+          .filter((u) => u.organizationId === parentId)
+          .map((u) => u.month.toISOString().slice(0, 10));
         expect(months).toContain(currentMonth);
         expect(months).toContain('2026-05-01');
         expect(months.length).toBeGreaterThanOrEqual(12);
@@ -143,7 +154,9 @@ describe(`seed (${testMode})`, () => {
           expect(value).toMatch(new RegExp(`^${SECRET_MARKER}_`));
         }
       }
-      expect(await database().prisma.account.count({ where: { passwordResetToken: { startsWith: SECRET_MARKER } } })).toBeGreaterThan(4);
+      expect(
+        await database().prisma.account.count({ where: { passwordResetToken: { startsWith: SECRET_MARKER } } }),
+      ).toBeGreaterThan(4);
     });
   });
 });

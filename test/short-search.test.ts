@@ -19,7 +19,8 @@ describe(`short search terms (${testMode})`, () => {
   const server = useServer(database, { now: () => now });
   let org: BuiltOrganization;
   let token: string;
-  const sql = <T extends Record<string, unknown>>(text: string, params: unknown[] = []) => database().sql.query<T>(text, params);
+  const sql = <T extends Record<string, unknown>>(text: string, params: unknown[] = []) =>
+    database().sql.query<T>(text, params);
 
   beforeAll(async () => {
     org = await createOrganization(database());
@@ -41,9 +42,10 @@ describe(`short search terms (${testMode})`, () => {
       ['USR_ssx5', 'zzfive', 'z5@odd.example', 9000],
     ];
     for (const [id, username, email, hours] of rare) {
-      await sql(`INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey", "createdAt") VALUES ($1, 'child', $2, $3, $4, $5, $6)`, [
-        id, org.parent.id, username, email, `APK_${id}`, new Date(now.getTime() - hours * 3_600_000 - 1000),
-      ]);
+      await sql(
+        `INSERT INTO "Account" (id, type, "parentId", username, email, "publicKey", "createdAt") VALUES ($1, 'child', $2, $3, $4, $5, $6)`,
+        [id, org.parent.id, username, email, `APK_${id}`, new Date(now.getTime() - hours * 3_600_000 - 1000)],
+      );
     }
     await database().sql.exec('ANALYZE "Account"');
   }, 120_000);
@@ -51,24 +53,54 @@ describe(`short search terms (${testMode})`, () => {
   /** What ILIKE on the names counts, read directly. */
   const expected = async (term: string) => {
     const pattern = `%${term.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
-    const [row] = await sql<{ n: number }>(`SELECT count(*)::int AS n FROM "Account" WHERE "parentId" = $1 AND (username ILIKE $2 OR email ILIKE $2)`, [org.parent.id, pattern]);
+    const [row] = await sql<{ n: number }>(
+      `SELECT count(*)::int AS n FROM "Account" WHERE "parentId" = $1 AND (username ILIKE $2 OR email ILIKE $2)`,
+      [org.parent.id, pattern],
+    );
     return row!.n;
   };
   const page = async (query: string) => {
     const answer = await rest(server(), `/auth/child-accounts?${query}`, { token });
     expect(answer.status).toBe(200);
-    return answer.body.data.data as { accounts: { username: string; email: string }[]; stats: { total: number; active: number }; pagination: { hasMore: boolean; nextPageToken?: string } };
+    return answer.body.data.data as {
+      accounts: { username: string; email: string }[];
+      stats: { total: number; active: number };
+      pagination: { hasMore: boolean; nextPageToken?: string };
+    };
   };
 
   it('counts and lists exactly what ILIKE matches, rare and common, letters and signs, in any case', async () => {
     // Also the character that joins a child's names in the grams index, after a username's last
     // letter and before an e-mail's first: no name holds it, so nothing matches.
-    for (const term of ['xq', 'XQ', 'q', 'zz', 'Z', '_', '%', '@', '.', 'm', 'me', '99', '7', '1', '3', 'äö', 'Ä', 'ö-', 'é', 'n\u0001', '\u0001x']) {
+    for (const term of [
+      'xq',
+      'XQ',
+      'q',
+      'zz',
+      'Z',
+      '_',
+      '%',
+      '@',
+      '.',
+      'm',
+      'me',
+      '99',
+      '7',
+      '1',
+      '3',
+      'äö',
+      'Ä',
+      'ö-',
+      'é',
+      'n\u0001',
+      '\u0001x',
+    ]) {
       const inner = await page(`search=${encodeURIComponent(term)}&limit=20`);
       const total = await expected(term);
       expect(inner.stats.total, term).toBe(total);
       expect(inner.accounts.length, term).toBe(Math.min(total, 20));
-      for (const account of inner.accounts) expect(`${account.username}\n${account.email}`.toLowerCase(), term).toContain(term.toLowerCase());
+      for (const account of inner.accounts)
+        expect(`${account.username}\n${account.email}`.toLowerCase(), term).toContain(term.toLowerCase());
     }
     expect((await page('search=xq')).accounts.map((a) => a.username)).toEqual(['Xq_one']);
     expect((await page('search=%25')).accounts.map((a) => a.email)).toEqual(['x%y@odd.example']);
@@ -86,10 +118,19 @@ describe(`short search terms (${testMode})`, () => {
     } while (after);
     expect(seen).toEqual(['zz-two', 'ÄÖ-three', 'zzfive']);
 
-    const first = await server().graphql<any>('{ childAccounts(search: "zz", first: 1) { edges { cursor node { username } } pageInfo { hasNextPage hasPreviousPage } } }', { token });
+    const first = await server().graphql<any>(
+      '{ childAccounts(search: "zz", first: 1) { edges { cursor node { username } } pageInfo { hasNextPage hasPreviousPage } } }',
+      { token },
+    );
     const cursor = first.data.childAccounts.edges[0].cursor;
-    const second = await server().graphql<any>(`{ childAccounts(search: "zz", first: 1, after: "${cursor}") { edges { node { username } } pageInfo { hasNextPage hasPreviousPage } } }`, { token });
-    expect(second.data.childAccounts).toEqual({ edges: [{ node: { username: 'ÄÖ-three' } }], pageInfo: { hasNextPage: true, hasPreviousPage: true } });
+    const second = await server().graphql<any>(
+      `{ childAccounts(search: "zz", first: 1, after: "${cursor}") { edges { node { username } } pageInfo { hasNextPage hasPreviousPage } } }`,
+      { token },
+    );
+    expect(second.data.childAccounts).toEqual({
+      edges: [{ node: { username: 'ÄÖ-three' } }],
+      pageInfo: { hasNextPage: true, hasPreviousPage: true },
+    });
 
     const from = new Date(now.getTime() - 30 * DAY).toISOString().slice(0, 10);
     const ranged = await page(`search=zz&startDate=${from}`);
@@ -97,11 +138,17 @@ describe(`short search terms (${testMode})`, () => {
     expect(ranged.stats.total).toBe(2);
   });
 
-  it.runIf(testMode === 'postgres')('PostgreSQL looks a rare short term up in the grams index at this size, as at a million children', async () => {
-    const filters = filterSql(org.parent.id, 'xq', {});
-    const params = [...filters.params];
-    const where = filters.lookupWhere(params);
-    const [plan] = await sql<{ 'QUERY PLAN': unknown }>(`EXPLAIN (FORMAT JSON) SELECT id FROM "Account" WHERE ${where}`, params);
-    expect(JSON.stringify(plan!['QUERY PLAN'])).toContain('Account_parentId_search_grams_idx');
-  });
+  it.runIf(testMode === 'postgres')(
+    'PostgreSQL looks a rare short term up in the grams index at this size, as at a million children',
+    async () => {
+      const filters = filterSql(org.parent.id, 'xq', {});
+      const params = [...filters.params];
+      const where = filters.lookupWhere(params);
+      const [plan] = await sql<{ 'QUERY PLAN': unknown }>(
+        `EXPLAIN (FORMAT JSON) SELECT id FROM "Account" WHERE ${where}`,
+        params,
+      );
+      expect(JSON.stringify(plan!['QUERY PLAN'])).toContain('Account_parentId_search_grams_idx');
+    },
+  );
 });

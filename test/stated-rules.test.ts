@@ -14,12 +14,32 @@ describe(`stated rules (${testMode})`, () => {
 
   it('JWT_ISSUER and JWT_AUDIENCE: when set, a token must carry both, as configured', async () => {
     const org = await createOrganization(database());
-    const own = await startServer(database(), { env: { JWT_ISSUER: 'https://auth.example', JWT_AUDIENCE: 'credits-api' } });
+    const own = await startServer(database(), {
+      env: { JWT_ISSUER: 'https://auth.example', JWT_AUDIENCE: 'credits-api' },
+    });
     try {
       const mint = (claims: { issuer?: string; audience?: string }) =>
-        mintAccessToken({ secret: org.organization.jwtSecret, kid: org.parent.publicKey, subject: org.parent.id, ttlSeconds: 600, ...claims });
-      expect((await rest(own, '/auth/user-profile', { token: await mint({ issuer: 'https://auth.example', audience: 'credits-api' }) })).status).toBe(200);
-      for (const claims of [{}, { issuer: 'https://auth.example' }, { audience: 'credits-api' }, { issuer: 'https://other.example', audience: 'credits-api' }, { issuer: 'https://auth.example', audience: 'other' }]) {
+        mintAccessToken({
+          secret: org.organization.jwtSecret,
+          kid: org.parent.publicKey,
+          subject: org.parent.id,
+          ttlSeconds: 600,
+          ...claims,
+        });
+      expect(
+        (
+          await rest(own, '/auth/user-profile', {
+            token: await mint({ issuer: 'https://auth.example', audience: 'credits-api' }),
+          })
+        ).status,
+      ).toBe(200);
+      for (const claims of [
+        {},
+        { issuer: 'https://auth.example' },
+        { audience: 'credits-api' },
+        { issuer: 'https://other.example', audience: 'credits-api' },
+        { issuer: 'https://auth.example', audience: 'other' },
+      ]) {
         expectError(await rest(own, '/auth/user-profile', { token: await mint(claims) }), 401, 'UNAUTHORIZED');
       }
       // Without the settings, the claims are not required.
@@ -35,14 +55,19 @@ describe(`stated rules (${testMode})`, () => {
       const { port } = new URL(own.url);
       const raw = await new Promise<Buffer>((resolve) => {
         const chunks: Buffer[] = [];
-        const socket = connect(Number(port), '127.0.0.1', () => socket.write('GET /auth/user-profile HTTP/1.1\r\nHost: localhost\r\nX-Slow: '));
+        const socket = connect(Number(port), '127.0.0.1', () =>
+          socket.write('GET /auth/user-profile HTTP/1.1\r\nHost: localhost\r\nX-Slow: '),
+        );
         socket.on('data', (chunk) => chunks.push(chunk));
         socket.on('close', () => resolve(Buffer.concat(chunks)));
         socket.on('error', () => resolve(Buffer.concat(chunks)));
       });
       const answer = parseAnswer(raw);
       expect(answer.status).toBe(408);
-      expect(answer.json).toEqual({ success: false, error: { code: 'REQUEST_TIMEOUT', message: 'The request was not received in time.' } });
+      expect(answer.json).toEqual({
+        success: false,
+        error: { code: 'REQUEST_TIMEOUT', message: 'The request was not received in time.' },
+      });
       expect(answer.header('connection')).toBe('close');
     } finally {
       await own.close();
@@ -50,17 +75,30 @@ describe(`stated rules (${testMode})`, () => {
   });
 
   it('a bulk change of more than 500 rows in one statement empties the whole cache', async () => {
-    const [seeded] = await seed(database(), { organizations: 1, childrenPerOrganization: 600, seed: 9, now: new Date() });
+    const [seeded] = await seed(database(), {
+      organizations: 1,
+      childrenPerOrganization: 600,
+      seed: 9,
+      now: new Date(),
+    });
     const parentId = seeded!.parent.userID;
     const organization = await database().prisma.organization.findUniqueOrThrow({ where: { parentId } });
-    const token = await mintAccessToken({ secret: organization.jwtSecret, kid: seeded!.parent.publicKey, subject: parentId, ttlSeconds: 600 });
+    const token = await mintAccessToken({
+      secret: organization.jwtSecret,
+      kid: seeded!.parent.publicKey,
+      subject: parentId,
+      ttlSeconds: 600,
+    });
     const { cache } = server().app.deps;
     // The seed is itself a bulk change: once the feed has read it, it empties nothing more.
     await cache.caughtUp();
     expect((await rest(server(), '/auth/user-profile', { token })).status).toBe(200);
     expect(cache.size).toBeGreaterThan(0);
     const before = cache.stats.announcements;
-    const changed = await database().sql.query<{ id: string }>(`UPDATE "Account" SET "signInCount" = "signInCount" + 1 WHERE "parentId" = $1 RETURNING id`, [parentId]);
+    const changed = await database().sql.query<{ id: string }>(
+      `UPDATE "Account" SET "signInCount" = "signInCount" + 1 WHERE "parentId" = $1 RETURNING id`,
+      [parentId],
+    );
     expect(changed.length).toBeGreaterThan(500);
     await cache.caughtUp();
     expect(cache.stats.announcements).toBeGreaterThan(before);
@@ -83,7 +121,7 @@ describe(`stated rules (${testMode})`, () => {
     }
   });
 
-  it('PAGINATION_SECRET is the page tokens\' key: a token made under one key is refused under another, taken under the same', async () => {
+  it("PAGINATION_SECRET is the page tokens' key: a token made under one key is refused under another, taken under the same", async () => {
     const org = await createOrganization(database());
     for (let i = 0; i < 3; i++) await createChild(database(), org.parent);
     const token = await tokenFor(org.parent, org);
@@ -96,10 +134,20 @@ describe(`stated rules (${testMode})`, () => {
       const first = await rest(a, '/auth/child-accounts?limit=1', { token });
       const lastKey = first.body.data.data.pagination.nextPageToken as string;
       expect(lastKey).toBeTruthy();
-      expect((await rest(c, `/auth/child-accounts?limit=1&lastKey=${encodeURIComponent(lastKey)}`, { token })).status).toBe(200);
-      expectError(await rest(b, `/auth/child-accounts?limit=1&lastKey=${encodeURIComponent(lastKey)}`, { token }), 400, 'INVALID_PAGINATION_TOKEN');
+      expect(
+        (await rest(c, `/auth/child-accounts?limit=1&lastKey=${encodeURIComponent(lastKey)}`, { token })).status,
+      ).toBe(200);
+      expectError(
+        await rest(b, `/auth/child-accounts?limit=1&lastKey=${encodeURIComponent(lastKey)}`, { token }),
+        400,
+        'INVALID_PAGINATION_TOKEN',
+      );
       // Nor is it the organization's signing secret, which is the key when none is set.
-      expectError(await rest(server(), `/auth/child-accounts?limit=1&lastKey=${encodeURIComponent(lastKey)}`, { token }), 400, 'INVALID_PAGINATION_TOKEN');
+      expectError(
+        await rest(server(), `/auth/child-accounts?limit=1&lastKey=${encodeURIComponent(lastKey)}`, { token }),
+        400,
+        'INVALID_PAGINATION_TOKEN',
+      );
     } finally {
       for (const s of [a, b, c]) await s.close();
     }
@@ -109,12 +157,13 @@ describe(`stated rules (${testMode})`, () => {
     const depleted = await createOrganization(database(), { organization: { creditBalance: 0 } });
     const inactive = await createChild(database(), depleted.parent, { status: 'inactive' });
     const token = await tokenFor(inactive, depleted);
-    for (const path of ['/auth/user-profile', '/auth/organization-details']) expectError(await rest(server(), path, { token }), 403, 'ACCOUNT_INACTIVE');
+    for (const path of ['/auth/user-profile', '/auth/organization-details'])
+      expectError(await rest(server(), path, { token }), 403, 'ACCOUNT_INACTIVE');
     const answer = await server().graphql('{ me { userID } }', { token });
     expect(answer.errors?.[0]?.extensions?.code).toBe('ACCOUNT_INACTIVE');
   });
 
-  it('every 401 carries WWW-Authenticate: Bearer, and every error answer on the API\'s paths Cache-Control: no-store', async () => {
+  it("every 401 carries WWW-Authenticate: Bearer, and every error answer on the API's paths Cache-Control: no-store", async () => {
     const org = await createOrganization(database());
     const child = await createChild(database(), org.parent);
     const childToken = await tokenFor(child, org);
@@ -136,7 +185,9 @@ describe(`stated rules (${testMode})`, () => {
   });
 
   it('RateLimit-Reset says when the window ends, on allowed answers and on the 429', async () => {
-    const own = await startServer(database(), { env: { RATE_LIMIT_PER_ADDRESS: '2', RATE_LIMIT_WINDOW_SECONDS: '30' } });
+    const own = await startServer(database(), {
+      env: { RATE_LIMIT_PER_ADDRESS: '2', RATE_LIMIT_WINDOW_SECONDS: '30' },
+    });
     try {
       const answers = [];
       for (let i = 0; i < 3; i++) answers.push(await rest(own, '/auth/user-profile'));

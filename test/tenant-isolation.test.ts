@@ -22,7 +22,7 @@ const SEARCHES_EACH = 12;
 describe(`a tenant's expensive searches and another tenant's cached answers (${testMode})`, () => {
   const database = useTestDatabase();
 
-  it("the bystander is answered from its cache, more often than the searches, while another organization floods the database", async () => {
+  it('the bystander is answered from its cache, more often than the searches, while another organization floods the database', async () => {
     const heavy = await createOrganization(database());
     const heavyToken = await tokenFor(heavy.parent, heavy);
     await seedSql(
@@ -36,7 +36,13 @@ describe(`a tenant's expensive searches and another tenant's cached answers (${t
     const bystanderToken = await tokenFor(bystander.parent, bystander);
 
     // The flood is the point here, not the bounds on searches (test/search-bounds.test.ts).
-    const server: TestServer = await startServer(database(), { env: { SEARCH_MAX_PER_ORGANIZATION: String(FLOODERS), SEARCH_MAX_CONCURRENT: String(FLOODERS), SEARCH_MAX_TIME_PERCENT: '100' } });
+    const server: TestServer = await startServer(database(), {
+      env: {
+        SEARCH_MAX_PER_ORGANIZATION: String(FLOODERS),
+        SEARCH_MAX_CONCURRENT: String(FLOODERS),
+        SEARCH_MAX_TIME_PERCENT: '100',
+      },
+    });
     try {
       let term = 0;
       // Letters that no child's name or address contains together: every child is read.
@@ -129,46 +135,65 @@ describe(`one organization's searches leave the others theirs (${testMode})`, ()
   const HAMMERS = 16;
   const TERMS = 40;
 
-  it.runIf(testMode === 'postgres')('a parent hammering the search gets only 200 and 429; a parent searching one term at a time has at least 90 % answered; nothing answers 5xx', async () => {
-    const [hammer, searcher, bystander] = await Promise.all([0, 1, 2].map(() => createOrganization(database())));
-    for (const org of [hammer!, searcher!, bystander!]) await manyChildren(database(), org, FAIR_CHILDREN, 'member');
-    await seedSql(database(), 'ANALYZE "Account"');
-    const [hammerToken, searcherToken, bystanderToken] = await Promise.all([hammer!, searcher!, bystander!].map((org) => tokenFor(org.parent, org)));
-    const server = await startServer(database(), { env: { SEARCH_MAX_TIME_PERCENT: '20' } });
-    try {
-      const statuses = { hammer: new Map<number, number>(), searcher: new Map<number, number>(), bystander: new Map<number, number>() };
-      const count = (who: keyof typeof statuses, status: number) => statuses[who].set(status, (statuses[who].get(status) ?? 0) + 1);
-      let done = false;
-      let term = 0;
-      const hammering = Promise.all(
-        Array.from({ length: HAMMERS }, async () => {
-          while (!done) {
-            // Letters no child's name holds together: every child is read.
-            const answer = await rest(server, `/auth/child-accounts?search=zq${term++}x`, { token: hammerToken });
-            count('hammer', answer.status);
-            if (answer.status === 429) {
-              expect(answer.body.error.code).toBe('SEARCH_BUSY');
-              expect(Number(answer.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
-            }
-          }
-        }),
+  it.runIf(testMode === 'postgres')(
+    'a parent hammering the search gets only 200 and 429; a parent searching one term at a time has at least 90 % answered; nothing answers 5xx',
+    async () => {
+      const [hammer, searcher, bystander] = await Promise.all([0, 1, 2].map(() => createOrganization(database())));
+      for (const org of [hammer!, searcher!, bystander!]) await manyChildren(database(), org, FAIR_CHILDREN, 'member');
+      await seedSql(database(), 'ANALYZE "Account"');
+      const [hammerToken, searcherToken, bystanderToken] = await Promise.all(
+        [hammer!, searcher!, bystander!].map((org) => tokenFor(org.parent, org)),
       );
-      const profiles = (async () => {
-        while (!done) count('bystander', (await rest(server, '/auth/user-profile', { token: bystanderToken })).status);
-      })();
+      const server = await startServer(database(), { env: { SEARCH_MAX_TIME_PERCENT: '20' } });
       try {
-        for (let i = 0; i < TERMS; i++) count('searcher', (await rest(server, `/auth/child-accounts?search=${100 + i}`, { token: searcherToken })).status);
+        const statuses = {
+          hammer: new Map<number, number>(),
+          searcher: new Map<number, number>(),
+          bystander: new Map<number, number>(),
+        };
+        const count = (who: keyof typeof statuses, status: number) =>
+          statuses[who].set(status, (statuses[who].get(status) ?? 0) + 1);
+        let done = false;
+        let term = 0;
+        const hammering = Promise.all(
+          Array.from({ length: HAMMERS }, async () => {
+            while (!done) {
+              // Letters no child's name holds together: every child is read.
+              const answer = await rest(server, `/auth/child-accounts?search=zq${term++}x`, { token: hammerToken });
+              count('hammer', answer.status);
+              if (answer.status === 429) {
+                expect(answer.body.error.code).toBe('SEARCH_BUSY');
+                expect(Number(answer.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+              }
+            }
+          }),
+        );
+        const profiles = (async () => {
+          while (!done)
+            count('bystander', (await rest(server, '/auth/user-profile', { token: bystanderToken })).status);
+        })();
+        try {
+          for (let i = 0; i < TERMS; i++)
+            count(
+              'searcher',
+              (await rest(server, `/auth/child-accounts?search=${100 + i}`, { token: searcherToken })).status,
+            );
+        } finally {
+          done = true;
+          await Promise.all([hammering, profiles]);
+        }
+        const seen = JSON.stringify(
+          Object.fromEntries(Object.entries(statuses).map(([who, map]) => [who, Object.fromEntries(map)])),
+        );
+        expect([...statuses.hammer.keys()].sort(), seen).toEqual([200, 429]);
+        expect(statuses.searcher.get(200) ?? 0, seen).toBeGreaterThanOrEqual(0.9 * TERMS);
+        expect([...statuses.bystander.keys()], seen).toEqual([200]);
+        for (const map of Object.values(statuses))
+          for (const status of map.keys()) expect(status, seen).toBeLessThan(500);
       } finally {
-        done = true;
-        await Promise.all([hammering, profiles]);
+        await server.close();
       }
-      const seen = JSON.stringify(Object.fromEntries(Object.entries(statuses).map(([who, map]) => [who, Object.fromEntries(map)])));
-      expect([...statuses.hammer.keys()].sort(), seen).toEqual([200, 429]);
-      expect(statuses.searcher.get(200) ?? 0, seen).toBeGreaterThanOrEqual(0.9 * TERMS);
-      expect([...statuses.bystander.keys()], seen).toEqual([200]);
-      for (const map of Object.values(statuses)) for (const status of map.keys()) expect(status, seen).toBeLessThan(500);
-    } finally {
-      await server.close();
-    }
-  }, 180_000);
+    },
+    180_000,
+  );
 });

@@ -38,16 +38,24 @@ const API_OPTIONS: JWTVerifyOptions = {
   clockTolerance: 5,
   currentDate: new Date(NOW * 1000),
 };
-const STRICT_OPTIONS: JWTVerifyOptions = { ...API_OPTIONS, issuer: 'https://issuer.example', audience: 'api', maxTokenAge: 600 };
+const STRICT_OPTIONS: JWTVerifyOptions = {
+  ...API_OPTIONS,
+  issuer: 'https://issuer.example',
+  audience: 'api',
+  maxTokenAge: 600,
+};
 
-describe('the HS256 shortcut gives jose\'s verdict', async () => {
+describe("the HS256 shortcut gives jose's verdict", async () => {
   const key: Hs256Key = { key: await verificationKey(secretKey(SECRET)), hmac: hmacKey(secretKey(SECRET)) };
   /**
    * jose's verdict, the shortcut's checking the token's form itself, and, for a canonical token
    * whose header decodes, the shortcut's given that header as authentication gives it.
    */
   const same = async (token: string, options: JWTVerifyOptions) => {
-    const [jose, alone] = await Promise.all([verdict(async () => (await jwtVerify(token, key.key, options)).payload), verdict(() => verifyHs256(token, key, options))]);
+    const [jose, alone] = await Promise.all([
+      verdict(async () => (await jwtVerify(token, key.key, options)).payload),
+      verdict(() => verifyHs256(token, key, options)),
+    ]);
     let header: Record<string, unknown> | undefined;
     try {
       header = isCanonicalJws(token) ? decodeProtectedHeader(token) : undefined;
@@ -57,8 +65,20 @@ describe('the HS256 shortcut gives jose\'s verdict', async () => {
     const given = header === undefined ? alone : await verdict(() => verifyHs256(token, key, options, header));
     return { jose, ours: given === alone ? alone : `${alone} | given its header: ${given}` };
   };
-  const good = await new SignJWT({}).setProtectedHeader({ alg: 'HS256', typ: 'JWT', kid: KID }).setSubject('USR_a').setIssuedAt(NOW).setExpirationTime(NOW + 3600).sign(secretKey(SECRET));
-  const suite = await hostileTokens({ secret: SECRET, kid: KID, subject: 'USR_a', otherSubject: 'USR_b', good, now: NOW });
+  const good = await new SignJWT({})
+    .setProtectedHeader({ alg: 'HS256', typ: 'JWT', kid: KID })
+    .setSubject('USR_a')
+    .setIssuedAt(NOW)
+    .setExpirationTime(NOW + 3600)
+    .sign(secretKey(SECRET));
+  const suite = await hostileTokens({
+    secret: SECRET,
+    kid: KID,
+    subject: 'USR_a',
+    otherSubject: 'USR_b',
+    good,
+    now: NOW,
+  });
 
   it.each([...suite, ['the good token', good] as [string, string]])('hostile-token suite: %s', async (_name, token) => {
     for (const options of [API_OPTIONS, STRICT_OPTIONS]) {
@@ -71,7 +91,9 @@ describe('the HS256 shortcut gives jose\'s verdict', async () => {
     expect((await same(good, API_OPTIONS)).ours).toMatch(/^ok /);
     // The same WebCrypto key with another node:crypto key: only the shortcut can tell them apart.
     const mismatched: Hs256Key = { key: key.key, hmac: hmacKey(secretKey(OTHER_SECRET)) };
-    expect(await verdict(() => verifyHs256(good, mismatched, API_OPTIONS))).toBe('ERR_JWS_SIGNATURE_VERIFICATION_FAILED');
+    expect(await verdict(() => verifyHs256(good, mismatched, API_OPTIONS))).toBe(
+      'ERR_JWS_SIGNATURE_VERIFICATION_FAILED',
+    );
   });
 
   it('a generated corpus: headers, claims, signatures and segments altered', async () => {
@@ -120,8 +142,26 @@ describe('the HS256 shortcut gives jose\'s verdict', async () => {
     );
     // How the token is spoiled after signing (or not at all).
     const spoil = fc.constantFrom(
-      'none', 'none', 'none', 'none', 'none', 'none', 'none', 'none', 'other secret', 'strip signature', 'truncate signature', 'truncate payload', 'truncate header',
-      'pad signature', 'unused bits', 'flip a signature character', 'extra segment', 'drop a segment', 'payload of another token', 'raw json payload',
+      'none',
+      'none',
+      'none',
+      'none',
+      'none',
+      'none',
+      'none',
+      'none',
+      'other secret',
+      'strip signature',
+      'truncate signature',
+      'truncate payload',
+      'truncate header',
+      'pad signature',
+      'unused bits',
+      'flip a signature character',
+      'extra segment',
+      'drop a segment',
+      'payload of another token',
+      'raw json payload',
     );
     const verdicts = new Map<string, number>();
     await fc.assert(
@@ -129,7 +169,8 @@ describe('the HS256 shortcut gives jose\'s verdict', async () => {
         const [eh, ep] = [b64(h), b64(p)];
         const sign = (input: string, secret: string) => createHmac('sha256', secret).update(input).digest('base64url');
         const s = sign(`${eh}.${ep}`, how === 'other secret' ? OTHER_SECRET : SECRET);
-        const flip = (text: string, at: number) => `${text.slice(0, at)}${B64URL[(B64URL.indexOf(text[at]!) + 1) % 64]}${text.slice(at + 1)}`;
+        const flip = (text: string, at: number) =>
+          `${text.slice(0, at)}${B64URL[(B64URL.indexOf(text[at]!) + 1) % 64]}${text.slice(at + 1)}`;
         const token = {
           none: `${eh}.${ep}.${s}`,
           'other secret': `${eh}.${ep}.${s}`,
@@ -152,7 +193,14 @@ describe('the HS256 shortcut gives jose\'s verdict', async () => {
       { numRuns: 3000, seed: 51 },
     );
     // The corpus reaches every kind of verdict, acceptances included, many times each.
-    for (const kind of ['ok', 'ERR_JWT_EXPIRED', 'ERR_JWT_CLAIM_VALIDATION_FAILED', 'ERR_JWS_SIGNATURE_VERIFICATION_FAILED', 'ERR_JOSE_ALG_NOT_ALLOWED', 'malformed']) {
+    for (const kind of [
+      'ok',
+      'ERR_JWT_EXPIRED',
+      'ERR_JWT_CLAIM_VALIDATION_FAILED',
+      'ERR_JWS_SIGNATURE_VERIFICATION_FAILED',
+      'ERR_JOSE_ALG_NOT_ALLOWED',
+      'malformed',
+    ]) {
       expect(verdicts.get(kind) ?? 0, kind).toBeGreaterThan(20);
     }
   });

@@ -20,7 +20,11 @@ describe(`traced statements waiting for a busy pool (${testMode})`, () => {
 
   beforeAll(async () => {
     await receiver.start();
-    Object.assign(process.env, { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '50' });
+    Object.assign(process.env, {
+      OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+      OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+      OTEL_BSP_SCHEDULE_DELAY: '50',
+    });
     await startTracing({ enabled: true, protocol: 'http/json', sampler: 'parentbased_always_on', ratio: 1 });
     created = await createTestDatabase();
     // One connection, so that the second statement has to wait for the first's (the embedded database has one anyway).
@@ -29,7 +33,9 @@ describe(`traced statements waiting for a busy pool (${testMode})`, () => {
 
   afterAll(async () => {
     await stopTracing();
-    variables.forEach((name, i) => (saved[i] === undefined ? delete process.env[name] : (process.env[name] = saved[i])));
+    variables.forEach((name, i) =>
+      saved[i] === undefined ? delete process.env[name] : (process.env[name] = saved[i]),
+    );
     receiver.close();
     if (database !== created) await database.close();
     await created?.close();
@@ -62,14 +68,25 @@ describe(`traced statements waiting for a busy pool (${testMode})`, () => {
     request.end();
     other.end();
 
-    const spans = await receiver.trace(request.spanContext().traceId, (received) => received.some((span) => span.name === 'request'));
-    await receiver.trace(other.spanContext().traceId, (received) => received.some((span) => span.name === 'another request') && received.some((span) => span.name.startsWith('pg.query')));
+    const spans = await receiver.trace(request.spanContext().traceId, (received) =>
+      received.some((span) => span.name === 'request'),
+    );
+    await receiver.trace(
+      other.spanContext().traceId,
+      (received) =>
+        received.some((span) => span.name === 'another request') &&
+        received.some((span) => span.name.startsWith('pg.query')),
+    );
     const texts = (traceId: string) =>
-      receiver.spans.filter((span) => span.traceId === traceId && span.name.startsWith('pg.query')).map((span) => String(attribute(span, 'db.query.text')));
+      receiver.spans
+        .filter((span) => span.traceId === traceId && span.name.startsWith('pg.query'))
+        .map((span) => String(attribute(span, 'db.query.text')));
     expect(spans.length).toBeGreaterThan(0);
     expect(texts(request.spanContext().traceId)).toEqual(['SELECT 1 AS held_by_the_request']);
     expect(texts(other.spanContext().traceId)).toEqual(['SELECT 3 AS under_another_request']);
     // Outside a request no statement span is made at all.
-    expect(receiver.spans.filter((span) => String(attribute(span, 'db.query.text')).includes('outside_any_request'))).toEqual([]);
+    expect(
+      receiver.spans.filter((span) => String(attribute(span, 'db.query.text')).includes('outside_any_request')),
+    ).toEqual([]);
   }, 60_000);
 });

@@ -75,7 +75,8 @@ type VerifiedToken = { subject: string; parentId: string; exp: number; iat: numb
  * spell the separator, the other values (the key's parent, numbers) cannot.
  */
 export const compactToken: CompactForm<VerifiedToken> = {
-  encode: (token) => `${token.parentId}${FIELD}${numberText(token.exp)}${FIELD}${numberText(token.iat)}${FIELD}${numberText(token.nbf)}${FIELD}${token.subject}`,
+  encode: (token) =>
+    `${token.parentId}${FIELD}${numberText(token.exp)}${FIELD}${numberText(token.iat)}${FIELD}${numberText(token.nbf)}${FIELD}${token.subject}`,
   decode: (text) => {
     const exp = text.indexOf(FIELD);
     const iat = text.indexOf(FIELD, exp + 1);
@@ -96,13 +97,20 @@ function checkTimes(token: VerifiedToken, now: Date, maxAgeSeconds: number | und
   const seconds = now.getTime() / 1000;
   // Too old for the maximum age counts as expired, as jose reports it on a token's first check.
   const old = maxAgeSeconds !== undefined && seconds - token.iat - CLOCK_TOLERANCE_SECONDS > maxAgeSeconds;
-  if (token.exp <= seconds - CLOCK_TOLERANCE_SECONDS || old) throw new UnauthorizedError('The access token has expired.');
-  const early = token.iat > seconds + CLOCK_TOLERANCE_SECONDS || (token.nbf !== undefined && token.nbf > seconds + CLOCK_TOLERANCE_SECONDS);
+  if (token.exp <= seconds - CLOCK_TOLERANCE_SECONDS || old)
+    throw new UnauthorizedError('The access token has expired.');
+  const early =
+    token.iat > seconds + CLOCK_TOLERANCE_SECONDS ||
+    (token.nbf !== undefined && token.nbf > seconds + CLOCK_TOLERANCE_SECONDS);
   if (early) throw new UnauthorizedError('The access token is invalid.');
 }
 
 /** Full verification with jose, and the tags of the key it was checked with. */
-async function verifyToken(token: string, deps: AuthDependencies, now: Date): Promise<{ verified: VerifiedToken; tags: readonly string[] }> {
+async function verifyToken(
+  token: string,
+  deps: AuthDependencies,
+  now: Date,
+): Promise<{ verified: VerifiedToken; tags: readonly string[] }> {
   if (!isCanonicalJws(token)) throw new UnauthorizedError('The access token is malformed.');
   let header: Record<string, unknown>;
   try {
@@ -132,7 +140,8 @@ async function verifyToken(token: string, deps: AuthDependencies, now: Date): Pr
     // token was found canonical and its header decoded above).
     const payload = await verifyHs256(token, key, options, header);
     // No account's id holds a NUL (PostgreSQL's text cannot): such a sub names no one, and is not looked up.
-    if (typeof payload.sub !== 'string' || payload.sub.length === 0 || payload.sub.includes('\0')) throw new UnauthorizedError();
+    if (typeof payload.sub !== 'string' || payload.sub.length === 0 || payload.sub.includes('\0'))
+      throw new UnauthorizedError();
     if (typeof payload.iat !== 'number' || typeof payload.exp !== 'number') throw new UnauthorizedError();
     // A token may not outlive the configured lifetime, whatever its exp says.
     if (!(payload.exp - payload.iat <= deps.jwt.maxLifetimeSeconds)) throw new UnauthorizedError();
@@ -161,7 +170,13 @@ export async function authenticateJwt(credentials: Credentials, deps: AuthDepend
   // it is dropped with the key it was checked with (a rotated secret, a parent whose key or
   // status changed), not by sign-ins. Its time claims are checked on every use; its shape (a
   // canonical compact JWS) only before it is verified, as the exact text verified is the key.
-  const verified = await verifiedOnce(deps.cache, token, credentials.memo, () => verifyToken(token, deps, now), compactToken);
+  const verified = await verifiedOnce(
+    deps.cache,
+    token,
+    credentials.memo,
+    () => verifyToken(token, deps, now),
+    compactToken,
+  );
   checkTimes(verified, now, deps.jwt.maxAgeSeconds);
 
   const account = await deps.loaders.accountById.load(verified.subject);
@@ -180,10 +195,7 @@ export async function authenticateJwt(credentials: Credentials, deps: AuthDepend
  * Organization details (spec step 1, decisions §3): with an Authorization header only the JWT is
  * tried; otherwise the X-Public-Key of a usable parent.
  */
-export async function authenticateForOrganization(
-  credentials: Credentials,
-  deps: AuthDependencies,
-): Promise<Viewer> {
+export async function authenticateForOrganization(credentials: Credentials, deps: AuthDependencies): Promise<Viewer> {
   if (credentials.authorization !== undefined && credentials.authorization !== null) {
     return authenticateJwt(credentials, deps);
   }
@@ -192,7 +204,7 @@ export async function authenticateForOrganization(
   if (!isPublicKey(publicKey)) throw new InvalidParentAccountError('X-Public-Key is not a valid public key.');
   const account = await deps.loaders.accountByPublicKey.load(publicKey);
   if (!account) throw new UserNotFoundError('No account has this public key.');
-  if (account.type !== 'parent') throw new InvalidParentAccountError('The public key is not a parent account\'s.');
+  if (account.type !== 'parent') throw new InvalidParentAccountError("The public key is not a parent account's.");
   if (!isUsable(account, deps.now())) throw new InvalidParentAccountError('The parent account is not active.');
   const organization = await deps.loaders.organizationSettingsByParentId.load(account.id);
   if (!organization) throw new InvalidParentAccountError();

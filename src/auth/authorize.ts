@@ -47,5 +47,7 @@ function secretDetector(secret: string): (payload: string | Buffer) => boolean {
   // the detector lives (a cached organization's, an open stream's).
   const bytes = forms.map((form) => Buffer.alloc(Buffer.byteLength(form), form));
   return (payload) =>
-    typeof payload === 'string' ? forms.some((form) => payload.includes(form)) : bytes.some((form) => payload.includes(form));
+    typeof payload === 'string'
+      ? forms.some((form) => payload.includes(form))
+      : bytes.some((form) => payload.includes(form));
 }

@@ -1,5 +1,12 @@
 import { createHmac, timingSafeEqual, type KeyObject } from 'node:crypto';
-import { decodeProtectedHeader, errors as joseErrors, jwtVerify, UnsecuredJWT, type JWTPayload, type JWTVerifyOptions } from 'jose';
+import {
+  decodeProtectedHeader,
+  errors as joseErrors,
+  jwtVerify,
+  UnsecuredJWT,
+  type JWTPayload,
+  type JWTVerifyOptions,
+} from 'jose';
 import { isCanonicalJws } from './credentials.js';
 
 /*
@@ -38,9 +45,17 @@ function plainHs256(header: Record<string, unknown>): boolean {
  * protected header of a token the caller has already found to be a canonical compact JWS (both
  * are then not checked again); without it, this function checks both itself.
  */
-export async function verifyHs256(token: string, key: Hs256Key, options: JWTVerifyOptions, header?: Record<string, unknown>): Promise<JWTPayload> {
+export async function verifyHs256(
+  token: string,
+  key: Hs256Key,
+  options: JWTVerifyOptions,
+  header?: Record<string, unknown>,
+): Promise<JWTPayload> {
   // The header's `typ`, which jose may be asked to check, is not handed on with the claims.
-  const shortcut = (options.algorithms?.includes('HS256') ?? true) && options.typ === undefined && (header !== undefined || isCanonicalJws(token));
+  const shortcut =
+    (options.algorithms?.includes('HS256') ?? true) &&
+    options.typ === undefined &&
+    (header !== undefined || isCanonicalJws(token));
   if (!shortcut) return (await jwtVerify(token, key.key, options)).payload;
   let protectedHeader: Record<string, unknown>;
   try {
@@ -53,7 +68,8 @@ export async function verifyHs256(token: string, key: Hs256Key, options: JWTVeri
   const expected = createHmac('sha256', key.hmac).update(token.slice(0, signed)).digest();
   // Canonical base64url: the segment decodes to exactly the bytes it spells.
   const signature = Buffer.from(token.slice(signed + 1), 'base64url');
-  if (signature.length !== expected.length || !timingSafeEqual(signature, expected)) throw new joseErrors.JWSSignatureVerificationFailed();
+  if (signature.length !== expected.length || !timingSafeEqual(signature, expected))
+    throw new joseErrors.JWSSignatureVerificationFailed();
   const payload = token.slice(token.indexOf('.') + 1, signed);
   const { algorithms: _algorithms, crit: _crit, ...claims } = options;
   return UnsecuredJWT.decode(`${UNSECURED_HEADER}.${payload}.`, claims).payload;

@@ -26,7 +26,11 @@ const mtime = (file) => {
 
 /** The newest change among the files the build reads (the generated client is its output). */
 function newestSource() {
-  let newest = Math.max(...['tsconfig.json', 'package.json', 'package-lock.json', 'prisma/schema.prisma'].map((f) => mtime(path.join(root, f)) ?? 0));
+  let newest = Math.max(
+    ...['tsconfig.json', 'package.json', 'package-lock.json', 'prisma/schema.prisma'].map(
+      (f) => mtime(path.join(root, f)) ?? 0,
+    ),
+  );
   const walk = (dir) => {
     for (const entry of readdirSync(dir, { withFileTypes: true })) {
       const full = path.join(dir, entry.name);

@@ -25,7 +25,10 @@ const migrationsDir = path.join(root, 'prisma', 'migrations');
 function schemaForPrisma6(schema: string): string {
   return schema
     .replace(/generator\s+\w+\s*\{[^}]*\}/g, 'generator client {\n  provider = "prisma-client-js"\n}')
-    .replace(/(datasource\s+\w+\s*\{[^}]*provider\s*=\s*"postgresql")/, '$1\n  url = "postgresql://offline@localhost/offline"');
+    .replace(
+      /(datasource\s+\w+\s*\{[^}]*provider\s*=\s*"postgresql")/,
+      '$1\n  url = "postgresql://offline@localhost/offline"',
+    );
 }
 
 function configSource(): string {
@@ -59,23 +62,29 @@ export type DiffResult = { drift: boolean; sql: string };
 /**
  * Indexes the migrations make that schema.prisma cannot declare: the child search's trigram and
  * grams indexes that hold the parent (`"parentId" text_ops`, btree_gin's operator class, which
- * Prisma neither accepts nor reads back; the grams index is on an expression besides). The diff's only complaint about them is that the schema lacks
+ * Prisma neither accepts nor reads back; the grams index is on an expression besides). The diff's only
+ * complaint about them is that the schema lacks
  * them; that complaint is left out, and any other stays drift.
  */
-export const KEPT_OUTSIDE_THE_SCHEMA = ['Account_parentId_username_trgm_idx', 'Account_parentId_email_trgm_idx', 'Account_parentId_search_grams_idx'];
+export const KEPT_OUTSIDE_THE_SCHEMA = [
+  'Account_parentId_username_trgm_idx',
+  'Account_parentId_email_trgm_idx',
+  'Account_parentId_search_grams_idx',
+];
 
 /** The diff's statements without the drops of `KEPT_OUTSIDE_THE_SCHEMA`. */
 function withoutKeptIndexes(sql: string): string {
   return sql
     .split(/\n\s*\n/)
-    .filter((statement) => !KEPT_OUTSIDE_THE_SCHEMA.some((name) => statement.trim() === `-- DropIndex\nDROP INDEX "${name}";`))
+    .filter(
+      (statement) =>
+        !KEPT_OUTSIDE_THE_SCHEMA.some((name) => statement.trim() === `-- DropIndex\nDROP INDEX "${name}";`),
+    )
     .join('\n\n')
     .trim();
 }
 
-export function diffMigrationsToSchema(
-  options: { schema?: string; migrations?: string } = {},
-): DiffResult {
+export function diffMigrationsToSchema(options: { schema?: string; migrations?: string } = {}): DiffResult {
   const work = mkdtempSync(path.join(tmpdir(), 'migration-diff-'));
   try {
     const schema = path.join(work, 'schema.prisma');
@@ -85,8 +94,19 @@ export function diffMigrationsToSchema(
     const cli = fileURLToPath(import.meta.resolve('prisma-v6/build/index.js'));
     const result = spawnSync(
       process.execPath,
-      [cli, 'migrate', 'diff', '--config', config, '--from-migrations', options.migrations ?? migrationsDir,
-        '--to-schema-datamodel', schema, '--script', '--exit-code'],
+      [
+        cli,
+        'migrate',
+        'diff',
+        '--config',
+        config,
+        '--from-migrations',
+        options.migrations ?? migrationsDir,
+        '--to-schema-datamodel',
+        schema,
+        '--script',
+        '--exit-code',
+      ],
       {
         encoding: 'utf8',
         cwd: work,

@@ -64,7 +64,9 @@ try {
   if (args.json) {
     console.log(JSON.stringify({ seed: options.seed, now: now.toISOString(), organizations }, null, 2));
   } else {
-    console.log(`seeded ${database.location} in ${seconds.toFixed(1)} s (seed ${options.seed}, now ${now.toISOString()})`);
+    console.log(
+      `seeded ${database.location} in ${seconds.toFixed(1)} s (seed ${options.seed}, now ${now.toISOString()})`,
+    );
     for (const org of organizations) {
       console.log(
         `  ${org.name.padEnd(36)} ${org.alertLevel.padEnd(9)} ${String(org.children).padStart(8)} children  parent ${org.parent.userID} ${org.parent.email}  key ${org.parent.publicKey}`,

@@ -14,7 +14,11 @@ server uses (DATABASE_URL, or the embedded one in DATA_DIR, also while the serve
 let parsed;
 try {
   parsed = parseArgs({
-    options: { ttl: { type: 'string', default: '1h' }, list: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false } },
+    options: {
+      ttl: { type: 'string', default: '1h' },
+      list: { type: 'boolean', default: false },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
     allowPositionals: true,
   });
 } catch (error) {
@@ -56,7 +60,9 @@ const { describeOrganizations, findTokenSubject, listOrganizations } = await imp
 const { openConfiguredDatabaseOrExit } = await import('../db/setup.js');
 const config = loadConfigOrExit();
 if (ttlSeconds > config.jwtMaxLifetimeSeconds) {
-  console.error(`token: the lifetime is longer than JWT_MAX_LIFETIME_SECONDS (${config.jwtMaxLifetimeSeconds} s): the API would refuse the token`);
+  console.error(
+    `token: the lifetime is longer than JWT_MAX_LIFETIME_SECONDS (${config.jwtMaxLifetimeSeconds} s): the API would refuse the token`,
+  );
   process.exit(2);
 }
 // Only reads: beside a server running on the embedded database, it uses that server's database.

@@ -138,11 +138,14 @@ const TIMESTAMP_COLUMNS = (Object.keys(ACCOUNT_COLUMN_TYPES) as (keyof AccountRo
  * repeated short strings (enum values, the parent's id) shared. A V8 Date costs several times a
  * number, and every cached user holds seven of them: this halves the memory of a cached account.
  */
-export type PackedAccount = Omit<AccountRow, TimestampColumn> & { [K in TimestampColumn]: Date extends AccountRow[K] ? (null extends AccountRow[K] ? number | null : number) : never };
+export type PackedAccount = Omit<AccountRow, TimestampColumn> & {
+  [K in TimestampColumn]: Date extends AccountRow[K] ? (null extends AccountRow[K] ? number | null : number) : never;
+};
 
 export function packAccount(row: AccountRow): PackedAccount {
   const packed = { ...row } as unknown as Record<string, unknown>;
-  for (const column of TIMESTAMP_COLUMNS) packed[column] = row[column] === null ? null : (row[column] as Date).getTime();
+  for (const column of TIMESTAMP_COLUMNS)
+    packed[column] = row[column] === null ? null : (row[column] as Date).getTime();
   packed.type = shared(row.type);
   packed.status = shared(row.status);
   packed.authProvider = shared(row.authProvider);
@@ -174,7 +177,13 @@ export function unpackAccount(packed: PackedAccount): AccountRow {
 
 const ACCOUNT_TYPES = enumValues<AccountRow['type']>({ parent: 0, child: 1 });
 const ACCOUNT_STATUSES = enumValues<AccountRow['status']>({ active: 0, inactive: 1, locked: 2 });
-const AUTH_PROVIDERS = enumValues<AccountRow['authProvider']>({ email: 0, providerA: 1, providerB: 2, providerC: 3, providerD: 4 });
+const AUTH_PROVIDERS = enumValues<AccountRow['authProvider']>({
+  email: 0,
+  providerA: 1,
+  providerB: 2,
+  providerC: 3,
+  providerD: 4,
+});
 
 /**
  * An account row as text for the record ring (`record-ring.ts`, `compact-text.ts`): its values in

@@ -173,7 +173,8 @@ export class AnswerCache {
       this.ownBytes = Math.max(1, options.maxBytes - this.sketch.bytes);
       this.entries = new LRUCache<string, Entry>({
         maxSize: this.ownBytes + borrowable,
-        sizeCalculation: (entry, key) => ENTRY_OVERHEAD_BYTES + entry.answer.body.length + 2 * key.length + TAG_BYTES * entry.tags.length,
+        sizeCalculation: (entry, key) =>
+          ENTRY_OVERHEAD_BYTES + entry.answer.body.length + 2 * key.length + TAG_BYTES * entry.tags.length,
         ttl: options.ttlMs,
         dispose: (entry, key, reason) => {
           if (reason === 'evict') this.stats.evictions += 1;
@@ -193,12 +194,18 @@ export class AnswerCache {
     });
   }
 
-  /** The most bytes the answers may hold now: their own bound, and what the entity cache's entries leave unused if they borrow it. */
+  /**
+   * The most bytes the answers may hold now: their own bound, and what the entity cache's entries leave
+   * unused if they borrow it.
+   */
   private limit(): number {
     return this.borrows ? this.ownBytes + this.cache.spareEntryBytes : this.ownBytes;
   }
 
-  /** Evicts the least recently used answers until they fit in what they may hold now (the entries grew, or an answer was kept). */
+  /**
+   * Evicts the least recently used answers until they fit in what they may hold now (the entries grew, or an
+   * answer was kept).
+   */
   private giveBack(): void {
     const entries = this.entries;
     if (!entries) return;
@@ -270,7 +277,10 @@ export class AnswerCache {
     }
     const own = computation;
     const reads = context.reads;
-    const keep: Keep | undefined = own && sameViewer ? (answer, name) => (reads.reusable(now()) ? own.finish(answer, reads.tags, name?.()) : undefined) : undefined;
+    const keep: Keep | undefined =
+      own && sameViewer
+        ? (answer, name) => (reads.reusable(now()) ? own.finish(answer, reads.tags, name?.()) : undefined)
+        : undefined;
     try {
       return await compute(context, keep);
     } finally {
@@ -292,12 +302,19 @@ export class AnswerCache {
     return kept ? { answer: kept } : this.waitOrBegin(key, now, before);
   }
 
-  private async waitOrBegin(key: string, now: () => number, before: ReadonlyMap<string, TagRead> | undefined): Promise<Claim> {
+  private async waitOrBegin(
+    key: string,
+    now: () => number,
+    before: ReadonlyMap<string, TagRead> | undefined,
+  ): Promise<Claim> {
     for (let waits = 0; ; waits++) {
       const running = this.running.get(key);
       // Checked and begun in one step: the waiters of a computation that ended resume one by one.
       if (running === undefined || waits === MAX_WAITS || !this.enabled) {
-        return { computation: this.begin(key), readAgain: waits > 0 && before !== undefined && !this.cache.unchangedSinceRead(before) };
+        return {
+          computation: this.begin(key),
+          readAgain: waits > 0 && before !== undefined && !this.cache.unchangedSinceRead(before),
+        };
       }
       this.stats.shared += 1;
       const shared = await running;

@@ -29,12 +29,17 @@ export function assertStrongSecret(secret: string, organization: string): void {
 }
 
 /** Inserts one organization; refuses (SeedConflictError) if its parent account exists already. */
-export async function insertOrganization({ prisma, sql }: Pick<Database, 'prisma' | 'sql'>, rows: OrganizationRows): Promise<void> {
+export async function insertOrganization(
+  { prisma, sql }: Pick<Database, 'prisma' | 'sql'>,
+  rows: OrganizationRows,
+): Promise<void> {
   const { parent, organization } = rows;
   assertStrongSecret(organization.jwtSecret, organization.name);
   const existing = await prisma.account.findUnique({ where: { id: parent.id }, select: { id: true } });
   if (existing) {
-    throw new SeedConflictError(`account ${parent.id} already exists: this seed was applied before (use --reset, or another --seed)`);
+    throw new SeedConflictError(
+      `account ${parent.id} already exists: this seed was applied before (use --reset, or another --seed)`,
+    );
   }
   await prisma.$transaction([
     prisma.account.create({ data: parent as Prisma.AccountCreateInput }),

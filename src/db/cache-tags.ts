@@ -11,7 +11,10 @@ export const cacheTags = {
   publicKey: (key: string) => `publicKey:${key}`,
   /** Any change to the organization row but the retrieval counter. */
   organization: (parentId: string) => `organization:${parentId}`,
-  /** A change to the organization other than its balances (its signing secret among others), or its balance reaching or leaving zero. */
+  /**
+   * A change to the organization other than its balances (its signing secret among others), or its balance
+   * reaching or leaving zero.
+   */
   organizationSettings: (parentId: string) => `organizationSettings:${parentId}`,
   purchases: (organizationId: string) => `purchases:${organizationId}`,
   usage: (organizationId: string) => `usage:${organizationId}`,
@@ -54,7 +57,8 @@ export function droppedBy(change: RowChange, now: number): string[] {
     // A sign-in of a child as active as before changes no count. Logins unknown (an announcement
     // without its transaction, from older triggers): counted again.
     const { lastLogin } = change;
-    if (stable || lastLogin === undefined || activityShift(lastLogin.before, lastLogin.after, now) !== 'none') tags.push(cacheTags.children(parentId));
+    if (stable || lastLogin === undefined || activityShift(lastLogin.before, lastLogin.after, now) !== 'none')
+      tags.push(cacheTags.children(parentId));
   }
   return tags;
 }

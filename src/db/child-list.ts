@@ -78,7 +78,10 @@ export function filterSql(parentId: string, search: string | undefined, range: {
     const lowered = `lower($${n}::text)`;
     const caseless = /^[\x00-\x40\x5b-\x60\x7b-\x7f]*$/.test(search);
     const asStored = `username LIKE ${lowered} OR email LIKE ${lowered}`;
-    scanWhere = [...clauses, caseless ? `(${asStored})` : `(${asStored} OR lower(username) LIKE ${lowered} OR lower(email) LIKE ${lowered})`].join(' AND ');
+    scanWhere = [
+      ...clauses,
+      caseless ? `(${asStored})` : `(${asStored} OR lower(username) LIKE ${lowered} OR lower(email) LIKE ${lowered})`,
+    ].join(' AND ');
     clauses.push(match);
   }
   const where = clauses.join(' AND ');
@@ -90,7 +93,8 @@ export function filterSql(parentId: string, search: string | undefined, range: {
     const t = `$${statementParams.push(search)}::text`;
     return `"child_search_grams"(lower(username) || chr(1) || lower(email)) @> (CASE WHEN length(lower(${t})) <= 2 THEN ARRAY[lower(${t})] ELSE "child_search_grams"(lower(${t})) END)`;
   };
-  const lookupWhere = (statementParams: unknown[]): string => (short ? `${where} AND ${grams(statementParams)}` : where);
+  const lookupWhere = (statementParams: unknown[]): string =>
+    short ? `${where} AND ${grams(statementParams)}` : where;
   // A term of one or two characters is itself a gram, and a child has it exactly when ILIKE
   // matches (a name holds the lower-cased term): the index alone tells, and no row found is
   // lower-cased again. Unless the term holds the character that joins the names, which would
@@ -98,7 +102,10 @@ export function filterSql(parentId: string, search: string | undefined, range: {
   // The ILIKE pattern stays among the statement's parameters, named by a condition the planner
   // folds away (PostgreSQL refuses a parameter a statement does not name).
   const gramWhere =
-    short && !search.includes('\u0001') ? (statementParams: unknown[]): string => `${unsearched} AND $${n}::text IS NOT NULL AND ${grams(statementParams)}` : undefined;
+    short && !search.includes('\u0001')
+      ? (statementParams: unknown[]): string =>
+          `${unsearched} AND $${n}::text IS NOT NULL AND ${grams(statementParams)}`
+      : undefined;
   // The normalised filters: two requests with the same scope select the same rows.
   const scope: PageScope = `${parentId}|${range.from?.getTime() ?? ''}|${range.to?.getTime() ?? ''}|${search ?? ''}`;
   const filtered = clauses.length > 1;
@@ -116,7 +123,10 @@ export function filterSql(parentId: string, search: string | undefined, range: {
      * in order finds the page at once.
      */
     lookupWhere,
-    /** `lookupWhere` without the ILIKE the index already decides: only for a term of one or two characters (see `countedWhere`). */
+    /**
+     * `lookupWhere` without the ILIKE the index already decides: only for a term of one or two characters
+     * (see `countedWhere`).
+     */
     gramWhere,
     /** `where` for a search seen to match most children (see `countedWhere`). */
     scanWhere: scanWhere ?? where,
@@ -141,7 +151,12 @@ function keysetCondition(params: unknown[], position: Position, op: '<' | '>' | 
 }
 
 /** The statement of one page: `keyset` the conditions after the filters, `limit` the parameter of the row count. */
-function pageStatement(filters: ChildFilters, keyset: string, order: 'ASC' | 'DESC', limit: string): { columns: string; sorted: string; rest: string } {
+function pageStatement(
+  filters: ChildFilters,
+  keyset: string,
+  order: 'ASC' | 'DESC',
+  limit: string,
+): { columns: string; sorted: string; rest: string } {
   const columns = `id, username, email,
             (extract(epoch FROM "lastLogin") * 1000)::float8 AS "lastLoginMs",
             (extract(epoch FROM "createdAt") * 1000)::float8 AS "createdAtMs"`;
@@ -149,7 +164,10 @@ function pageStatement(filters: ChildFilters, keyset: string, order: 'ASC' | 'DE
   return { columns, sorted, rest: `FROM "Account" WHERE ${filters.where}${keyset} ${sorted}` };
 }
 
-/** Registration order (newest first with DESC), ties by id: the order of every child list; with a row count, `limit`. */
+/**
+ * Registration order (newest first with DESC), ties by id: the order of every child list; with a row count,
+ * `limit`.
+ */
 function registrationOrder(order: 'ASC' | 'DESC', limit?: string | number): string {
   const sorted = `ORDER BY "createdAt" ${order}, id ${order}`;
   return limit === undefined ? sorted : `${sorted} LIMIT ${limit}`;
@@ -165,10 +183,16 @@ export type ChildListSources = {
 };
 
 /** Where a list's uncached statements read: a search's bounded reads, or the stale reads. */
-const staleFor = (sources: ChildListSources, filters: ChildFilters): ReadQuery => (filters.match !== undefined && sources.search ? sources.search.stale : sources.staleReads);
+const staleFor = (sources: ChildListSources, filters: ChildFilters): ReadQuery =>
+  filters.match !== undefined && sources.search ? sources.search.stale : sources.staleReads;
 
 /** Where a page starts and which way it reads: after `after` (older) or before `before` (newer, `backwards`). */
-export type PagePosition = { after?: Position | undefined; before?: Position | undefined; backwards: boolean; limit: number };
+export type PagePosition = {
+  after?: Position | undefined;
+  before?: Position | undefined;
+  backwards: boolean;
+  limit: number;
+};
 
 /**
  * One page's rows (and one more, telling that more follow), in the order read: newest first, or
@@ -178,20 +202,33 @@ export type PagePosition = { after?: Position | undefined; before?: Position | u
  * cache with pages of its choosing; read on the primary. Other pages are read where bounded
  * staleness is allowed (a replica when one is usable: at most REPLICA_MAX_LAG_MS behind).
  */
-export async function readPage(sources: ChildListSources, filters: ChildFilters, position: PagePosition): Promise<Page> {
+export async function readPage(
+  sources: ChildListSources,
+  filters: ChildFilters,
+  position: PagePosition,
+): Promise<Page> {
   const { after, before, backwards, limit } = position;
   const { parentId } = filters;
   const params = [...filters.params];
   // Row comparisons: range conditions on the (parentId, createdAt DESC, id DESC) index, read
   // forwards (older) from `after` or backwards (newer) from `before`.
-  const keyset = (after ? keysetCondition(params, after, '<') : '') + (before ? keysetCondition(params, before, '>') : '');
+  const keyset =
+    (after ? keysetCondition(params, after, '<') : '') + (before ? keysetCondition(params, before, '>') : '');
   const order = backwards ? 'ASC' : 'DESC';
   const statement = pageStatement(filters, keyset, order, `$${params.push(limit + 1)}`);
   if (filters.match !== undefined) return searchPage(filters, keyset, statement, { params, limit, order }, sources);
-  if (filters.filtered || after || before || backwards) return { rows: formatted(await sources.staleReads.query<ChildRow>(`SELECT ${statement.columns} ${statement.rest}`, params)) };
+  if (filters.filtered || after || before || backwards)
+    return {
+      rows: formatted(
+        await sources.staleReads.query<ChildRow>(`SELECT ${statement.columns} ${statement.rest}`, params),
+      ),
+    };
   const rows = await sources.cache.through(`firstPage:${parentId}|${limit}`, {
     // The row read past the page tells only that more follow: its activity shows nowhere.
-    tags: (page: ListedRow[]) => [cacheTags.childRows(parentId), ...page.slice(0, limit).map((row) => cacheTags.account(row.id))],
+    tags: (page: ListedRow[]) => [
+      cacheTags.childRows(parentId),
+      ...page.slice(0, limit).map((row) => cacheTags.account(row.id)),
+    ],
     read: async (query) => formatted(await query<ChildRow>(statement.columns, statement.rest, params)),
     share: true,
   });
@@ -203,7 +240,12 @@ export async function readPage(sources: ChildListSources, filters: ChildFilters,
  * where bounded staleness is allowed: a batch of an export, which walks the whole list and is
  * never cached.
  */
-export function readBatch(staleReads: ReadQuery, filters: ChildFilters, after: Position | undefined, limit: number): Promise<ChildRow[]> {
+export function readBatch(
+  staleReads: ReadQuery,
+  filters: ChildFilters,
+  after: Position | undefined,
+  limit: number,
+): Promise<ChildRow[]> {
   const params = [...filters.params];
   const keyset = after ? keysetCondition(params, after, '<') : '';
   const statement = pageStatement(filters, keyset, 'DESC', `$${params.push(limit)}`);
@@ -214,7 +256,13 @@ export function readBatch(staleReads: ReadQuery, filters: ChildFilters, after: P
  * Whether any matching child lies beyond `position` (`op`: inclusive, towards newer `>=` or older
  * `<=`): the cursor's own row, if it still exists, is not on the page.
  */
-export async function existsBeyond(sources: ChildListSources, filters: ChildFilters, share: MatchShare, position: Position, op: '>=' | '<='): Promise<boolean> {
+export async function existsBeyond(
+  sources: ChildListSources,
+  filters: ChildFilters,
+  share: MatchShare,
+  position: Position,
+  op: '>=' | '<=',
+): Promise<boolean> {
   const probe = [...filters.params];
   const [row] = await staleFor(sources, filters).query<{ found: boolean }>(
     `SELECT EXISTS (SELECT 1 FROM "Account" WHERE ${countedWhere(filters, share, probe)}${keysetCondition(probe, position, op)}) AS found`,
@@ -336,7 +384,10 @@ async function searchPage(
   // How many children match, when the search's counts are cached (a search asked again, its
   // counts asked with its first page): the choice needs no walk. Within dates, the count is of
   // the children in them, whose number is not known: only none tells the choice anything.
-  const counted = sources.cache.hit<ChildCounts>({ namespace: '', tags: () => [cacheTags.children(parentId)] }, filters.cacheKey);
+  const counted = sources.cache.hit<ChildCounts>(
+    { namespace: '', tags: () => [cacheTags.children(parentId)] },
+    filters.cacheKey,
+  );
   if (counted !== MISS && counted !== null && counted.total !== null && (counted.total === 0 || !filters.dated)) {
     return { rows: counted.total === 0 ? [] : await read(counted.total, await children()), share };
   }
@@ -364,7 +415,12 @@ async function searchPage(
  * large parent, so the counts are cached until a child of this parent changes what they count
  * (`children:` in `droppedBy`) or that moment comes; the unfiltered ones follow first logins.
  */
-export async function readCounts(sources: ChildListSources, filters: ChildFilters, share: MatchShare, now: number): Promise<{ total: number; active: number; validUntil: number }> {
+export async function readCounts(
+  sources: ChildListSources,
+  filters: ChildFilters,
+  share: MatchShare,
+  now: number,
+): Promise<{ total: number; active: number; validUntil: number }> {
   const { parentId } = filters;
   // With the snapshot: a count that already saw a sign-in announced meanwhile is still stored.
   const counted = await sources.cache.through(filters.cacheKey, {
@@ -376,7 +432,11 @@ export async function readCounts(sources: ChildListSources, filters: ChildFilter
     amend: filters.filtered ? undefined : countFirstLogin,
   });
   // Unfiltered, the total is the parent's child count, kept exact on its own (see `childCountByParentId`).
-  return { total: counted.total ?? (await sources.childCount(parentId)), active: counted.active, validUntil: counted.validUntil };
+  return {
+    total: counted.total ?? (await sources.childCount(parentId)),
+    active: counted.active,
+    validUntil: counted.validUntil,
+  };
 }
 
 /**
@@ -388,12 +448,23 @@ export async function readCounts(sources: ChildListSources, filters: ChildFilter
  */
 function countFirstLogin(counts: ChildCounts | null, change: RowChange, now: number): ChildCounts | undefined {
   const { stable, lastLogin } = change;
-  if (counts === null || stable || lastLogin === undefined || activityShift(lastLogin.before, lastLogin.after, now) !== 'became active') return undefined;
+  if (
+    counts === null ||
+    stable ||
+    lastLogin === undefined ||
+    activityShift(lastLogin.before, lastLogin.after, now) !== 'became active'
+  )
+    return undefined;
   return now < counts.computedAt || now >= counts.validUntil ? undefined : { ...counts, active: counts.active + 1 };
 }
 
 /** One query for the counts of `readCounts`, kept with the moment the active ones expire. */
-async function queryCounts(filters: ChildFilters, share: MatchShare, now: number, query: SnapshotQuery): Promise<ChildCounts> {
+async function queryCounts(
+  filters: ChildFilters,
+  share: MatchShare,
+  now: number,
+  query: SnapshotQuery,
+): Promise<ChildCounts> {
   const params = [...filters.params];
   const cutoff = `$${params.push(new Date(now - ACTIVE_WINDOW_MS))}`;
   // Unfiltered, the total is the parent's kept child count: only the active ones are counted.

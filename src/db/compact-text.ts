@@ -11,7 +11,10 @@ export const FIELD = '\0';
 /** A value written as itself (what is not a safe integer, or not in its enum's list) starts with this. */
 const AS_IS = '~';
 
-/** A number (a timestamp's epoch milliseconds or seconds): in base 36 when a safe integer, else as written (null: empty). */
+/**
+ * A number (a timestamp's epoch milliseconds or seconds): in base 36 when a safe integer, else as written
+ * (null: empty).
+ */
 export function numberText(value: number | null | undefined): string {
   if (value === null || value === undefined) return '';
   return Number.isSafeInteger(value) ? value.toString(36) : AS_IS + String(value);
@@ -49,6 +52,9 @@ export const optionalText = (value: string | null): string => (value === null ? 
 /** `optionalText` read back. */
 export const optionalOf = (text: string): string | null => (text === '' ? null : text.slice(1));
 
-/** The values of an enum type, in a fixed order: the type's every value must be named (a value added fails the type check). */
+/**
+ * The values of an enum type, in a fixed order: the type's every value must be named (a value added fails the
+ * type check).
+ */
 export const enumValues = <T extends string>(named: Record<T, number>): readonly T[] =>
   (Object.keys(named) as T[]).sort((a, b) => named[a] - named[b]);

@@ -1,5 +1,18 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, existsSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  fsyncSync,
+  linkSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  realpathSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeSync,
+} from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { hostname } from 'node:os';
 import path from 'node:path';
@@ -102,7 +115,8 @@ async function ownerOf(file: string): Promise<Owner> {
   const until = Date.now() + RECORD_GRACE_MS;
   for (;;) {
     const owner = readOwner(file);
-    if ((owner && alive(owner)) || Date.now() > until) return owner ?? { pid: 0, host: hostname(), what: 'another process', since: '' };
+    if ((owner && alive(owner)) || Date.now() > until)
+      return owner ?? { pid: 0, host: hostname(), what: 'another process', since: '' };
     await new Promise((resolve) => setTimeout(resolve, 25));
   }
 }
@@ -112,7 +126,9 @@ async function holdByKernel(dataDir: string): Promise<Server | undefined> {
   const name = `\0credits-read-api/data-dir/${createHash('sha256').update(realpathSync(dataDir)).digest('hex')}`;
   const holder = createServer();
   return new Promise((resolve, reject) => {
-    holder.once('error', (error: NodeJS.ErrnoException) => (error.code === 'EADDRINUSE' ? resolve(undefined) : reject(error)));
+    holder.once('error', (error: NodeJS.ErrnoException) =>
+      error.code === 'EADDRINUSE' ? resolve(undefined) : reject(error),
+    );
     holder.listen(name, () => {
       // Held, not served: it keeps nothing alive and answers nobody.
       holder.unref();
@@ -193,7 +209,11 @@ function holdByFile(file: string, mine: Owner): boolean {
  * Takes the folder for this process, or throws DataDirInUseError. `by` chooses the mechanism (the
  * kernel's on Linux, the file's elsewhere); tests choose it to prove both.
  */
-export async function lockDataDir(dataDir: string, what: string, by: 'kernel' | 'file' = process.platform === 'linux' ? 'kernel' : 'file'): Promise<DataDirLock> {
+export async function lockDataDir(
+  dataDir: string,
+  what: string,
+  by: 'kernel' | 'file' = process.platform === 'linux' ? 'kernel' : 'file',
+): Promise<DataDirLock> {
   const file = path.join(dataDir, '.owner');
   const mine: Owner = { pid: process.pid, host: hostname(), what, since: new Date().toISOString() };
   let holder: Server | undefined;

@@ -71,7 +71,8 @@ export const BOUNDED_READ_SETTINGS = '-c enable_seqscan=off -c jit=off -c parall
  * children (a rare pair's page: 22 ms, 5 without). The planner, which takes a rare term for 0.5 %
  * of the children, chose them. The counts, which may read every child, keep them.
  */
-export const boundedReadSettings = (serial = false): string => (serial ? `${BOUNDED_READ_SETTINGS} -c max_parallel_workers_per_gather=0` : BOUNDED_READ_SETTINGS);
+export const boundedReadSettings = (serial = false): string =>
+  serial ? `${BOUNDED_READ_SETTINGS} -c max_parallel_workers_per_gather=0` : BOUNDED_READ_SETTINGS;
 
 /** What `boundedReads` and `Replicas.boundedReader` are asked for: the bound, the pool's size, no parallel workers. */
 export type BoundedReadOptions = { timeoutMs: number; poolSize: number; serial?: boolean };
@@ -142,7 +143,13 @@ function countingQuery(query: SqlConnection['query'], queries: { count: number }
  * embedded one runs on a thread of its own (`embedded.ts`).
  */
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
-  if ('url' in options) return openPool({ ...options, kind: 'postgres', location: redactUrl(options.url), connection: { connectionString: options.url } });
+  if ('url' in options)
+    return openPool({
+      ...options,
+      kind: 'postgres',
+      location: redactUrl(options.url),
+      connection: { connectionString: options.url },
+    });
   if ('memory' in options) {
     const server = await startEmbeddedServer({ snapshot: options.snapshot });
     return openEmbedded(server, 'memory', options);
@@ -265,7 +272,12 @@ function openPool(options: PoolOptions): Database {
   const connectTimeoutMs = options.connectTimeoutMs ?? 2000;
   const embedded = options.kind === 'pglite';
   // The embedded database's one connection stays open: its closing is how a lost answer shows.
-  const pool = boundedPool(options.connection, { max: options.poolSize ?? 10, connectTimeoutMs, statementTimeoutMs, idleTimeoutMs: embedded ? 0 : undefined });
+  const pool = boundedPool(options.connection, {
+    max: options.poolSize ?? 10,
+    connectTimeoutMs,
+    statementTimeoutMs,
+    idleTimeoutMs: embedded ? 0 : undefined,
+  });
   const { prisma, queries } = createClient(new PrismaPg(pool), options.countQueries);
   const onClient = (client: pg.PoolClient | pg.Pool | pg.Client, queryTimeoutMs?: number): SqlConnection => {
     // `query_timeout` per query overrides the pool's (pg reads it; its typings omit it).
@@ -280,7 +292,10 @@ function openPool(options: PoolOptions): Database {
     };
   };
   const onPool = onClient(pool);
-  const withConnection = async <T>(work: (connection: SqlConnection) => Promise<T>, queryTimeoutMs?: number): Promise<T> => {
+  const withConnection = async <T>(
+    work: (connection: SqlConnection) => Promise<T>,
+    queryTimeoutMs?: number,
+  ): Promise<T> => {
     const client = await pool.connect();
     let failure: Error | undefined;
     try {
@@ -333,8 +348,16 @@ function openPool(options: PoolOptions): Database {
     sql,
     boundedReads: ({ timeoutMs, poolSize, serial }) => {
       if (embedded) return { query: onClient(pool, timeoutMs).query, close: async () => {} };
-      const bounded = boundedPool(options.connection, { max: poolSize, connectTimeoutMs, statementTimeoutMs: timeoutMs, settings: boundedReadSettings(serial) });
-      return { query: async (text, params) => (await bounded.query(text, params)).rows, close: () => bounded.end().catch(() => {}) };
+      const bounded = boundedPool(options.connection, {
+        max: poolSize,
+        connectTimeoutMs,
+        statementTimeoutMs: timeoutMs,
+        settings: boundedReadSettings(serial),
+      });
+      return {
+        query: async (text, params) => (await bounded.query(text, params)).rows,
+        close: () => bounded.end().catch(() => {}),
+      };
     },
     close: async () => {
       await prisma.$disconnect();

@@ -72,7 +72,11 @@ function readAnnouncements(db: PGlite): void {
             const start = at + 5 + 4;
             const channelEnd = buffer.indexOf(0, start);
             const payloadEnd = buffer.indexOf(0, channelEnd + 1);
-            reply({ type: 'notification', channel: buffer.toString('utf8', start, channelEnd), payload: buffer.toString('utf8', channelEnd + 1, payloadEnd) });
+            reply({
+              type: 'notification',
+              channel: buffer.toString('utf8', start, channelEnd),
+              payload: buffer.toString('utf8', channelEnd + 1, payloadEnd),
+            });
           }
           at += 1 + length;
         }

@@ -89,7 +89,10 @@ export async function startEmbeddedServer(
   /** The next reply of one of `types`, a failure, or an error after `timeoutMs`. */
   const next = (types: EmbeddedReply['type'][], timeoutMs: number, what: string) =>
     new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => settle(new Error(`the embedded database did not ${what} within ${timeoutMs / 1000} s`)), timeoutMs);
+      const timer = setTimeout(
+        () => settle(new Error(`the embedded database did not ${what} within ${timeoutMs / 1000} s`)),
+        timeoutMs,
+      );
       const settle = (reply: EmbeddedReply | Error) => {
         if (!(reply instanceof Error) && reply.type !== 'failed' && !types.includes(reply.type)) return;
         clearTimeout(timer);

@@ -201,14 +201,16 @@ export class EntityCache {
     // take what is left (organizations, keys, balances, counts, pages: few per organization).
     const shared = options.maxBytes - this.sketch.bytes;
     const ringBytes = Math.min(shared, options.recordBytes ?? Math.floor(shared * RECORDS_SHARE));
-    if (options.maxEntries > 0 && shared > 0 && ringBytes >= RING_MIN_BYTES) this.ring = new RecordRing(ringBytes, options.ttlMs);
+    if (options.maxEntries > 0 && shared > 0 && ringBytes >= RING_MIN_BYTES)
+      this.ring = new RecordRing(ringBytes, options.ttlMs);
     if (options.maxEntries > 0 && shared > 0) {
       this.entries = new LRUCache<string, Entry>({
         max: options.maxEntries,
         maxSize: this.ring ? shared - ringBytes : shared,
         // Tag strings are not counted: most are shared by many entries (an organization's) or are
         // the entry's own key; an entry's place in the tag index is.
-        sizeCalculation: (entry, key) => ENTRY_OVERHEAD_BYTES + estimateBytes(key) + estimateBytes(entry.value) + TAG_INDEX_BYTES * entry.tags.length,
+        sizeCalculation: (entry, key) =>
+          ENTRY_OVERHEAD_BYTES + estimateBytes(key) + estimateBytes(entry.value) + TAG_INDEX_BYTES * entry.tags.length,
         ttl: options.ttlMs,
         dispose: (entry, key, reason) => {
           if (reason === 'evict') this.stats.evictions += 1;
@@ -255,7 +257,10 @@ export class EntityCache {
     return (this.entries?.size ?? 0) + (this.ring?.size ?? 0);
   }
 
-  /** Evicts the least recently used entries and the oldest records until at most `bytes` are held, in proportion (memory pressure). */
+  /**
+   * Evicts the least recently used entries and the oldest records until at most `bytes` are held, in
+   * proportion (memory pressure).
+   */
   shrinkTo(bytes: number): void {
     const held = this.bytes;
     if (held <= bytes) return;
@@ -322,7 +327,14 @@ export class EntityCache {
    * key itself (an account's row under `account:<id>`) needs no index: an invalidation drops the
    * entry of that key directly.
    */
-  private set(ticket: CacheTicket, key: string, value: unknown, tags: readonly string[], seen: Snapshot | undefined, amend: Amend<unknown> | undefined): void {
+  private set(
+    ticket: CacheTicket,
+    key: string,
+    value: unknown,
+    tags: readonly string[],
+    seen: Snapshot | undefined,
+    amend: Amend<unknown> | undefined,
+  ): void {
     if (!this.feed.live || !this.entries || !this.unchangedSince(ticket, tags, seen)) return;
     const entry: Entry = { value, tags: besidesKey(tags, key) };
     if (seen) entry.seen = seen;
@@ -371,14 +383,22 @@ export class EntityCache {
   }
 
   /** `lookUp`, counted as a hit or a miss: for a caller that goes on to read what it misses. */
-  private lookUpCounted<V, Stored>(lookup: CachedLookup<V, Stored>, key: string, reads: ReadSet | undefined): V | null | typeof MISS {
+  private lookUpCounted<V, Stored>(
+    lookup: CachedLookup<V, Stored>,
+    key: string,
+    reads: ReadSet | undefined,
+  ): V | null | typeof MISS {
     const value = this.lookUp(lookup, key, reads);
     this.counted(value !== MISS, reads);
     return value;
   }
 
   /** `hit`, uncounted. */
-  private lookUp<V, Stored>(lookup: CachedLookup<V, Stored>, key: string, reads: ReadSet | undefined): V | null | typeof MISS {
+  private lookUp<V, Stored>(
+    lookup: CachedLookup<V, Stored>,
+    key: string,
+    reads: ReadSet | undefined,
+  ): V | null | typeof MISS {
     if (!this.feed.live || !this.entries) return MISS;
     const held = keyIn(lookup.namespace, key);
     if (lookup.compact && this.ring) return this.lookUpRecord(lookup, lookup.compact, key, held, reads);
@@ -393,7 +413,13 @@ export class EntityCache {
   }
 
   /** `lookUp` of a value held in the ring: current as of now (it was not dropped), without a snapshot. */
-  private lookUpRecord<V, Stored>(lookup: CachedLookup<V, Stored>, compact: CompactForm<V>, key: string, held: string, reads: ReadSet | undefined): V | null | typeof MISS {
+  private lookUpRecord<V, Stored>(
+    lookup: CachedLookup<V, Stored>,
+    compact: CompactForm<V>,
+    key: string,
+    held: string,
+    reads: ReadSet | undefined,
+  ): V | null | typeof MISS {
     const hash = RecordRing.hash(held);
     const text = this.ring!.get(held, hash);
     if (text === undefined) return MISS;
@@ -409,7 +435,14 @@ export class EntityCache {
    * announced since `ticket`) and of `admits` (once the ring is full, only a key asked for more
    * often lately than its oldest record's). The tags besides its key go with it.
    */
-  private storeRecord<V>(ticket: CacheTicket, held: string, value: V | null, compact: CompactForm<V>, tags: readonly string[], seen: Snapshot | undefined): void {
+  private storeRecord<V>(
+    ticket: CacheTicket,
+    held: string,
+    value: V | null,
+    compact: CompactForm<V>,
+    tags: readonly string[],
+    seen: Snapshot | undefined,
+  ): void {
     const ring = this.ring!;
     if (!this.feed.live) return;
     const hash = RecordRing.hash(held);
@@ -430,7 +463,11 @@ export class EntityCache {
    * announced meanwhile. With `share`, callers missing a key while another request's read of it
    * runs share that read. `reads`: the request's record of what it read, hits and misses alike.
    */
-  async throughMany<V, Stored = V>(declared: CachedRead<V, Stored>, keys: readonly string[], reads?: ReadSet): Promise<(V | null)[]> {
+  async throughMany<V, Stored = V>(
+    declared: CachedRead<V, Stored>,
+    keys: readonly string[],
+    reads?: ReadSet,
+  ): Promise<(V | null)[]> {
     const results: (V | null | undefined)[] = keys.map((key) => {
       const value = this.lookUpCounted(declared, key, reads);
       return value === MISS ? undefined : value;
@@ -445,19 +482,33 @@ export class EntityCache {
    * The misses of `throughMany` or `through`, which looked each key up once and counted it:
    * loaded, shared or read again as the rules say, and stored.
    */
-  private async fill<V, Stored = V>(declared: CachedRead<V, Stored>, misses: string[], reads: ReadSet | undefined): Promise<Map<string, V | null>> {
+  private async fill<V, Stored = V>(
+    declared: CachedRead<V, Stored>,
+    misses: string[],
+    reads: ReadSet | undefined,
+  ): Promise<Map<string, V | null>> {
     const { namespace, load, tags, form, compact, share, amend, via } = declared;
     // With `reads`, each value is recorded with what it is current as of: a read as of its ticket
     // and its snapshot, a shared read as of this call (it is at least that current, see `join`).
     const called: TagRead = { epoch: this.epoch };
     const record = (key: string, value: V | null, read: TagRead) => reads?.add(tags(key, value), read);
-    const read = namespace === '' ? (keysRead: string[]) => this.readNow(load, keysRead, via) : (keysRead: string[]) => this.batched(namespace, load, keysRead);
+    const read =
+      namespace === ''
+        ? (keysRead: string[]) => this.readNow(load, keysRead, via)
+        : (keysRead: string[]) => this.batched(namespace, load, keysRead);
     const store = (key: string, value: V | null, ticket: CacheTicket, seen: Snapshot | undefined) => {
       const held = keyIn(namespace, key);
       if (compact && this.ring) return this.storeRecord(ticket, held, value, compact, tags(key, value), seen);
       // Nothing more is done for a value the cache will not keep (no packing, no size, no tags).
       if (!this.admits(held)) return;
-      this.set(ticket, held, value !== null && form ? form.pack(value) : value, tags(key, value), seen, amend as Amend<unknown> | undefined);
+      this.set(
+        ticket,
+        held,
+        value !== null && form ? form.pack(value) : value,
+        tags(key, value),
+        seen,
+        amend as Amend<unknown> | undefined,
+      );
     };
     const ticket = this.ticket();
     const joined = new Map<string, Promise<{ value: V | null } | undefined>>();
@@ -470,7 +521,12 @@ export class EntityCache {
     const own = joined.size === 0 ? misses : misses.filter((key) => !joined.has(key));
     const reading = own.length > 0 ? read(own) : undefined;
     if (reading && share) {
-      for (const key of own) this.track(keyIn(namespace, key), ticket, reading.then(({ rows, seen }) => ({ value: rows.get(key) ?? null, seen })));
+      for (const key of own)
+        this.track(
+          keyIn(namespace, key),
+          ticket,
+          reading.then(({ rows, seen }) => ({ value: rows.get(key) ?? null, seen })),
+        );
     }
     const values = new Map<string, V | null>();
     if (reading) {
@@ -501,7 +557,11 @@ export class EntityCache {
   }
 
   /** One read of `keys`, with the snapshot its statement saw. */
-  private async readNow<V>(load: CachedRead<V, unknown>['load'], keys: string[], via?: Pick<SqlDriver, 'query'>): Promise<{ rows: Map<string, V>; seen: Snapshot | undefined }> {
+  private async readNow<V>(
+    load: CachedRead<V, unknown>['load'],
+    keys: string[],
+    via?: Pick<SqlDriver, 'query'>,
+  ): Promise<{ rows: Map<string, V>; seen: Snapshot | undefined }> {
     const { query, seen } = snapshotQuery(via ?? this.sql);
     const rows = await load(keys, query);
     return { rows, seen: seen() };
@@ -514,7 +574,11 @@ export class EntityCache {
    * read starts after every caller's ticket was taken, so the snapshot rule holds for each of them
    * (a change announced before a caller's ticket committed before the read began, and is seen).
    */
-  private async batched<V>(namespace: string, load: CachedRead<V, unknown>['load'], keys: string[]): Promise<{ rows: Map<string, V>; seen: Snapshot | undefined }> {
+  private async batched<V>(
+    namespace: string,
+    load: CachedRead<V, unknown>['load'],
+    keys: string[],
+  ): Promise<{ rows: Map<string, V>; seen: Snapshot | undefined }> {
     let batch = this.batches.get(namespace);
     if (batch === undefined) {
       batch = new DataLoader<string, BatchedValue>(
@@ -551,7 +615,11 @@ export class EntityCache {
     const held = this.lookUpCounted<V, V>(lookup, key, reads);
     if (held !== MISS) return Promise.resolve(held as V);
     const load = async (_misses: string[], query: SnapshotQuery) => new Map([[key, await read(query)]]);
-    return this.fill<V>({ ...lookup, load, share: declared.share, amend: declared.amend, via: declared.via }, [key], reads).then((values) => values.get(key) as V);
+    return this.fill<V>(
+      { ...lookup, load, share: declared.share, amend: declared.amend, via: declared.via },
+      [key],
+      reads,
+    ).then((values) => values.get(key) as V);
   }
 
   /**
@@ -560,7 +628,11 @@ export class EntityCache {
    * before this caller came and it did not see (the caller then reads for itself). Undefined when
    * no read of `key` is in flight.
    */
-  private join<V>(key: string, tags: readonly string[], tagsOf?: (value: V) => readonly string[]): Promise<{ value: V } | undefined> | undefined {
+  private join<V>(
+    key: string,
+    tags: readonly string[],
+    tagsOf?: (value: V) => readonly string[],
+  ): Promise<{ value: V } | undefined> | undefined {
     const running = this.reads.get(key);
     if (!running) return undefined;
     // Nothing announced since it started: it reads at least everything this caller knows of.
@@ -571,7 +643,9 @@ export class EntityCache {
       // counts announcements made after this caller came: on the safe side.
       const more = tagsOf ? tagsOf(read.value as V).filter((tag) => !tags.includes(tag)) : [];
       const all = more.length === 0 ? tags : [...tags, ...more];
-      const fresh = (clean && (more.length === 0 || this.unchangedSince(running, more))) || this.unchangedSince(running, all, read.seen);
+      const fresh =
+        (clean && (more.length === 0 || this.unchangedSince(running, more))) ||
+        this.unchangedSince(running, all, read.seen);
       return fresh ? { value: read.value as V } : undefined;
     });
   }

@@ -46,7 +46,12 @@ export function estimateBytes(value: unknown, depth = 0): number {
       if (ArrayBuffer.isView(value)) return 64 + value.byteLength;
       if (depth > 6) return OPAQUE_BYTES;
       const prototype = Object.getPrototypeOf(value) as unknown;
-      if (!Array.isArray(value) && prototype !== Object.prototype && prototype !== null && !('toNumber' in (value as object))) {
+      if (
+        !Array.isArray(value) &&
+        prototype !== Object.prototype &&
+        prototype !== null &&
+        !('toNumber' in (value as object))
+      ) {
         return OPAQUE_BYTES;
       }
       let bytes = 32;

@@ -27,7 +27,9 @@ const VOLATILE_ORGANIZATION_COLUMNS = {
 export type OrganizationBalances = { creditBalance: number; accountBalance: number; availableBalance: number };
 
 /** An organization as authentication and most answers see it: no balances, and whether it has credits left. */
-export type OrganizationSettings = Omit<Organization, 'creditBalance' | keyof typeof VOLATILE_ORGANIZATION_COLUMNS> & { funded: boolean };
+export type OrganizationSettings = Omit<Organization, 'creditBalance' | keyof typeof VOLATILE_ORGANIZATION_COLUMNS> & {
+  funded: boolean;
+};
 
 /** Accounts without their secrets (decisions §7), which are never loaded. */
 const ACCOUNT_COLUMNS = READ_ACCOUNT_COLUMNS.map((column) => `"${column}"`).join(', ');
@@ -39,7 +41,11 @@ const accountForm = { pack: packAccount, unpack: unpackAccount };
  * driver types the columns as Prisma does), without the ORM's per-query cost. With the read's
  * snapshot: a parent's row changes with every sign-in in its organization.
  */
-async function accountsWhere(query: SnapshotQuery, column: 'id' | 'publicKey', values: string[]): Promise<Map<string, AccountRow>> {
+async function accountsWhere(
+  query: SnapshotQuery,
+  column: 'id' | 'publicKey',
+  values: string[],
+): Promise<Map<string, AccountRow>> {
   const rows = await query<AccountRow>(ACCOUNT_COLUMNS, `FROM "Account" WHERE "${column}" = ANY($1::text[])`, [values]);
   return new Map(rows.map((a) => [a[column], a]));
 }
@@ -92,7 +98,10 @@ export class Loaders {
    * A loader of one cached thing, `declared` once: what the cache holds answered at once, the
    * misses loaded in one batch; `settle` shapes every value the loader gives, held or loaded.
    */
-  private readThrough<V, Stored = V, W = V | null>(declared: CachedRead<V, Stored>, settle: (value: V | null) => W = (value) => value as W): ReadThroughLoader<W> {
+  private readThrough<V, Stored = V, W = V | null>(
+    declared: CachedRead<V, Stored>,
+    settle: (value: V | null) => W = (value) => value as W,
+  ): ReadThroughLoader<W> {
     return new ReadThroughLoader<W>(
       (key) => {
         const held = this.cache.hit(declared, key);
@@ -121,7 +130,8 @@ export class Loaders {
         namespace: 'accountByKey',
         load: (misses, query) => accountsWhere(query, 'publicKey', misses),
         // The key's row changing, or a row taking the key.
-        tags: (key, account) => (account ? [cacheTags.account(account.id), cacheTags.publicKey(key)] : [cacheTags.publicKey(key)]),
+        tags: (key, account) =>
+          account ? [cacheTags.account(account.id), cacheTags.publicKey(key)] : [cacheTags.publicKey(key)],
         form: accountForm,
         share: true,
       },
@@ -138,7 +148,11 @@ export class Loaders {
     return (this.#publicKeyByAccountId ??= this.readThrough({
       namespace: 'publicKeyOf',
       load: async (misses) =>
-        new Map((await this.prisma.account.findMany({ where: { id: { in: misses } }, select: { id: true, publicKey: true } })).map((a) => [a.id, a.publicKey])),
+        new Map(
+          (
+            await this.prisma.account.findMany({ where: { id: { in: misses } }, select: { id: true, publicKey: true } })
+          ).map((a) => [a.id, a.publicKey]),
+        ),
       tags: (id) => [cacheTags.identity(id)],
     }));
   }
@@ -151,8 +165,13 @@ export class Loaders {
     return (this.#organizationSettingsByParentId ??= this.readThrough({
       namespace: 'organizationSettings',
       load: async (misses) => {
-        const rows = await this.prisma.organization.findMany({ where: { parentId: { in: misses } }, omit: VOLATILE_ORGANIZATION_COLUMNS });
-        return new Map(rows.map(({ creditBalance, ...settings }) => [settings.parentId, { ...settings, funded: creditBalance > 0 }]));
+        const rows = await this.prisma.organization.findMany({
+          where: { parentId: { in: misses } },
+          omit: VOLATILE_ORGANIZATION_COLUMNS,
+        });
+        return new Map(
+          rows.map(({ creditBalance, ...settings }) => [settings.parentId, { ...settings, funded: creditBalance > 0 }]),
+        );
       },
       tags: (id) => [cacheTags.organizationSettings(id)],
     }));
@@ -171,7 +190,16 @@ export class Loaders {
           `FROM "Organization" WHERE "parentId" = ANY($1::text[])`,
           [misses],
         );
-        return new Map(rows.map((row) => [row.parentId, { creditBalance: row.creditBalance, accountBalance: row.accountBalance, availableBalance: row.availableBalance }]));
+        return new Map(
+          rows.map((row) => [
+            row.parentId,
+            {
+              creditBalance: row.creditBalance,
+              accountBalance: row.accountBalance,
+              availableBalance: row.availableBalance,
+            },
+          ]),
+        );
       },
       tags: (id) => [cacheTags.organization(id)],
       share: true,
@@ -192,17 +220,22 @@ export class Loaders {
         });
         const entries = await Promise.all(
           rows.map(async (row): Promise<[string, SigningKey | null]> => {
-            const secret = row.type === 'parent' && row.organization ? secretKey(row.organization.jwtSecret) : undefined;
+            const secret =
+              row.type === 'parent' && row.organization ? secretKey(row.organization.jwtSecret) : undefined;
             const usable = secret !== undefined && secret.byteLength >= MIN_SECRET_BYTES;
             if (!usable) return [row.publicKey, null];
             const tokenTags = [cacheTags.identity(row.id), cacheTags.organizationSettings(row.id)];
-            return [row.publicKey, { parentId: row.id, key: await verificationKey(secret), hmac: hmacKey(secret), tokenTags }];
+            return [
+              row.publicKey,
+              { parentId: row.id, key: await verificationKey(secret), hmac: hmacKey(secret), tokenTags },
+            ];
           }),
         );
         return new Map(entries);
       },
       // Stable tags only: sign-ins (counters, balance) do not drop the key.
-      tags: (key, signingKey) => (signingKey ? [cacheTags.publicKey(key), ...signingKey.tokenTags] : [cacheTags.publicKey(key)]),
+      tags: (key, signingKey) =>
+        signingKey ? [cacheTags.publicKey(key), ...signingKey.tokenTags] : [cacheTags.publicKey(key)],
     }));
   }
 
@@ -211,26 +244,26 @@ export class Loaders {
       {
         namespace: 'purchases',
         load: async (misses) => {
-        const rows = await this.prisma.packagePurchase.findMany({
-          where: { organizationId: { in: misses } },
-          orderBy: [{ purchasedAt: 'desc' }, { transactionId: 'desc' }],
-        });
-        return new Map(
-          misses.map((id) => [
-            id,
-            rows
-              .filter((row) => row.organizationId === id)
-              .map((row) => ({
-                packageType: row.packageType,
-                purchaseDate: row.purchasedAt,
-                creditsAdded: row.creditsAdded,
-                freeUsersAdded: row.freeUsersAdded,
-                price: row.price.toNumber(),
-                transactionId: row.transactionId,
-              })),
-          ]),
-        );
-      },
+          const rows = await this.prisma.packagePurchase.findMany({
+            where: { organizationId: { in: misses } },
+            orderBy: [{ purchasedAt: 'desc' }, { transactionId: 'desc' }],
+          });
+          return new Map(
+            misses.map((id) => [
+              id,
+              rows
+                .filter((row) => row.organizationId === id)
+                .map((row) => ({
+                  packageType: row.packageType,
+                  purchaseDate: row.purchasedAt,
+                  creditsAdded: row.creditsAdded,
+                  freeUsersAdded: row.freeUsersAdded,
+                  price: row.price.toNumber(),
+                  transactionId: row.transactionId,
+                })),
+            ]),
+          );
+        },
         tags: (id) => [cacheTags.purchases(id)],
       },
       // Every organization read has a list (an empty one without purchases).
@@ -248,17 +281,18 @@ export class Loaders {
       {
         namespace: 'childCount',
         load: async (misses, query) => {
-        const rows = await query<{ parentId: string; children: number }>(
-          `"parentId", count(*)::int AS children`,
-          `FROM "Account" WHERE "parentId" = ANY($1::text[]) GROUP BY "parentId"`,
-          [misses],
-        );
-        return new Map(rows.map((row) => [row.parentId, row.children]));
-      },
+          const rows = await query<{ parentId: string; children: number }>(
+            `"parentId", count(*)::int AS children`,
+            `FROM "Account" WHERE "parentId" = ANY($1::text[]) GROUP BY "parentId"`,
+            [misses],
+          );
+          return new Map(rows.map((row) => [row.parentId, row.children]));
+        },
         tags: (id) => [cacheTags.childMembers(id)],
         share: true,
         // A child added or removed: counted in place, not again.
-        amend: (children, { op }) => (op === undefined ? undefined : Math.max(0, (children ?? 0) + (op === 'insert' ? 1 : -1))),
+        amend: (children, { op }) =>
+          op === undefined ? undefined : Math.max(0, (children ?? 0) + (op === 'insert' ? 1 : -1)),
       },
       // A parent without children has no row: none.
       (children) => children ?? 0,

@@ -92,7 +92,9 @@ export async function migrate(
     // lock waits for (PostgreSQL then ends one of the two as a deadlock).
     const deadline = Date.now() + lockTimeoutMs;
     for (;;) {
-      const [row] = await connection.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1) AS locked', [MIGRATION_LOCK_ID]);
+      const [row] = await connection.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1) AS locked', [
+        MIGRATION_LOCK_ID,
+      ]);
       if (row?.locked) break;
       if (Date.now() >= deadline) {
         throw new MigrationError(
@@ -109,10 +111,7 @@ export async function migrate(
   });
 }
 
-async function applyPending(
-  connection: SqlConnection,
-  migrations: LocalMigration[],
-): Promise<MigrationReport> {
+async function applyPending(connection: SqlConnection, migrations: LocalMigration[]): Promise<MigrationReport> {
   await connection.exec(BOOKKEEPING_TABLE);
   const rows = await connection.query<AppliedRow>(
     'SELECT migration_name, checksum, finished_at, rolled_back_at, logs FROM "_prisma_migrations" ORDER BY started_at',
@@ -124,9 +123,7 @@ async function applyPending(
       `migration ${names} failed earlier and blocks the others; fix the database, then mark it rolled back (set rolled_back_at) before migrating again`,
     );
   }
-  const applied = new Map(
-    rows.filter((row) => row.finished_at !== null).map((row) => [row.migration_name, row]),
-  );
+  const applied = new Map(rows.filter((row) => row.finished_at !== null).map((row) => [row.migration_name, row]));
   const local = new Set(migrations.map((m) => m.name));
   const report: MigrationReport = {
     applied: [],
@@ -189,7 +186,12 @@ async function applyOne(connection: SqlConnection, migration: LocalMigration): P
  * index a failed build leaves behind is dropped, before the build and after a failure, so that a
  * later run builds it whole.
  */
-async function applyConcurrently(connection: SqlConnection, migration: LocalMigration, id: string, index: string): Promise<void> {
+async function applyConcurrently(
+  connection: SqlConnection,
+  migration: LocalMigration,
+  id: string,
+  index: string,
+): Promise<void> {
   const drop = `DROP INDEX CONCURRENTLY IF EXISTS "${index}"`;
   try {
     await connection.exec(drop);
@@ -206,7 +208,12 @@ async function applyConcurrently(connection: SqlConnection, migration: LocalMigr
 }
 
 /** Records a failed migration as Prisma records one, so that both refuse to go on past it. */
-async function recordFailure(connection: SqlConnection, migration: LocalMigration, id: string, error: unknown): Promise<MigrationError> {
+async function recordFailure(
+  connection: SqlConnection,
+  migration: LocalMigration,
+  id: string,
+  error: unknown,
+): Promise<MigrationError> {
   const message = error instanceof Error ? error.message : String(error);
   await connection.query(
     `INSERT INTO "_prisma_migrations" (id, checksum, migration_name, started_at, logs, applied_steps_count)

@@ -256,7 +256,8 @@ export class RecordRing {
   /** Drops the record of `key`, if held. */
   delete(key: string, hash = RecordRing.hash(key)): void {
     const at = this.index.get(hash);
-    if (at !== undefined && this.keyIs(key, at + HEADER_BYTES, this.buffer.readUInt16LE(at + OFFSET.keyBytes))) this.unlink(hash, at);
+    if (at !== undefined && this.keyIs(key, at + HEADER_BYTES, this.buffer.readUInt16LE(at + OFFSET.keyBytes)))
+      this.unlink(hash, at);
   }
 
   /** Every record carrying `tag` (in its tag set) is stale from now on. */
@@ -284,7 +285,10 @@ export class RecordRing {
     return this.writeAt + bytes - this.readAt > this.capacity || (record && this.index.size >= this.maxRecords);
   }
 
-  /** Drops the oldest records held, one at a time, while `short` says so (those no longer held are passed over first). */
+  /**
+   * Drops the oldest records held, one at a time, while `short` says so (those no longer held are passed over
+   * first).
+   */
   private dropOldestWhile(short: () => boolean): void {
     while (short()) {
       const at = this.oldestHeld();
@@ -348,7 +352,8 @@ export class RecordRing {
     const key = tags.join('\n');
     let set = this.tagSets.get(key);
     if (set === undefined) {
-      while (this.tagSetsById.has(this.nextTagSet)) this.nextTagSet = this.nextTagSet >= 0xfffffffe ? 1 : this.nextTagSet + 1;
+      while (this.tagSetsById.has(this.nextTagSet))
+        this.nextTagSet = this.nextTagSet >= 0xfffffffe ? 1 : this.nextTagSet + 1;
       set = { id: this.nextTagSet, key, tags: [...tags], holders: 0, generation: 0 };
       this.nextTagSet = this.nextTagSet >= 0xfffffffe ? 1 : this.nextTagSet + 1;
       this.tagSets.set(key, set);

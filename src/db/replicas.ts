@@ -19,7 +19,14 @@ import { boundedPool, boundedReadSettings, redactUrl, type BoundedReadOptions, t
 
 export type ReplicaState = { name: string; usable: boolean; lagMs: number | undefined; problem?: string };
 
-type Member = { name: string; url: string; pool: pg.Pool; usable: boolean; lagMs: number | undefined; problem?: string };
+type Member = {
+  name: string;
+  url: string;
+  pool: pg.Pool;
+  usable: boolean;
+  lagMs: number | undefined;
+  problem?: string;
+};
 
 export type ReadQuery = { query<T extends Record<string, unknown>>(text: string, params?: unknown[]): Promise<T[]> };
 
@@ -41,12 +48,23 @@ export class Replicas {
   constructor(
     urls: string[],
     private readonly primary: pg.Pool,
-    private readonly options: { maxLagMs: number; statementTimeoutMs: number; connectTimeoutMs: number; poolSize: number; checkEveryMs?: number },
+    private readonly options: {
+      maxLagMs: number;
+      statementTimeoutMs: number;
+      connectTimeoutMs: number;
+      poolSize: number;
+      checkEveryMs?: number;
+    },
   ) {
     this.members = urls.map((url) => {
       const pool = boundedPool(
         { connectionString: url },
-        { max: options.poolSize, connectTimeoutMs: options.connectTimeoutMs, statementTimeoutMs: options.statementTimeoutMs, applicationName: 'credits-read-api-replica-reads' },
+        {
+          max: options.poolSize,
+          connectTimeoutMs: options.connectTimeoutMs,
+          statementTimeoutMs: options.statementTimeoutMs,
+          applicationName: 'credits-read-api-replica-reads',
+        },
       );
       return { name: redactUrl(url), url, pool, usable: false, lagMs: undefined, problem: 'not checked yet' };
     });
@@ -62,7 +80,12 @@ export class Replicas {
   }
 
   get state(): ReplicaState[] {
-    return this.members.map(({ name, usable, lagMs, problem }) => ({ name, usable, lagMs, ...(problem ? { problem } : {}) }));
+    return this.members.map(({ name, usable, lagMs, problem }) => ({
+      name,
+      usable,
+      lagMs,
+      ...(problem ? { problem } : {}),
+    }));
   }
 
   /** A reader for reads that tolerate REPLICA_MAX_LAG_MS of staleness: a usable replica, else the primary. */
@@ -80,7 +103,13 @@ export class Replicas {
       this.members.map((member) => {
         const pool = boundedPool(
           { connectionString: member.url },
-          { max: options.poolSize, connectTimeoutMs: this.options.connectTimeoutMs, statementTimeoutMs: options.timeoutMs, applicationName: 'credits-read-api-replica-searches', settings: boundedReadSettings(options.serial) },
+          {
+            max: options.poolSize,
+            connectTimeoutMs: this.options.connectTimeoutMs,
+            statementTimeoutMs: options.timeoutMs,
+            applicationName: 'credits-read-api-replica-searches',
+            settings: boundedReadSettings(options.serial),
+          },
         );
         return [member, pool] as const;
       }),
@@ -94,7 +123,10 @@ export class Replicas {
   }
 
   /** Reads on a usable replica (its pool as `poolOf` says), else with `onPrimary`. */
-  private readerOver(poolOf: (member: Member) => pg.Pool, onPrimary: <T extends Record<string, unknown>>(text: string, params: unknown[]) => Promise<T[]>): ReadQuery {
+  private readerOver(
+    poolOf: (member: Member) => pg.Pool,
+    onPrimary: <T extends Record<string, unknown>>(text: string, params: unknown[]) => Promise<T[]>,
+  ): ReadQuery {
     return {
       query: async <T extends Record<string, unknown>>(text: string, params: unknown[] = []): Promise<T[]> => {
         const usable = this.members.filter((member) => member.usable);
@@ -143,7 +175,11 @@ export class Replicas {
       );
       const { replayed, standby } = rows[0]!;
       if (!standby || replayed === null) {
-        Object.assign(member, { usable: false, lagMs: undefined, problem: 'not a streaming replica (pg_is_in_recovery() is false)' });
+        Object.assign(member, {
+          usable: false,
+          lagMs: undefined,
+          problem: 'not a streaming replica (pg_is_in_recovery() is false)',
+        });
         return;
       }
       const position = lsn(replayed);
@@ -152,7 +188,11 @@ export class Replicas {
       for (const sample of this.samples) if (sample.position <= position) caughtUpAt = sample.at;
       const lagMs = caughtUpAt === undefined ? undefined : Math.max(0, Date.now() - caughtUpAt);
       const usable = lagMs !== undefined && lagMs <= this.options.maxLagMs;
-      Object.assign(member, { usable, lagMs, problem: usable ? undefined : `replication lag over ${this.options.maxLagMs} ms` });
+      Object.assign(member, {
+        usable,
+        lagMs,
+        problem: usable ? undefined : `replication lag over ${this.options.maxLagMs} ms`,
+      });
     } catch (error) {
       Object.assign(member, { usable: false, lagMs: undefined, problem: (error as Error).message });
     }

@@ -22,7 +22,10 @@ export type SearchBounds = {
   timeoutMs: number;
   maxConcurrent: number;
   maxPerOrganization: number;
-  /** The share of the wall clock, in percent, that the instance's search statements may take (SEARCH_MAX_TIME_PERCENT). */
+  /**
+   * The share of the wall clock, in percent, that the instance's search statements may take
+   * (SEARCH_MAX_TIME_PERCENT).
+   */
   maxTimePercent: number;
 };
 
@@ -59,7 +62,10 @@ export class SearchesFullError extends ServiceUnavailableError {
 
 export class SearchTimeoutError extends ServiceUnavailableError {
   constructor() {
-    super('The search took longer than this server allows; a longer search term or a date range narrows it.', RETRY_AFTER_SECONDS);
+    super(
+      'The search took longer than this server allows; a longer search term or a date range narrows it.',
+      RETRY_AFTER_SECONDS,
+    );
   }
 }
 
@@ -145,7 +151,11 @@ export class Searches {
     return this.running;
   }
 
-  private async run<T>(organizationId: string, search: { tenant: Tenant | undefined }, statement: () => Promise<T>): Promise<T> {
+  private async run<T>(
+    organizationId: string,
+    search: { tenant: Tenant | undefined },
+    statement: () => Promise<T>,
+  ): Promise<T> {
     const begun = search.tenant !== undefined;
     // Counted as pending from here (`admit` counts a new search's first statement itself).
     if (search.tenant) search.tenant.pending += 1;
@@ -191,13 +201,20 @@ export class Searches {
       this.tenants.set(organizationId, tenant);
     }
     if (tenant.pending >= this.bounds.maxPerOrganization) {
-      throw this.refused(new SearchBusyError('This organization runs as many searches as it may at once; try again shortly.'));
+      throw this.refused(
+        new SearchBusyError('This organization runs as many searches as it may at once; try again shortly.'),
+      );
     }
     if (this.shared && tenant.budgetMs < 0) {
       const waitMs = this.refillMs(tenant);
       if (tenant.pending > 0) {
         const seconds = Math.min(MAX_RETRY_AFTER_SECONDS, Math.max(1, Math.ceil(waitMs / 1000)));
-        throw this.refused(new SearchBusyError(`This organization's searches have taken their share of this server's database time; try again in ${seconds} s.`, seconds));
+        throw this.refused(
+          new SearchBusyError(
+            `This organization's searches have taken their share of this server's database time; try again in ${seconds} s.`,
+            seconds,
+          ),
+        );
       }
       // One at a time: it waits for its part instead, holding the organization's place meanwhile.
       this.stats.delayed += 1;
@@ -232,22 +249,30 @@ export class Searches {
         refuse: reject,
       };
       // Slots taken this long by others: the instance is full, not this organization.
-      const timer = this.timer(2 * this.bounds.timeoutMs, () => {
-        this.waiting.splice(this.waiting.indexOf(waiter), 1);
-        reject(this.refused(new SearchesFullError()));
-      }, reject);
+      const timer = this.timer(
+        2 * this.bounds.timeoutMs,
+        () => {
+          this.waiting.splice(this.waiting.indexOf(waiter), 1);
+          reject(this.refused(new SearchesFullError()));
+        },
+        reject,
+      );
       this.waiting.push(waiter);
     });
   }
 
-  /** A statement ended: its slot goes to a waiting statement of a search begun, else of the organization that spent least. */
+  /**
+   * A statement ended: its slot goes to a waiting statement of a search begun, else of the organization that
+   * spent least.
+   */
   private release(): void {
     this.running -= 1;
     if (this.running >= this.bounds.maxConcurrent || this.waiting.length === 0) return;
     let best = 0;
     for (let i = 1; i < this.waiting.length; i++) {
       const [candidate, chosen] = [this.waiting[i]!, this.waiting[best]!];
-      if (candidate.begun !== chosen.begun ? candidate.begun : candidate.tenant.budgetMs > chosen.tenant.budgetMs) best = i;
+      if (candidate.begun !== chosen.begun ? candidate.begun : candidate.tenant.budgetMs > chosen.tenant.budgetMs)
+        best = i;
     }
     const [next] = this.waiting.splice(best, 1);
     this.running += 1;

@@ -30,7 +30,11 @@ export function openConfiguredDatabase(
  * For commands: the database, or one line saying why not (the folder is in use, …) and exit 1.
  * `alongside`: a read-only command uses the embedded database of a server running on the folder.
  */
-export async function openConfiguredDatabaseOrExit(config: Config, command: string, options: { alongside?: boolean } = {}): Promise<Database> {
+export async function openConfiguredDatabaseOrExit(
+  config: Config,
+  command: string,
+  options: { alongside?: boolean } = {},
+): Promise<Database> {
   try {
     return await openConfiguredDatabase(config, command, undefined, options);
   } catch (error) {

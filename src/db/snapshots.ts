@@ -53,16 +53,30 @@ export function sees(snapshot: Snapshot, version: number): boolean {
  * select list and takes it off the rows, and keeps the snapshot with what is stored, so that a
  * read that already saw a change announced meanwhile is kept (see `EntityCache`).
  */
-export type SnapshotQuery = <T extends Record<string, unknown>>(columns: string, rest: string, params?: unknown[]) => Promise<T[]>;
+export type SnapshotQuery = <T extends Record<string, unknown>>(
+  columns: string,
+  rest: string,
+  params?: unknown[],
+) => Promise<T[]>;
 
 /** A read's query function and what its statements saw (one statement: its snapshot; more: none). */
-export function snapshotQuery(sql: Pick<SqlDriver, 'query'> | undefined): { query: SnapshotQuery; seen: () => Snapshot | undefined } {
+export function snapshotQuery(sql: Pick<SqlDriver, 'query'> | undefined): {
+  query: SnapshotQuery;
+  seen: () => Snapshot | undefined;
+} {
   let statements = 0;
   let seen: Snapshot | undefined;
-  const query: SnapshotQuery = async <T extends Record<string, unknown>>(columns: string, rest: string, params?: unknown[]) => {
+  const query: SnapshotQuery = async <T extends Record<string, unknown>>(
+    columns: string,
+    rest: string,
+    params?: unknown[],
+  ) => {
     if (!sql) throw new Error('this cache was made without a database to read');
     statements += 1;
-    const rows = await sql.query<T & { readSnapshot?: unknown }>(`SELECT ${columns}, ${SNAPSHOT_COLUMN} ${rest}`, params);
+    const rows = await sql.query<T & { readSnapshot?: unknown }>(
+      `SELECT ${columns}, ${SNAPSHOT_COLUMN} ${rest}`,
+      params,
+    );
     seen = sharedSnapshot(rows[0]?.readSnapshot);
     // Copies without the column rather than `delete`, which would leave each row a slow, larger
     // dictionary-mode object (and some are kept in the cache as they are).

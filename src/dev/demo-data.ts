@@ -1,10 +1,4 @@
-import {
-  PACKAGES,
-  PACKAGE_TYPES,
-  alertLevel,
-  creditAlerts,
-  type AlertLevel,
-} from '../domain/catalogue.js';
+import { PACKAGES, PACKAGE_TYPES, alertLevel, creditAlerts, type AlertLevel } from '../domain/catalogue.js';
 import { randomBytes } from 'node:crypto';
 import { Faker, base, en } from '@faker-js/faker';
 import { insertOrganization } from '../db/bulk-insert.js';
@@ -40,7 +34,6 @@ export type SeededOrganization = {
 const DAY = 24 * 60 * 60 * 1000;
 /** The alert level of organization i is LEVELS[i % 4], so any four organizations cover all levels. */
 const LEVELS: AlertLevel[] = ['healthy', 'low', 'critical', 'depleted'];
-
 
 export async function seed(
   database: Pick<Database, 'prisma' | 'sql'>,
@@ -98,7 +91,12 @@ async function seedOrganization(
   childCount: number,
 ): Promise<SeededOrganization> {
   const company = faker.company.name();
-  const slug = `${faker.helpers.slugify(company).toLowerCase().replace(/[^a-z0-9-]/g, '').replace(/-+/g, '-').slice(0, 30)}-${faker.string.alphanumeric({ length: 4, casing: 'lower' })}`;
+  const slug = `${faker.helpers
+    .slugify(company)
+    .toLowerCase()
+    .replace(/[^a-z0-9-]/g, '')
+    .replace(/-+/g, '-')
+    .slice(0, 30)}-${faker.string.alphanumeric({ length: 4, casing: 'lower' })}`;
   const domain = `${slug}.example.com`;
   const url = `https://${domain}`;
   const parentPart = idPart(faker);
@@ -158,8 +156,7 @@ async function seedOrganization(
     emailVerificationToken: secret('EMAIL_VERIFICATION_TOKEN'),
     passwordResetToken: secret('PASSWORD_RESET_TOKEN'),
   };
-  const notified = (levels: AlertLevel[]) =>
-    levels.includes(level) ? between(faker, now - 20 * DAY, now) : null;
+  const notified = (levels: AlertLevel[]) => (levels.includes(level) ? between(faker, now - 20 * DAY, now) : null);
   const organization: Prisma.OrganizationCreateManyInput = {
     parentId,
     name: company,
@@ -225,8 +222,7 @@ function seedPurchases(
 
 /** A balance that puts the organization at the wanted alert level, well inside its band. */
 function balanceFor(faker: Faker, level: AlertLevel, purchased: number): number {
-  const share = (min: number, max: number) =>
-    Math.round(purchased * faker.number.float({ min, max }));
+  const share = (min: number, max: number) => Math.round(purchased * faker.number.float({ min, max }));
   switch (level) {
     case 'healthy':
       return share(0.35, 0.9);
@@ -343,4 +339,3 @@ function seedUsage(
   }
   return rows;
 }
-

@@ -20,7 +20,9 @@ const DEMO_TTL_SECONDS = 24 * 60 * 60;
  */
 export async function seedDemoIfEmpty(database: Database, config: Config): Promise<DemoAccess | undefined> {
   const empty = (await database.prisma.organization.count()) === 0;
-  const seeded = empty ? await seed(database, { organizations: 4, childrenPerOrganization: 25, seed: 1, now: new Date() }) : undefined;
+  const seeded = empty
+    ? await seed(database, { organizations: 4, childrenPerOrganization: 25, seed: 1, now: new Date() })
+    : undefined;
   const parent = seeded
     ? { id: seeded[0]!.parent.userID, publicKey: seeded[0]!.parent.publicKey }
     : await database.prisma.account.findFirst({
@@ -29,7 +31,10 @@ export async function seedDemoIfEmpty(database: Database, config: Config): Promi
         select: { id: true, publicKey: true },
       });
   if (!parent) return undefined;
-  const org = await database.prisma.organization.findUniqueOrThrow({ where: { parentId: parent.id }, select: { jwtSecret: true } });
+  const org = await database.prisma.organization.findUniqueOrThrow({
+    where: { parentId: parent.id },
+    select: { jwtSecret: true },
+  });
   const child = await database.prisma.account.findFirst({
     where: { parentId: parent.id, status: 'active' },
     orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],

@@ -7,7 +7,11 @@ export function activeAt(lastLoginMs: number | null, now: number): boolean {
 }
 
 /** A last login changed from `before` to `after`, as the active count at `now` sees it. */
-export function activityShift(before: number | null, after: number | null, now: number): 'none' | 'became active' | 'became inactive' {
+export function activityShift(
+  before: number | null,
+  after: number | null,
+  now: number,
+): 'none' | 'became active' | 'became inactive' {
   const was = activeAt(before, now);
   const is = activeAt(after, now);
   return was === is ? 'none' : is ? 'became active' : 'became inactive';

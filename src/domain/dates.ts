@@ -7,8 +7,7 @@ import { InvalidDateFormatError } from '../errors.js';
  */
 
 const DATE_ONLY = /^(\d{4})-(\d{2})-(\d{2})$/;
-const DATE_TIME =
-  /^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?(Z|[+-]\d{2}:?\d{2})?$/i;
+const DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?(Z|[+-]\d{2}:?\d{2})?$/i;
 const DIGITS = /^\d{1,16}$/;
 /** Largest instant a JavaScript Date can hold. */
 const MAX_TIME = 8.64e15;
@@ -33,7 +32,15 @@ export function daysInMonth(year: number, monthIndex: number): number {
  * Milliseconds since the epoch of a UTC calendar time. Not `Date.UTC` alone, which reads the
  * years 0–99 as 1900–1999: the year is set on its own.
  */
-function utcMillis(year: number, monthIndex: number, day: number, hour = 0, minute = 0, second = 0, millis = 0): number {
+function utcMillis(
+  year: number,
+  monthIndex: number,
+  day: number,
+  hour = 0,
+  minute = 0,
+  second = 0,
+  millis = 0,
+): number {
   const date = new Date(Date.UTC(2000, 0, 1, hour, minute, second, millis));
   date.setUTCFullYear(year, monthIndex, day);
   return date.getTime();
@@ -119,7 +126,9 @@ export function isoTime(ms: number | null): string | null {
   const shifted = days + 719_468;
   const era = Math.floor(shifted / 146_097);
   const dayOfEra = shifted - era * 146_097;
-  const yearOfEra = Math.floor((dayOfEra - Math.floor(dayOfEra / 1460) + Math.floor(dayOfEra / 36_524) - Math.floor(dayOfEra / 146_096)) / 365);
+  const yearOfEra = Math.floor(
+    (dayOfEra - Math.floor(dayOfEra / 1460) + Math.floor(dayOfEra / 36_524) - Math.floor(dayOfEra / 146_096)) / 365,
+  );
   const dayOfYear = dayOfEra - (365 * yearOfEra + Math.floor(yearOfEra / 4) - Math.floor(yearOfEra / 100));
   const monthFromMarch = Math.floor((5 * dayOfYear + 2) / 153);
   const day = dayOfYear - Math.floor((153 * monthFromMarch + 2) / 5) + 1;

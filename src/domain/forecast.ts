@@ -59,7 +59,8 @@ export function forecastCredits(input: {
     : Math.max(1, elapsedDays);
   const windowCredits = input.currentMonthCredits + (input.previousMonthCredits ?? 0);
   const burn =
-    windowCredits / windowDays + input.monthlyRetentionCredits / daysInMonth(start.getUTCFullYear(), start.getUTCMonth());
+    windowCredits / windowDays +
+    input.monthlyRetentionCredits / daysInMonth(start.getUTCFullYear(), start.getUTCMonth());
   const basis: ForecastBasis = burn <= 0 ? 'NO_BURN' : withPrevious ? 'CURRENT_AND_PREVIOUS_MONTH' : 'CURRENT_MONTH';
   const at = (percent: number): Date | null => {
     const threshold = (input.purchasedCredits * percent) / 100;

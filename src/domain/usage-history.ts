@@ -1,5 +1,11 @@
 import { CREDIT_COSTS } from './catalogue.js';
-import { operationUsage, totalCreditsUsed, type MonthlyUsageTotals, type OperationUsage, type PackagePurchase } from './credit-analysis.js';
+import {
+  operationUsage,
+  totalCreditsUsed,
+  type MonthlyUsageTotals,
+  type OperationUsage,
+  type PackagePurchase,
+} from './credit-analysis.js';
 import { monthStart } from './dates.js';
 
 /** The longest history one request may ask for. */
@@ -46,9 +52,13 @@ export function usageHistory(input: {
   return months.map((month, i) => {
     const end = i + 1 < months.length ? months[i + 1]!.getTime() : input.now.getTime();
     const registeredLater = input.registrations.slice(i + 1).reduce((sum, n) => sum + n, 0);
-    const freeAddedLater = input.purchases.filter((p) => p.purchaseDate.getTime() >= end).reduce((sum, p) => sum + p.freeUsersAdded, 0);
+    const freeAddedLater = input.purchases
+      .filter((p) => p.purchaseDate.getTime() >= end)
+      .reduce((sum, p) => sum + p.freeUsersAdded, 0);
     const billable = Math.max(0, input.totalChildAccounts - registeredLater - (input.totalFreeUsers - freeAddedLater));
-    const purchases = input.purchases.filter((p) => p.purchaseDate.getTime() >= month.getTime() && p.purchaseDate.getTime() < end);
+    const purchases = input.purchases.filter(
+      (p) => p.purchaseDate.getTime() >= month.getTime() && p.purchaseDate.getTime() < end,
+    );
     const usage = operationUsage(input.usage[i]);
     return {
       month,

@@ -49,7 +49,13 @@ export const builder = new SchemaBuilder<{
       if (jwt) {
         const parent = isParentByJwt(jwt);
         // With an Authorization header the organization's viewer is the JWT's (decisions §3).
-        return { authenticated: true, parent, child: jwt.kind === 'child', organizationReader: true, parentViaJwt: parent };
+        return {
+          authenticated: true,
+          parent,
+          child: jwt.kind === 'child',
+          organizationReader: true,
+          parentViaJwt: parent,
+        };
       }
       return {
         authenticated: async () => Boolean(await context.jwtViewer()),

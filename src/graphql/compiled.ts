@@ -23,8 +23,15 @@ export type ExecutionCounts = { compiled: number; reference: number; compileFail
  * is the order of the bytes clients receive), and nothing else added.
  */
 export function asReference(result: ExecutionResult): ExecutionResult {
-  if (!result.errors?.length) return result.extensions === undefined ? { data: result.data } : { data: result.data, extensions: result.extensions };
-  return { errors: result.errors, data: result.data, ...(result.extensions === undefined ? {} : { extensions: result.extensions }) };
+  if (!result.errors?.length)
+    return result.extensions === undefined
+      ? { data: result.data }
+      : { data: result.data, extensions: result.extensions };
+  return {
+    errors: result.errors,
+    data: result.data,
+    ...(result.extensions === undefined ? {} : { extensions: result.extensions }),
+  };
 }
 
 /**
@@ -34,9 +41,14 @@ export function asReference(result: ExecutionResult): ExecutionResult {
  * set, fragments come after the fields and at most one of them applies to any object (each
  * names a different object type).
  */
-function fieldsInReferenceOrder(schema: GraphQLSchema, document: DocumentNode, selectionSet: SelectionSetNode): boolean {
+function fieldsInReferenceOrder(
+  schema: GraphQLSchema,
+  document: DocumentNode,
+  selectionSet: SelectionSetNode,
+): boolean {
   const fragments = new Map<string, FragmentDefinitionNode>();
-  for (const definition of document.definitions) if (definition.kind === Kind.FRAGMENT_DEFINITION) fragments.set(definition.name.value, definition);
+  for (const definition of document.definitions)
+    if (definition.kind === Kind.FRAGMENT_DEFINITION) fragments.set(definition.name.value, definition);
   const seen = new Set<SelectionSetNode>();
   const check = (set: SelectionSetNode): boolean => {
     if (seen.has(set)) return true;
@@ -50,7 +62,8 @@ function fieldsInReferenceOrder(schema: GraphQLSchema, document: DocumentNode, s
       }
       const fragment = selection.kind === Kind.FRAGMENT_SPREAD ? fragments.get(selection.name.value) : selection;
       const condition = fragment?.typeCondition?.name.value;
-      if (!fragment || !condition || conditions.has(condition) || !isObjectType(schema.getType(condition))) return false;
+      if (!fragment || !condition || conditions.has(condition) || !isObjectType(schema.getType(condition)))
+        return false;
       conditions.add(condition);
       if (!check(fragment.selectionSet)) return false;
     }
@@ -69,7 +82,11 @@ function fieldsInReferenceOrder(schema: GraphQLSchema, document: DocumentNode, s
  * documents whose fields graphql-jit would give in another order (see above).
  * Compiled functions live as long as their parsed document (the parser cache bounds those).
  */
-export function useCompiledExecution(options: { compileAfter: number; logger: Logger; counts: ExecutionCounts }): Plugin & {
+export function useCompiledExecution(options: {
+  compileAfter: number;
+  logger: Logger;
+  counts: ExecutionCounts;
+}): Plugin & {
   /** The operation's compiled query, once an execution compiled it. */
   compiledQuery(document: DocumentNode, operationName: string | null | undefined): CompiledQuery | undefined;
 } {
@@ -105,7 +122,9 @@ export function useCompiledExecution(options: { compileAfter: number; logger: Lo
       entry = isCompiledQuery(result) ? result : null;
       if (!entry) {
         counts.compileFailures += 1;
-        logger.warn('a query document did not compile; it runs on the reference executor', { errors: (result as ExecutionResult).errors?.map((e) => e.message) });
+        logger.warn('a query document did not compile; it runs on the reference executor', {
+          errors: (result as ExecutionResult).errors?.map((e) => e.message),
+        });
       }
       byName.set(name, entry);
     }
@@ -121,7 +140,9 @@ export function useCompiledExecution(options: { compileAfter: number; logger: Lo
         return;
       }
       counts.compiled += 1;
-      setExecuteFn(makeExecute(async (run) => asReference(await query.query(run.rootValue, run.contextValue, run.variableValues))));
+      setExecuteFn(
+        makeExecute(async (run) => asReference(await query.query(run.rootValue, run.contextValue, run.variableValues))),
+      );
     },
   };
 }

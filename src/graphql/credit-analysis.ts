@@ -1,8 +1,15 @@
-import type { CreditAnalysis as CreditAnalysisValue, OperationUsage as OperationUsageValue } from '../domain/credit-analysis.js';
+import type {
+  CreditAnalysis as CreditAnalysisValue,
+  OperationUsage as OperationUsageValue,
+} from '../domain/credit-analysis.js';
 import type { CreditAlerts as CreditAlertsValue } from '../domain/catalogue.js';
 import { requireParent, type ParentViewer } from '../auth/authorize.js';
 import type { Forecast as ForecastValue } from '../domain/forecast.js';
-import { DEFAULT_HISTORY_MONTHS, MAX_HISTORY_MONTHS, type MonthUsage as MonthUsageValue } from '../domain/usage-history.js';
+import {
+  DEFAULT_HISTORY_MONTHS,
+  MAX_HISTORY_MONTHS,
+  type MonthUsage as MonthUsageValue,
+} from '../domain/usage-history.js';
 import { getForecast, getUsageHistory } from '../services/credit-trends.js';
 import type { ServiceContext } from '../services/context.js';
 import { getCreditAnalysis } from '../services/get-credit-analysis.js';
@@ -27,7 +34,11 @@ const OperationUsage = builder.objectRef<OperationUsageValue>('OperationUsage').
     childSignups: t.exposeInt('childSignups', { description: 'Child signups (5 credits each).' }),
     signIns: t.exposeInt('signIns', { description: 'Sign-ins (1 credit each).' }),
     emailVerifications: t.exposeInt('emailVerifications', { description: 'Email verifications (2 credits each).' }),
-    socialSignIns: t.field({ type: SocialSignIns, description: 'OAuth sign-ins by provider.', resolve: (u) => u.socialSignIns }),
+    socialSignIns: t.field({
+      type: SocialSignIns,
+      description: 'OAuth sign-ins by provider.',
+      resolve: (u) => u.socialSignIns,
+    }),
   }),
 });
 
@@ -36,7 +47,9 @@ const CreditAlerts = builder.objectRef<CreditAlertsValue>('CreditAlerts').implem
   fields: (t) => ({
     low: t.exposeBoolean('low', { description: 'At most 20 % of purchased credits remain (also true when critical).' }),
     critical: t.exposeBoolean('critical', { description: 'At most 10 % remain: service interruption imminent.' }),
-    depleted: t.exposeBoolean('depleted', { description: "No credits remain: the organization's children are refused; the parent keeps access." }),
+    depleted: t.exposeBoolean('depleted', {
+      description: "No credits remain: the organization's children are refused; the parent keeps access.",
+    }),
   }),
 });
 
@@ -44,7 +57,9 @@ const ForecastBasis = builder.enumType('ForecastBasis', {
   description: 'What the burn rate of a forecast was measured over.',
   values: {
     CURRENT_AND_PREVIOUS_MONTH: { description: 'The whole previous calendar month (UTC) and this month so far.' },
-    CURRENT_MONTH: { description: 'This month so far (at least one day): nothing was recorded for the previous month.' },
+    CURRENT_MONTH: {
+      description: 'This month so far (at least one day): nothing was recorded for the previous month.',
+    },
     NO_BURN: { description: 'Nothing is being consumed: no usage in the window and no billable users.' },
   } as const,
 });
@@ -52,15 +67,34 @@ const ForecastBasis = builder.enumType('ForecastBasis', {
 const Forecast = builder.objectRef<ForecastValue>('CreditForecast').implement({
   description:
     'When the balance reaches the alert thresholds and zero at the current burn rate. burn = credits used by operations over the ' +
-    "previous month and this month so far (this month only, at least a day, without a record for the previous month) divided by " +
+    'previous month and this month so far (this month only, at least a day, without a record for the previous month) divided by ' +
     "the window's days, plus this month's retention credits over the days of this month. A threshold already reached is dated now; " +
     'null when nothing is consumed or the date is more than ten years away.',
   fields: (t) => ({
-    lowAt: t.field({ type: DateTime, nullable: true, description: 'When at most 20 % of purchased credits remain.', resolve: (f) => f.lowAt }),
-    criticalAt: t.field({ type: DateTime, nullable: true, description: 'When at most 10 % of purchased credits remain.', resolve: (f) => f.criticalAt }),
-    depletedAt: t.field({ type: DateTime, nullable: true, description: 'When no credits remain.', resolve: (f) => f.depletedAt }),
+    lowAt: t.field({
+      type: DateTime,
+      nullable: true,
+      description: 'When at most 20 % of purchased credits remain.',
+      resolve: (f) => f.lowAt,
+    }),
+    criticalAt: t.field({
+      type: DateTime,
+      nullable: true,
+      description: 'When at most 10 % of purchased credits remain.',
+      resolve: (f) => f.criticalAt,
+    }),
+    depletedAt: t.field({
+      type: DateTime,
+      nullable: true,
+      description: 'When no credits remain.',
+      resolve: (f) => f.depletedAt,
+    }),
     dailyBurn: t.exposeFloat('dailyBurn', { description: 'Credits consumed a day (two decimals).' }),
-    basis: t.field({ type: ForecastBasis, description: 'The window the burn rate was measured over.', resolve: (f) => f.basis }),
+    basis: t.field({
+      type: ForecastBasis,
+      description: 'The window the burn rate was measured over.',
+      resolve: (f) => f.basis,
+    }),
   }),
 });
 
@@ -68,13 +102,24 @@ const MonthUsage = builder.objectRef<MonthUsageValue>('MonthUsage').implement({
   description: "One calendar month (UTC) of the organization's usage.",
   fields: (t) => ({
     month: t.field({ type: DateTime, description: 'The first instant of the month (UTC).', resolve: (m) => m.month }),
-    operationUsage: t.field({ type: OperationUsage, description: "The month's operations.", resolve: (m) => m.operationUsage }),
-    creditsUsed: t.exposeInt('creditsUsed', { description: "The month's operations in credits (the same formula as totalCreditsUsed)." }),
+    operationUsage: t.field({
+      type: OperationUsage,
+      description: "The month's operations.",
+      resolve: (m) => m.operationUsage,
+    }),
+    creditsUsed: t.exposeInt('creditsUsed', {
+      description: "The month's operations in credits (the same formula as totalCreditsUsed).",
+    }),
     billableUsers: t.exposeInt('billableUsers', {
-      description: "Billable users at the month's end (this month: now): children registered by then, less the free users of purchases made by then.",
+      description:
+        "Billable users at the month's end (this month: now): children registered by then, less the free users of purchases made by then.",
     }),
     retentionCredits: t.exposeInt('retentionCredits', { description: 'billableUsers x 1 credit.' }),
-    purchases: t.field({ type: [PackagePurchase], description: 'Purchases made in the month, newest first.', resolve: (m) => m.purchases }),
+    purchases: t.field({
+      type: [PackagePurchase],
+      description: 'Purchases made in the month, newest first.',
+      resolve: (m) => m.purchases,
+    }),
     creditsPurchased: t.exposeInt('creditsPurchased', { description: 'Credits added by those purchases.' }),
   }),
 });
@@ -88,13 +133,30 @@ export const CreditAnalysis = builder.objectRef<CreditAnalysisRoot>('CreditAnaly
     creditBalance: t.exposeInt('creditBalance', { description: 'Current available credits.' }),
     totalFreeUsers: t.exposeInt('totalFreeUsers', { description: 'Cumulative free-user quota from packages.' }),
     totalChildAccounts: t.exposeInt('totalChildAccounts', { description: 'Number of child accounts, any status.' }),
-    billableUsers: t.exposeInt('billableUsers', { description: 'Users above the free tier: max(0, totalChildAccounts - totalFreeUsers).' }),
-    monthlyRetentionCredits: t.exposeInt('monthlyRetentionCredits', { description: 'Monthly retention cost: billableUsers x 1 credit.' }),
-    operationUsage: t.field({ type: OperationUsage, description: "This month's usage by operation.", resolve: (a) => a.operationUsage }),
-    totalCreditsUsed: t.exposeInt('totalCreditsUsed', { description: 'Credits consumed this month: childSignups x 5 + signIns x 1 + emailVerifications x 2 + socialSignIns x 3.' }),
-    projectedMonthlyUsage: t.exposeInt('projectedMonthlyUsage', { description: "This month's usage extrapolated to the whole month, plus the retention credits." }),
+    billableUsers: t.exposeInt('billableUsers', {
+      description: 'Users above the free tier: max(0, totalChildAccounts - totalFreeUsers).',
+    }),
+    monthlyRetentionCredits: t.exposeInt('monthlyRetentionCredits', {
+      description: 'Monthly retention cost: billableUsers x 1 credit.',
+    }),
+    operationUsage: t.field({
+      type: OperationUsage,
+      description: "This month's usage by operation.",
+      resolve: (a) => a.operationUsage,
+    }),
+    totalCreditsUsed: t.exposeInt('totalCreditsUsed', {
+      description:
+        'Credits consumed this month: childSignups x 5 + signIns x 1 + emailVerifications x 2 + socialSignIns x 3.',
+    }),
+    projectedMonthlyUsage: t.exposeInt('projectedMonthlyUsage', {
+      description: "This month's usage extrapolated to the whole month, plus the retention credits.",
+    }),
     alerts: t.field({ type: CreditAlerts, description: 'Credit alert levels.', resolve: (a) => a.alerts }),
-    packageHistory: t.field({ type: [PackagePurchase], description: 'Package purchases, newest first.', resolve: (a) => a.packageHistory }),
+    packageHistory: t.field({
+      type: [PackagePurchase],
+      description: 'Package purchases, newest first.',
+      resolve: (a) => a.packageHistory,
+    }),
     forecast: t.field({
       type: Forecast,
       description: 'When the balance reaches the low and critical thresholds and zero at the current burn rate.',
@@ -103,7 +165,9 @@ export const CreditAnalysis = builder.objectRef<CreditAnalysisRoot>('CreditAnaly
     usageHistory: t.field({
       type: [MonthUsage],
       description: `The last \`months\` calendar months (UTC), oldest first, this month last (at most ${MAX_HISTORY_MONTHS}).`,
-      args: { months: t.arg.int({ defaultValue: DEFAULT_HISTORY_MONTHS, description: `Months, 1 to ${MAX_HISTORY_MONTHS}.` }) },
+      args: {
+        months: t.arg.int({ defaultValue: DEFAULT_HISTORY_MONTHS, description: `Months, 1 to ${MAX_HISTORY_MONTHS}.` }),
+      },
       resolve: (a, args) => getUsageHistory(a.viewer, a, args.months ?? DEFAULT_HISTORY_MONTHS, a.services),
     }),
   }),
@@ -112,7 +176,8 @@ export const CreditAnalysis = builder.objectRef<CreditAnalysisRoot>('CreditAnaly
 builder.queryField('creditAnalysis', (t) =>
   t.field({
     type: CreditAnalysis,
-    description: "The parent's credit analysis: balance, usage, billable users, projection, alerts, purchases. Parent accounts only.",
+    description:
+      "The parent's credit analysis: balance, usage, billable users, projection, alerts, purchases. Parent accounts only.",
     authScopes: { parent: true },
     resolve: async (_root, _args, context) => {
       const viewer = requireParent(await viewerOf(context, 'jwt'));

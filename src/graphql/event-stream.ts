@@ -53,10 +53,23 @@ class EventStream implements LiveSink<unknown> {
     const { response } = exchange;
     try {
       const contextValue = Object.assign({ exchange, params }, this.renew());
-      const result = await execute({ schema, document, rootValue: payload, contextValue, variableValues: params.variables, operationName: params.operationName });
+      const result = await execute({
+        schema,
+        document,
+        rootValue: payload,
+        contextValue,
+        variableValues: params.variables,
+        operationName: params.operationName,
+      });
       if (response.destroyed) return;
       // Not read for LIVE_STALL_MS: the connection goes, and the subscription with it.
-      if (!response.write(`event: next\ndata: ${serialiseResult(this.streams.pipeline.settle(contextValue, result))}\n\n`) && !(await drained(response, this.streams.stallMs))) response.destroy();
+      if (
+        !response.write(
+          `event: next\ndata: ${serialiseResult(this.streams.pipeline.settle(contextValue, result))}\n\n`,
+        ) &&
+        !(await drained(response, this.streams.stallMs))
+      )
+        response.destroy();
     } catch {
       response.destroy();
     }
@@ -104,7 +117,13 @@ export function createEventStreams(pipeline: GraphQLPipeline, options: { stallMs
       if (enveloped.validate(enveloped.schema, document).length > 0) return false;
       if (getOperationAST(document, params.operationName)?.operation !== 'subscription') return false;
       const contextValue = await enveloped.contextFactory();
-      const source = await createSourceEventStream({ schema: enveloped.schema, document, contextValue, variableValues: params.variables, operationName: params.operationName });
+      const source = await createSourceEventStream({
+        schema: enveloped.schema,
+        document,
+        contextValue,
+        variableValues: params.variables,
+        operationName: params.operationName,
+      });
       releaseRequestCaches(contextValue);
       if (!(source instanceof LiveSubscription) && Symbol.asyncIterator in source) {
         // A source of another kind: the full server iterates it.
@@ -119,7 +138,9 @@ export function createEventStreams(pipeline: GraphQLPipeline, options: { stallMs
         // Refused (a caller that may not subscribe, too many subscriptions, low memory): said as
         // Yoga says it, one event and the end, status 200.
         exchange.startStream(200, 'text/event-stream', { 'Cache-Control': 'no-cache' });
-        response.end(`${PING}event: next\ndata: ${serialiseResult(pipeline.settle(contextValue, source))}\n\n${COMPLETE}`);
+        response.end(
+          `${PING}event: next\ndata: ${serialiseResult(pipeline.settle(contextValue, source))}\n\n${COMPLETE}`,
+        );
         return true;
       }
       if (response.destroyed) {

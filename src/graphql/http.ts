@@ -39,7 +39,12 @@ export function regularMediaType(accept: string | undefined): RegularMediaType |
 }
 
 /** Accept lists already negotiated: clients send a handful of them, again and again. Bounded in bytes. */
-const negotiated = new LRUCache<string, RegularMediaType | 'none'>({ max: 64, maxSize: 64 * 1024, maxEntrySize: 1024, sizeCalculation: (_value, key) => key.length + 16 });
+const negotiated = new LRUCache<string, RegularMediaType | 'none'>({
+  max: 64,
+  maxSize: 64 * 1024,
+  maxEntrySize: 1024,
+  sizeCalculation: (_value, key) => key.length + 16,
+});
 
 function negotiate(accept: string | undefined): RegularMediaType | null {
   const entries = (accept || '*/*').replace(/\s/g, '').toLowerCase().split(',');
@@ -93,7 +98,10 @@ function statusOf(result: ExecutionResult, mediaType: RegularMediaType, headers:
       if (hint.headers) Object.assign(headers, hint.headers);
       if (lenient && hint.spec) continue;
       if (hint.status && (!status || hint.status > status)) status = hint.status;
-    } else if (!isOriginalGraphQLError(error) || (error.extensions as Record<string, unknown> | undefined)?.['unexpected']) {
+    } else if (
+      !isOriginalGraphQLError(error) ||
+      (error.extensions as Record<string, unknown> | undefined)?.['unexpected']
+    ) {
       unexpected = true;
     }
   }
@@ -142,17 +150,20 @@ export function revalidatable(exchange: Exchange, status: number, hasErrors: () 
 export function sendResult(exchange: Exchange, result: ExecutionResult, mediaType: RegularMediaType): void {
   const headers: Record<string, string> = {};
   const status = statusOf(result, mediaType, headers);
-  exchange.record.code ??= (result.errors?.[0]?.extensions as Record<string, unknown> | undefined)?.['code'] as string | undefined;
+  exchange.record.code ??= (result.errors?.[0]?.extensions as Record<string, unknown> | undefined)?.['code'] as
+    string | undefined;
   exchange.addHeaders(headers);
   const contentType = `${mediaType}; charset=utf-8`;
-  if (revalidatable(exchange, status, () => Boolean(result.errors?.length))) exchange.sendRevalidated(contentType, serialiseResult(result));
+  if (revalidatable(exchange, status, () => Boolean(result.errors?.length)))
+    exchange.sendRevalidated(contentType, serialiseResult(result));
   else exchange.send(status, contentType, serialiseResult(result), { noStore: true });
 }
 
 /** A kept answer (no errors, so 200), as `sendResult` would send the result it was made from. */
 export function sendAnswer(exchange: Exchange, answer: Answer, mediaType: RegularMediaType): void {
   const contentType = `${mediaType}; charset=utf-8`;
-  if (revalidatable(exchange, 200, () => false)) exchange.sendRevalidated(contentType, answer.body, (answer.etag ??= entityTag(answer.body)));
+  if (revalidatable(exchange, 200, () => false))
+    exchange.sendRevalidated(contentType, answer.body, (answer.etag ??= entityTag(answer.body)));
   else exchange.send(200, contentType, answer.body, { noStore: true });
 }
 

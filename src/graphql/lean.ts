@@ -49,7 +49,8 @@ function holdsNonFinite(value: unknown): boolean {
   while (pending.length > 0) {
     const next = pending.pop();
     if (typeof next === 'number' && !Number.isFinite(next)) return true;
-    if (next !== null && typeof next === 'object') for (const member of Array.isArray(next) ? next : Object.values(next)) pending.push(member);
+    if (next !== null && typeof next === 'object')
+      for (const member of Array.isArray(next) ? next : Object.values(next)) pending.push(member);
   }
   return false;
 }
@@ -88,7 +89,10 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
   }
 
   /** The request's operation and media type, when the lean door takes it. */
-  function take(exchange: Exchange, body: Buffer | undefined): { params: GraphQLParams; mediaType: RegularMediaType } | undefined {
+  function take(
+    exchange: Exchange,
+    body: Buffer | undefined,
+  ): { params: GraphQLParams; mediaType: RegularMediaType } | undefined {
     const mediaType = regularMediaType(exchange.header('accept'));
     if (mediaType === null) return undefined;
     const params = paramsOf(exchange, body);
@@ -101,7 +105,10 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
     const taken = paramsOf(exchange, body);
     if (!taken) return false;
     try {
-      return await options.streams.serve(exchange, resolvePersistedOperation(taken, options.persisted, exchange.record));
+      return await options.streams.serve(
+        exchange,
+        resolvePersistedOperation(taken, options.persisted, exchange.record),
+      );
     } catch {
       // The full server says why, in its own words.
       return false;
@@ -114,9 +121,14 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
    * parse and validation outcomes for its document are known, and its hooks' orchestration is
    * what the plan saves.
    */
-  async function execute(exchange: Exchange, params: GraphQLParams, prepared?: RequestContext): Promise<Outcome | undefined> {
+  async function execute(
+    exchange: Exchange,
+    params: GraphQLParams,
+    prepared?: RequestContext,
+  ): Promise<Outcome | undefined> {
     try {
-      const planned = params.query == null ? undefined : documents.notes(params.query)?.plans.get(operationKey(params.operationName));
+      const planned =
+        params.query == null ? undefined : documents.notes(params.query)?.plans.get(operationKey(params.operationName));
       const ran = planned && pipeline.runPlanned(planned, { exchange, params, prepared });
       if (ran) return { result: await ran, query: true, name: planned.name };
       const enveloped = pipeline.getEnveloped({ exchange, params, prepared } as never);
@@ -181,7 +193,10 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
     const key = viewer === undefined || document === undefined ? undefined : answerKey(document.id, params, viewer);
     const served = async (answer: Answer, context: RequestContext) => {
       // A kept answer: its span says so, and has nothing under it.
-      if (recording()) endSpan(startOperationSpan('query', document?.names.get(operation) ?? params.operationName, 'kept', answer.label));
+      if (recording())
+        endSpan(
+          startOperationSpan('query', document?.names.get(operation) ?? params.operationName, 'kept', answer.label),
+        );
       await context.replay(answer, exchange.record);
       sendAnswer(exchange, answer, taken.mediaType);
       return true;
@@ -190,7 +205,11 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
       const outcome = await execute(exchange, params, context);
       if (!outcome) return false;
       const make = () =>
-        answerOf(serialiseResult(outcome.result), { label: exchange.record.operation, retrievals: [...context.retrieved], validUntil: context.reads.validUntil });
+        answerOf(serialiseResult(outcome.result), {
+          label: exchange.record.operation,
+          retrievals: [...context.retrieved],
+          validUntil: context.reads.validUntil,
+        });
       let kept: Answer | undefined;
       if (keep && keepable(outcome, exchange)) {
         // What the operation's answers are for: the viewer, or the organization's readers.
@@ -216,6 +235,10 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
       return true;
     };
     const viewerOf = organizationOnly ? (fresh: RequestContext) => fresh.organizationAudience() : undefined;
-    return answers.serve({ key, viewer, viewerOf, context, fresh: () => pipeline.context(exchange), now }, served, compute);
+    return answers.serve(
+      { key, viewer, viewerOf, context, fresh: () => pipeline.context(exchange), now },
+      served,
+      compute,
+    );
   };
 }

@@ -24,16 +24,21 @@ export function parseGlobalId(id: string): { kind: NodeKind; key: string } | und
 }
 
 /** What `node` answers: an account's profile or the organization's details. */
-type NodeValue = { accountType: 'parent' | 'child'; userID: string } | { organizationName: string; credentials: { publicKey: string } };
+type NodeValue =
+  | { accountType: 'parent' | 'child'; userID: string }
+  | { organizationName: string; credentials: { publicKey: string } };
 
 export const Node = builder.interfaceRef<NodeValue>('Node').implement({
   description: 'An object with a globally unique id, fetched again by `node(id)` (Global Object Identification).',
-  resolveType: (value) => ('accountType' in value ? (value.accountType === 'parent' ? 'ParentAccount' : 'ChildAccount') : 'Organization'),
+  resolveType: (value) =>
+    'accountType' in value ? (value.accountType === 'parent' ? 'ParentAccount' : 'ChildAccount') : 'Organization',
   fields: (t) => ({
     id: t.id({
       description: 'A globally unique, opaque id.',
-      resolve: (value) => ('accountType' in value ? globalId('Account', value.userID) : globalId('Organization', value.credentials.publicKey)),
+      resolve: (value) =>
+        'accountType' in value
+          ? globalId('Account', value.userID)
+          : globalId('Organization', value.credentials.publicKey),
     }),
   }),
 });
-

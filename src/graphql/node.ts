@@ -24,4 +24,3 @@ builder.queryField('node', (t) =>
     },
   }),
 );
-

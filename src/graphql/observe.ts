@@ -61,7 +61,8 @@ export function useObserve(logger: Logger): Plugin {
     onParse({ context }) {
       return ({ result }) => {
         const observed = observedIn(context);
-        if (observed && result instanceof Error) observed.code = codeOf(result as GraphQLError) ?? 'GRAPHQL_PARSE_FAILED';
+        if (observed && result instanceof Error)
+          observed.code = codeOf(result as GraphQLError) ?? 'GRAPHQL_PARSE_FAILED';
       };
     },
     onValidate({ context }) {
@@ -86,7 +87,11 @@ export function useObserve(logger: Logger): Plugin {
  * What an execution's errors leave in the request's record and the log (before they are masked):
  * the first one's code, and each resolver error that is not one of the API's own.
  */
-export function observeErrors(logger: Logger, contextValue: unknown, errors: readonly GraphQLError[] | undefined): void {
+export function observeErrors(
+  logger: Logger,
+  contextValue: unknown,
+  errors: readonly GraphQLError[] | undefined,
+): void {
   if (!errors?.length) return;
   const observed = observedIn(contextValue);
   if (observed) observed.code ??= codeOf(errors[0]);
@@ -94,7 +99,12 @@ export function observeErrors(logger: Logger, contextValue: unknown, errors: rea
   for (const error of errors) {
     const original = innermostError(error);
     if (error.path === undefined || original instanceof ApiError) continue;
-    logger.error('unexpected error in a GraphQL resolver', { error: original, requestId, path: error.path.join('.'), code: toApiError(original).code });
+    logger.error('unexpected error in a GraphQL resolver', {
+      error: original,
+      requestId,
+      path: error.path.join('.'),
+      code: toApiError(original).code,
+    });
   }
 }
 
@@ -109,10 +119,19 @@ export function spanFailure(result: unknown): string | undefined {
  * The span of a document's operation (its type, name and root fields), under the active span;
  * undefined unless that one is sampled (nothing of the document is read then).
  */
-export function startDocumentSpan(document: DocumentNode, operationName: string | null | undefined, source: 'execution' | 'stream'): Span | undefined {
+export function startDocumentSpan(
+  document: DocumentNode,
+  operationName: string | null | undefined,
+  source: 'execution' | 'stream',
+): Span | undefined {
   if (!recording()) return undefined;
   const operation = getOperationAST(document, operationName);
-  return startOperationSpan(operation?.operation ?? 'query', operation?.name?.value ?? operationName, source, operationLabel(document, operationName));
+  return startOperationSpan(
+    operation?.operation ?? 'query',
+    operation?.name?.value ?? operationName,
+    source,
+    operationLabel(document, operationName),
+  );
 }
 
 /**

@@ -25,7 +25,8 @@ export function asClientsSendIt(text: string): string {
     visit(parse(text), {
       SelectionSet: {
         enter(node: SelectionSetNode, _key, parent) {
-          if (parent && !Array.isArray(parent) && (parent as { kind?: string }).kind === Kind.OPERATION_DEFINITION) return undefined;
+          if (parent && !Array.isArray(parent) && (parent as { kind?: string }).kind === Kind.OPERATION_DEFINITION)
+            return undefined;
           if (node.selections.some((s) => s.kind === Kind.FIELD && s.name.value.startsWith('__'))) return undefined;
           return { ...node, selections: [...node.selections, TYPENAME] };
         },
@@ -37,8 +38,7 @@ export function asClientsSendIt(text: string): string {
 const WRITTEN: readonly StoredOperation[] = [
   {
     name: 'Me',
-    description:
-      "The caller's own profile: a parent's carries the organization's credit and billing fields.",
+    description: "The caller's own profile: a parent's carries the organization's credit and billing fields.",
     document: `query Me {
   me {
     userID
@@ -63,8 +63,7 @@ const WRITTEN: readonly StoredOperation[] = [
   },
   {
     name: 'Organization',
-    description:
-      "The organization's details (a child gets its parent's). Each answer counts as a retrieval.",
+    description: "The organization's details (a child gets its parent's). Each answer counts as a retrieval.",
     document: `query Organization {
   organization {
     organizationName
@@ -146,7 +145,10 @@ const WRITTEN: readonly StoredOperation[] = [
 ];
 
 /** The stored operations, as clients send them (see `asClientsSendIt`). */
-export const STORED_OPERATIONS: readonly StoredOperation[] = WRITTEN.map((operation) => ({ ...operation, document: asClientsSendIt(operation.document) }));
+export const STORED_OPERATIONS: readonly StoredOperation[] = WRITTEN.map((operation) => ({
+  ...operation,
+  document: asClientsSendIt(operation.document),
+}));
 
 /** Whether a stored operation is a subscription (answered as an event stream only). */
 
@@ -156,7 +158,9 @@ export function operationId(document: string): string {
 }
 
 /** Stored documents by id. */
-export const PERSISTED_OPERATIONS: ReadonlyMap<string, string> = new Map(STORED_OPERATIONS.map((o) => [operationId(o.document), o.document]));
+export const PERSISTED_OPERATIONS: ReadonlyMap<string, string> = new Map(
+  STORED_OPERATIONS.map((o) => [operationId(o.document), o.document]),
+);
 
 /** What `persisted-operations.json` holds: each operation's name, id and document, for clients. */
 export function persistedOperationsManifest(): { name: string; id: string; document: string }[] {

@@ -7,20 +7,18 @@ import { ProviderASsoConfig } from './account.js';
 import { builder, viewerOf } from './builder.js';
 import { Node } from './node-interface.js';
 
-const OrganizationAuthUrls = builder
-  .objectRef<OrganizationDetails['authUrls']>('OrganizationAuthUrls')
-  .implement({
-    description: "Absolute URLs of the organization's authentication pages.",
-    fields: (t) => ({
-      signin: t.exposeString('signin', { description: 'The sign-in page.' }),
-      signup: t.exposeString('signup', { description: 'The sign-up page.' }),
-      verify: t.exposeString('verify', { description: 'The email verification page.' }),
-      reset: t.exposeString('reset', { description: 'The password reset page.' }),
-      update: t.exposeString('update', { description: 'The password update page.' }),
-      resend: t.exposeString('resend', { description: 'The page that resends the verification email.' }),
-      successful: t.exposeString('successful', { description: 'The page shown after a successful sign-in.' }),
-    }),
-  });
+const OrganizationAuthUrls = builder.objectRef<OrganizationDetails['authUrls']>('OrganizationAuthUrls').implement({
+  description: "Absolute URLs of the organization's authentication pages.",
+  fields: (t) => ({
+    signin: t.exposeString('signin', { description: 'The sign-in page.' }),
+    signup: t.exposeString('signup', { description: 'The sign-up page.' }),
+    verify: t.exposeString('verify', { description: 'The email verification page.' }),
+    reset: t.exposeString('reset', { description: 'The password reset page.' }),
+    update: t.exposeString('update', { description: 'The password update page.' }),
+    resend: t.exposeString('resend', { description: 'The page that resends the verification email.' }),
+    successful: t.exposeString('successful', { description: 'The page shown after a successful sign-in.' }),
+  }),
+});
 
 const Credentials = builder.objectRef<OrganizationDetails['credentials']>('Credentials').implement({
   description: "The organization's API credentials.",
@@ -46,10 +44,22 @@ export const Organization = builder.objectRef<OrganizationDetails>('Organization
   fields: (t) => ({
     organizationName: t.exposeString('organizationName', { description: 'The organization display name.' }),
     organizationUrl: t.exposeString('organizationUrl', { description: 'Base URL of the organization.' }),
-    authUrls: t.field({ type: OrganizationAuthUrls, description: 'URLs of the authentication pages.', resolve: (o) => o.authUrls }),
-    domainRestrictionEnabled: t.exposeBoolean('domainRestrictionEnabled', { description: "Whether the sign-in widget is restricted to the organization's domain (default true)." }),
-    emailVerificationRequired: t.exposeBoolean('emailVerificationRequired', { description: 'Whether email verification is required (default false).' }),
-    providerASsoConfig: t.field({ type: ProviderASsoConfig, description: 'The providerA SSO configuration.', resolve: (o) => o.providerASsoConfig }),
+    authUrls: t.field({
+      type: OrganizationAuthUrls,
+      description: 'URLs of the authentication pages.',
+      resolve: (o) => o.authUrls,
+    }),
+    domainRestrictionEnabled: t.exposeBoolean('domainRestrictionEnabled', {
+      description: "Whether the sign-in widget is restricted to the organization's domain (default true).",
+    }),
+    emailVerificationRequired: t.exposeBoolean('emailVerificationRequired', {
+      description: 'Whether email verification is required (default false).',
+    }),
+    providerASsoConfig: t.field({
+      type: ProviderASsoConfig,
+      description: 'The providerA SSO configuration.',
+      resolve: (o) => o.providerASsoConfig,
+    }),
     credentials: t.field({ type: Credentials, description: 'The API credentials.', resolve: (o) => o.credentials }),
   }),
 });

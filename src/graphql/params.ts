@@ -8,7 +8,8 @@ import type { GraphQLParams } from './persisted.js';
 
 const MEMBERS = new Set(['query', 'variables', 'operationName', 'extensions']);
 
-const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /** The members of a request body or query string when they are well formed, else undefined. */
 export function wellFormed(candidate: unknown): GraphQLParams | undefined {

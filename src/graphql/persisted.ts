@@ -3,7 +3,10 @@ import { LRUCache } from 'lru-cache';
 import type { RequestRecord } from '../context.js';
 import { operationId, PERSISTED_OPERATIONS } from './operations.js';
 
-/** Documents registered by Automatic Persisted Queries: at most this many bytes in all, each at most MAX_DOCUMENT_BYTES. */
+/**
+ * Documents registered by Automatic Persisted Queries: at most this many bytes in all, each at most
+ * MAX_DOCUMENT_BYTES.
+ */
 const REGISTERED_BYTES = 4 * 1024 * 1024;
 const MAX_DOCUMENT_BYTES = 64 * 1024;
 
@@ -98,8 +101,15 @@ function refusal(code: string, message: string): GraphQLError {
 
 /** The APQ id: `extensions.persistedQuery.sha256Hash` of version 1. */
 function persistedId(params: GraphQLParams): string | undefined {
-  const persisted = params.extensions?.['persistedQuery'] as { version?: unknown; sha256Hash?: unknown } | null | undefined;
-  if (persisted == null || typeof persisted !== 'object' || persisted.version !== 1 || typeof persisted.sha256Hash !== 'string') return undefined;
+  const persisted = params.extensions?.['persistedQuery'] as
+    { version?: unknown; sha256Hash?: unknown } | null | undefined;
+  if (
+    persisted == null ||
+    typeof persisted !== 'object' ||
+    persisted.version !== 1 ||
+    typeof persisted.sha256Hash !== 'string'
+  )
+    return undefined;
   return persisted.sha256Hash;
 }
 
@@ -108,7 +118,11 @@ function persistedId(params: GraphQLParams): string | undefined {
  * document; with GRAPHQL_PERSISTED_ONLY every document sent as text is refused, even one equal to
  * a stored one. Refusals are 400 with their code, recorded on the request's record.
  */
-export function resolvePersistedOperation(params: GraphQLParams, rule: PersistedRule, record: RequestRecord): GraphQLParams {
+export function resolvePersistedOperation(
+  params: GraphQLParams,
+  rule: PersistedRule,
+  record: RequestRecord,
+): GraphQLParams {
   const { persistedOnly } = rule;
   const refuse = (code: string, message: string) => {
     record.code = code;
@@ -116,12 +130,18 @@ export function resolvePersistedOperation(params: GraphQLParams, rule: Persisted
   };
   if (params.query) {
     if (persistedOnly) {
-      throw refuse('PERSISTED_QUERY_ONLY', 'This server runs stored operations only: send extensions.persistedQuery.sha256Hash instead of a query.');
+      throw refuse(
+        'PERSISTED_QUERY_ONLY',
+        'This server runs stored operations only: send extensions.persistedQuery.sha256Hash instead of a query.',
+      );
     }
     const sent = persistedId(params);
     if (sent !== undefined) {
       if (!/^[0-9a-f]{64}$/.test(sent) || operationId(params.query) !== sent) {
-        throw refuse('PERSISTED_QUERY_HASH_MISMATCH', 'extensions.persistedQuery.sha256Hash is not the hex SHA-256 of the query sent.');
+        throw refuse(
+          'PERSISTED_QUERY_HASH_MISMATCH',
+          'extensions.persistedQuery.sha256Hash is not the hex SHA-256 of the query sent.',
+        );
       }
       // Registered once the request is answered, if its caller verified (RegisteredOperations.settle).
       if (!PERSISTED_OPERATIONS.has(sent)) record.registration = { id: sent, document: params.query };
@@ -129,9 +149,19 @@ export function resolvePersistedOperation(params: GraphQLParams, rule: Persisted
     return params;
   }
   const id = persistedId(params);
-  if (id === undefined) throw refuse('BAD_REQUEST', 'Send a query, or a stored operation id in extensions.persistedQuery.sha256Hash.');
+  if (id === undefined)
+    throw refuse('BAD_REQUEST', 'Send a query, or a stored operation id in extensions.persistedQuery.sha256Hash.');
   const document = PERSISTED_OPERATIONS.get(id) ?? (persistedOnly ? undefined : rule.registered.get(id));
-  if (document === undefined) throw refuse('PERSISTED_QUERY_NOT_FOUND', 'No stored operation has this id (extensions.persistedQuery.sha256Hash).');
+  if (document === undefined)
+    throw refuse(
+      'PERSISTED_QUERY_NOT_FOUND',
+      'No stored operation has this id (extensions.persistedQuery.sha256Hash).',
+    );
   record.persisted = true;
-  return { query: document, operationName: params.operationName, variables: params.variables, extensions: params.extensions };
+  return {
+    query: document,
+    operationName: params.operationName,
+    variables: params.variables,
+    extensions: params.extensions,
+  };
 }

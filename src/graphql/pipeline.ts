@@ -9,7 +9,15 @@ import {
   type ExecutionResult,
 } from 'graphql';
 import { getVariableValues } from 'graphql/execution/values.js';
-import { envelop, useEngine, useExtendContext, useMaskedErrors, useSchema, type GetEnvelopedFn, type Plugin } from '@envelop/core';
+import {
+  envelop,
+  useEngine,
+  useExtendContext,
+  useMaskedErrors,
+  useSchema,
+  type GetEnvelopedFn,
+  type Plugin,
+} from '@envelop/core';
 import { useParserCache } from '@envelop/parser-cache';
 import { useValidationCache } from '@envelop/validation-cache';
 import { normalizedExecutor } from '@graphql-tools/executor';
@@ -144,7 +152,8 @@ function useNoIntrospection(): Plugin {
   };
 }
 
-const graphQLShaped = (value: unknown): value is GraphQLError => value instanceof Error && 'extensions' in value && typeof value.extensions === 'object';
+const graphQLShaped = (value: unknown): value is GraphQLError =>
+  value instanceof Error && 'extensions' in value && typeof value.extensions === 'object';
 
 /**
  * The one error mask. Expected errors reach the client with their contract code; the request's
@@ -162,7 +171,12 @@ export function createErrorMask(): (error: unknown) => GraphQLError {
     if (typeof error === 'object' && error !== null && masked.has(error)) return error as GraphQLError;
     const original = innermostError(error);
     const located = error as Partial<Pick<GraphQLError, 'nodes' | 'locations' | 'path' | 'extensions'>>;
-    if (!(original instanceof ApiError) && located.path === undefined && graphQLShaped(error) && graphQLShaped(original)) {
+    if (
+      !(original instanceof ApiError) &&
+      located.path === undefined &&
+      graphQLShaped(error) &&
+      graphQLShaped(original)
+    ) {
       // Only the code (and the status hint, which is never sent) reach the client: parsers attach
       // the thrown error's name and message, which are not for clients. Such an error is answered
       // with its own status even to application/json clients; without the attachment, the hint
@@ -178,17 +192,22 @@ export function createErrorMask(): (error: unknown) => GraphQLError {
           nodes: error.nodes,
           source: error.source,
           positions: error.positions,
-          extensions: { code: typeof code === 'string' ? code : 'GRAPHQL_VALIDATION_FAILED', ...(http === undefined ? {} : { http }) },
+          extensions: {
+            code: typeof code === 'string' ? code : 'GRAPHQL_VALIDATION_FAILED',
+            ...(http === undefined ? {} : { http }),
+          },
         }),
       );
     }
     // Resolver errors that are not the API's own were logged, with the request id, by useObserve.
     const apiError = original instanceof ApiError ? original : toApiError(original);
     const { retryAfterSeconds } = apiError;
-    const extensions = retryAfterSeconds === undefined ? { code: apiError.code } : { code: apiError.code, retryAfterSeconds };
+    const extensions =
+      retryAfterSeconds === undefined ? { code: apiError.code } : { code: apiError.code, retryAfterSeconds };
     const answer = new GraphQLError(apiError.message, { nodes: located.nodes, path: located.path, extensions });
     // A compiled execution's errors carry their locations without the nodes they came from.
-    if (answer.locations === undefined && located.locations?.length) (answer as { locations?: GraphQLError['locations'] }).locations = located.locations;
+    if (answer.locations === undefined && located.locations?.length)
+      (answer as { locations?: GraphQLError['locations'] }).locations = located.locations;
     return mark(answer);
   };
 }
@@ -208,7 +227,10 @@ export type GraphQLPipeline = {
    * execution counted, errors masked. Undefined when the variables do not fit the operation
    * (the whole pipeline answers those, in the reference executor's words).
    */
-  runPlanned: (plan: PlannedQuery, initial: GraphQLInitialContext & { params: GraphQLParams }) => Promise<ExecutionResult> | undefined;
+  runPlanned: (
+    plan: PlannedQuery,
+    initial: GraphQLInitialContext & { params: GraphQLParams },
+  ) => Promise<ExecutionResult> | undefined;
   /**
    * What the execute phase's hooks do once a result is known, for an execution made outside them
    * (a planned query, a subscription's push on the lean event stream): the request's caches
@@ -236,14 +258,29 @@ export type GraphQLPipeline = {
 const validateOnce: typeof validate = (schema, document, rules, options, typeInfo) =>
   validate(schema, document, rules && [...new Set(rules)], options, typeInfo);
 
-export function createGraphQLPipeline(deps: AppDependencies, logger: Logger, options: { compileAfter?: number } = {}): GraphQLPipeline {
+export function createGraphQLPipeline(
+  deps: AppDependencies,
+  logger: Logger,
+  options: { compileAfter?: number } = {},
+): GraphQLPipeline {
   const maskError = createErrorMask();
   const executions: ExecutionCounts = { compiled: 0, reference: 0, compileFailures: 0 };
-  const compiledExecution = useCompiledExecution({ compileAfter: options.compileAfter ?? COMPILE_AFTER_EXECUTIONS, logger, counts: executions });
-  const contextOf = ({ exchange, prepared }: GraphQLInitialContext): RequestContext => prepared ?? createRequestContext(deps, exchange);
+  const compiledExecution = useCompiledExecution({
+    compileAfter: options.compileAfter ?? COMPILE_AFTER_EXECUTIONS,
+    logger,
+    counts: executions,
+  });
+  const contextOf = ({ exchange, prepared }: GraphQLInitialContext): RequestContext =>
+    prepared ?? createRequestContext(deps, exchange);
   const documents = new DocumentCache();
   const plugins: Plugin<any>[] = [
-    useEngine({ parse, validate: validateOnce, specifiedRules, execute: normalizedExecutor, subscribe: normalizedExecutor }),
+    useEngine({
+      parse,
+      validate: validateOnce,
+      specifiedRules,
+      execute: normalizedExecutor,
+      subscribe: normalizedExecutor,
+    }),
     useSchema(schema),
     // Refused before any resolver runs; the messages do not reveal the limits.
     EnvelopArmorPlugin({
@@ -272,12 +309,21 @@ export function createGraphQLPipeline(deps: AppDependencies, logger: Logger, opt
     const query = compiledExecution.compiledQuery(document, operationName);
     const operation = query && getOperationAST(document, operationName);
     if (!query || operation?.operation !== 'query') return undefined;
-    return { label: operationLabel(document, operationName), name: operation.name?.value, variables: operation.variableDefinitions ?? [], query };
+    return {
+      label: operationLabel(document, operationName),
+      name: operation.name?.value,
+      variables: operation.variableDefinitions ?? [],
+      query,
+    };
   }
 
-  function runPlanned(planned: PlannedQuery, initial: GraphQLInitialContext & { params: GraphQLParams }): Promise<ExecutionResult> | undefined {
+  function runPlanned(
+    planned: PlannedQuery,
+    initial: GraphQLInitialContext & { params: GraphQLParams },
+  ): Promise<ExecutionResult> | undefined {
     const variables = initial.params.variables ?? {};
-    if (planned.variables.length > 0 && getVariableValues(schema, planned.variables, variables).errors !== undefined) return undefined;
+    if (planned.variables.length > 0 && getVariableValues(schema, planned.variables, variables).errors !== undefined)
+      return undefined;
     // The context as envelop builds it: the initial one, extended with the request's.
     const contextValue = Object.assign(initial, contextOf(initial));
     const observed = observedIn(contextValue);

@@ -25,7 +25,11 @@ export function printedSchema(): string {
 export function possibleTypes(): Record<string, string[]> {
   const map: Record<string, string[]> = {};
   for (const type of Object.values(schema.getTypeMap()).sort((a, b) => a.name.localeCompare(b.name))) {
-    if (isAbstractType(type) && !type.name.startsWith('__')) map[type.name] = schema.getPossibleTypes(type).map((t) => t.name).sort();
+    if (isAbstractType(type) && !type.name.startsWith('__'))
+      map[type.name] = schema
+        .getPossibleTypes(type)
+        .map((t) => t.name)
+        .sort();
   }
   return map;
 }

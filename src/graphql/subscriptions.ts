@@ -34,7 +34,14 @@ function expiryOf(context: RequestContext): number {
  * an API error said once. What it keeps while it waits is the renewal (the credentials, not the
  * request's context) and a digest of the last answer.
  */
-function follow<T>(context: RequestContext, organizationId: string, kind: string, concerns: Concerns, read: (fresh: RequestContext) => Promise<T>, key: (value: T) => string) {
+function follow<T>(
+  context: RequestContext,
+  organizationId: string,
+  kind: string,
+  concerns: Concerns,
+  read: (fresh: RequestContext) => Promise<T>,
+  key: (value: T) => string,
+) {
   const live = context.live;
   if (!live) throw new ServiceUnavailableError('Live updates are not available on this server.');
   const expiresAt = expiryOf(context);
@@ -68,7 +75,8 @@ const unwrap = <T>(payload: T | ApiError): T => {
 };
 
 /** What alters a credit analysis: the balance, purchases, usage, and children added or removed. */
-const creditConcerns: Concerns = (change, organizationId) => change.entity !== 'account' || change.stable || change.id === organizationId;
+const creditConcerns: Concerns = (change, organizationId) =>
+  change.entity !== 'account' || change.stable || change.id === organizationId;
 
 /**
  * What alters organization details: the organization's settings, or its parent's identity. Not
@@ -78,7 +86,10 @@ const creditConcerns: Concerns = (change, organizationId) => change.entity !== '
 const organizationConcerns: Concerns = (change, organizationId) =>
   change.stable && (change.entity === 'organization' || (change.entity === 'account' && change.id === organizationId));
 
-builder.subscriptionType({ description: 'Live updates over Server-Sent Events (GraphQL over SSE): an answer at once, then one after each change that alters it.' });
+builder.subscriptionType({
+  description:
+    'Live updates over Server-Sent Events (GraphQL over SSE): an answer at once, then one after each change that alters it.',
+});
 
 builder.subscriptionField('creditAnalysisChanged', (t) =>
   t.field({

@@ -17,7 +17,9 @@ import type { GraphQLInitialContext, GraphQLPipeline } from './pipeline.js';
 function usePersistedOperations(rule: PersistedRule): Plugin<GraphQLInitialContext> {
   return {
     onParams({ params, setParams, context }) {
-      setParams(resolvePersistedOperation(params, rule, (context as GraphQLInitialContext).exchange.record) as typeof params);
+      setParams(
+        resolvePersistedOperation(params, rule, (context as GraphQLInitialContext).exchange.record) as typeof params,
+      );
     },
   };
 }
@@ -27,7 +29,16 @@ function usePersistedOperations(rule: PersistedRule): Plugin<GraphQLInitialConte
  * edge writes the answer whole, with its own Content-Length, and owns the connection. Yoga marks
  * event streams `Content-Encoding: none`, which is no encoding at all.
  */
-const CONNECTION_HEADERS = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'proxy-connection', 'upgrade', 'te', 'trailer']);
+const CONNECTION_HEADERS = new Set([
+  'connection',
+  'keep-alive',
+  'transfer-encoding',
+  'content-length',
+  'proxy-connection',
+  'upgrade',
+  'te',
+  'trailer',
+]);
 
 /** HTML pages at least this large are sent gzipped to clients that accept it (GraphiQL: megabytes). */
 const COMPRESS_HTML_FROM_BYTES = 64 * 1024;
@@ -50,7 +61,8 @@ function parsedBody(contentType: string | undefined, body: Buffer): string | Rec
   } catch {
     return text;
   }
-  const members = parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed) && Object.keys(parsed).length > 0;
+  const members =
+    parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed) && Object.keys(parsed).length > 0;
   return members ? (parsed as Record<string, unknown>) : text;
 }
 
@@ -67,7 +79,11 @@ function parseAnswer(payload: Buffer): JsonAnswer | undefined {
 
 export type YogaDoor = ReturnType<typeof createYogaDoor>;
 
-export function createYogaDoor(pipeline: GraphQLPipeline, config: Config, options: { graphiqlHeaders?: string; persisted: PersistedRule }) {
+export function createYogaDoor(
+  pipeline: GraphQLPipeline,
+  config: Config,
+  options: { graphiqlHeaders?: string; persisted: PersistedRule },
+) {
   let graphiqlPage: Promise<string> | undefined;
   /** The one large page this endpoint serves (GraphiQL, rendered once), gzipped once. */
   let compressedPage: CompressedPayload | undefined;
@@ -84,7 +100,9 @@ export function createYogaDoor(pipeline: GraphQLPipeline, config: Config, option
     // GraphiQL's page and assets from the npm package, not from a CDN: it works offline. Loaded
     // on first use: the bundle is tens of megabytes in memory, and production serves no GraphiQL.
     renderGraphiQL: (graphiqlOptions) =>
-      (graphiqlPage ??= import('@graphql-yoga/render-graphiql').then((module) => module.renderGraphiQL(graphiqlOptions))),
+      (graphiqlPage ??= import('@graphql-yoga/render-graphiql').then((module) =>
+        module.renderGraphiQL(graphiqlOptions),
+      )),
     landingPage: false,
     batching: false,
     // The pipeline's own caches serve both doors.
@@ -105,17 +123,29 @@ export function createYogaDoor(pipeline: GraphQLPipeline, config: Config, option
     // The body already read goes with the request, as body-parsing frameworks hand it to the
     // adapter (an empty one: the request itself, whose stream has ended).
     const nodeRequest = body?.length
-      ? { method: request.method, url: request.url, headers: request.headers, socket: request.socket, body: parsedBody(exchange.header('content-type'), body) }
+      ? {
+          method: request.method,
+          url: request.url,
+          headers: request.headers,
+          socket: request.socket,
+          body: parsedBody(exchange.header('content-type'), body),
+        }
       : request;
     const answer = await yoga.handleNodeRequestAndResponse(nodeRequest, exchange.response, { exchange });
     const contentType = answer.headers.get('content-type') ?? undefined;
     answer.headers.forEach((value, name) => {
       const lower = name.toLowerCase();
-      if (lower === 'content-type' || CONNECTION_HEADERS.has(lower) || (lower === 'content-encoding' && /^\s*(none|identity)\s*$/i.test(value))) return;
+      if (
+        lower === 'content-type' ||
+        CONNECTION_HEADERS.has(lower) ||
+        (lower === 'content-encoding' && /^\s*(none|identity)\s*$/i.test(value))
+      )
+        return;
       exchange.addHeader(name, value);
     });
     // A subscription's event stream: written as it comes, as fast as the client reads.
-    if (answer.body && /^\s*text\/event-stream/i.test(contentType ?? '')) return streamEvents(exchange, answer.status, contentType!, answer.body);
+    if (answer.body && /^\s*text\/event-stream/i.test(contentType ?? ''))
+      return streamEvents(exchange, answer.status, contentType!, answer.body);
     const payload: Buffer = Buffer.from(await answer.arrayBuffer());
     const page = /^\s*text\/html/i.test(contentType ?? '');
     const json = /json/i.test(contentType ?? '');
@@ -149,7 +179,12 @@ export function createYogaDoor(pipeline: GraphQLPipeline, config: Config, option
    * live/live-updates.ts) and is cut off after LIVE_STALL_MS. The client leaving cancels the stream, which ends
    * the subscription at once.
    */
-  async function streamEvents(exchange: Exchange, status: number, contentType: string, body: ReadableStream<Uint8Array>): Promise<void> {
+  async function streamEvents(
+    exchange: Exchange,
+    status: number,
+    contentType: string,
+    body: ReadableStream<Uint8Array>,
+  ): Promise<void> {
     const { response } = exchange;
     exchange.startStream(status, contentType, {});
     const reader = body.getReader();

@@ -83,7 +83,26 @@ const REFUSED = {
  * process's objects built (`dependencies.ts`), and closes them in the order stated there.
  */
 export function createApp(built: Dependencies): App {
-  const { config, database, logger, metrics, feed, replicas, deps, answers, pipeline, persisted, yoga, streams, lean, limiter, pressure, readiness, exports, clock } = built;
+  const {
+    config,
+    database,
+    logger,
+    metrics,
+    feed,
+    replicas,
+    deps,
+    answers,
+    pipeline,
+    persisted,
+    yoga,
+    streams,
+    lean,
+    limiter,
+    pressure,
+    readiness,
+    exports,
+    clock,
+  } = built;
   let draining = false;
   let inFlight = 0;
   metrics.watch({
@@ -131,16 +150,33 @@ export function createApp(built: Dependencies): App {
     limited: true,
     shed: true,
     handle: (exchange) =>
-      answerRest(exchange, operation, () => createRequestContext(deps, exchange), { maxQueryParameters: limits.maxQueryParameters, logger, answers, now: clock, ...shared }),
+      answerRest(exchange, operation, () => createRequestContext(deps, exchange), {
+        maxQueryParameters: limits.maxQueryParameters,
+        logger,
+        answers,
+        now: clock,
+        ...shared,
+      }),
   });
-  const probe = (path: string, handle: Route['handle']): Route => ({ path, label: path, methods: READ_ONLY, protocol: 'rest', limited: false, shed: false, handle });
+  const probe = (path: string, handle: Route['handle']): Route => ({
+    path,
+    label: path,
+    methods: READ_ONLY,
+    protocol: 'rest',
+    limited: false,
+    shed: false,
+    handle,
+  });
 
   async function serveGraphQL(exchange: Exchange): Promise<void> {
     const method = exchange.request.method;
     // GET carries the operation in the query string: the same bound as a POSTed body.
-    if (exchange.query.length > limits.maxBodyBytes) throw new PayloadTooLargeError('The GraphQL request in the query string is too large.');
-    const body = method === 'GET' || method === 'HEAD' ? undefined : await readBody(exchange.request, limits.maxBodyBytes);
-    if (!(lean && (method === 'GET' || method === 'POST') && (await lean(exchange, body)))) await yoga.serve(exchange, body);
+    if (exchange.query.length > limits.maxBodyBytes)
+      throw new PayloadTooLargeError('The GraphQL request in the query string is too large.');
+    const body =
+      method === 'GET' || method === 'HEAD' ? undefined : await readBody(exchange.request, limits.maxBodyBytes);
+    if (!(lean && (method === 'GET' || method === 'POST') && (await lean(exchange, body))))
+      await yoga.serve(exchange, body);
     persisted.registered.settle(exchange.record);
   }
 
@@ -163,7 +199,15 @@ export function createApp(built: Dependencies): App {
       handle: (exchange) => exports.handle(exchange, createRequestContext(deps, exchange)),
     },
     // Every method reaches GraphQL: the doors answer the ones they do not take (405).
-    { path: '/graphql', label: '/graphql', methods: 'GET, POST', protocol: 'graphql', limited: true, shed: true, handle: serveGraphQL },
+    {
+      path: '/graphql',
+      label: '/graphql',
+      methods: 'GET, POST',
+      protocol: 'graphql',
+      limited: true,
+      shed: true,
+      handle: serveGraphQL,
+    },
     // Liveness: the process answers; nothing else is touched.
     probe('/healthz', (exchange) => exchange.sendJson(200, { status: 'ok' })),
     probe('/readyz', async (exchange) => {
@@ -176,8 +220,14 @@ export function createApp(built: Dependencies): App {
     // The original health check: readiness, with the database mode, the cache's state and where its changes come from.
     probe('/health', async (exchange) => {
       const state = await readiness.state();
-      if (!state.ready) return sendRestError(exchange, new ServiceUnavailableError(`The service is not ready: ${state.reason}.`));
-      return exchange.sendJson(200, { status: 'ok', database: database.kind, cache: feed.live ? 'live' : 'bypassed', changes: feed.source });
+      if (!state.ready)
+        return sendRestError(exchange, new ServiceUnavailableError(`The service is not ready: ${state.reason}.`));
+      return exchange.sendJson(200, {
+        status: 'ok',
+        database: database.kind,
+        cache: feed.live ? 'live' : 'bypassed',
+        changes: feed.source,
+      });
     }),
     // Rate limited like the API: a scraper asks every few seconds. METRICS_PORT moves it off the API's port.
     ...(config.metricsPort === undefined
@@ -189,14 +239,21 @@ export function createApp(built: Dependencies): App {
             protocol: 'rest',
             limited: true,
             shed: false,
-            handle: async (exchange: Exchange) => exchange.send(200, metrics.registry.contentType, await metrics.registry.metrics()),
+            handle: async (exchange: Exchange) =>
+              exchange.send(200, metrics.registry.contentType, await metrics.registry.metrics()),
           } satisfies Route,
         ]
       : []),
     // The REST description and its reference page; the page's scripts and styles count as the page.
-    ...DOCS_PATHS.map(
-      (path): Route => ({ path, label: path === OPENAPI_PATH ? OPENAPI_PATH : '/docs', methods: READ_ONLY, protocol: 'rest', limited: true, shed: true, handle: serveDocs }),
-    ),
+    ...DOCS_PATHS.map((path): Route => ({
+      path,
+      label: path === OPENAPI_PATH ? OPENAPI_PATH : '/docs',
+      methods: READ_ONLY,
+      protocol: 'rest',
+      limited: true,
+      shed: true,
+      handle: serveDocs,
+    })),
   ];
   const byPath = new Map(routes.map((route) => [route.path, route]));
 
@@ -233,8 +290,18 @@ export function createApp(built: Dependencies): App {
     if (route.shed) {
       const clients = limiter.clients(request);
       const refusal = pressure.refusesRequest(clients);
-      if (refusal === 'client') return refuse(exchange, route, new RateLimitedError(1, 'Too many requests of this client are in progress; try again in 1 s.'));
-      if (refusal) return refuse(exchange, route, new ServiceUnavailableError(REFUSED[refusal].message, REFUSED[refusal].retryAfter));
+      if (refusal === 'client')
+        return refuse(
+          exchange,
+          route,
+          new RateLimitedError(1, 'Too many requests of this client are in progress; try again in 1 s.'),
+        );
+      if (refusal)
+        return refuse(
+          exchange,
+          route,
+          new ServiceUnavailableError(REFUSED[refusal].message, REFUSED[refusal].retryAfter),
+        );
       exchange.countsAsInProgress(() => pressure.finished(clients));
     }
     await route.handle(exchange);
@@ -278,7 +345,9 @@ export function createApp(built: Dependencies): App {
         const method = methodLabel(request.method);
         const { code = '', operation, organizationId } = exchange.record;
         // Credentials that were sent but never verified (the request was refused first) are not anonymous.
-        const caller = exchange.record.caller ?? (exchange.credentials.authorization || exchange.credentials.publicKey ? 'unverified' : 'anonymous');
+        const caller =
+          exchange.record.caller ??
+          (exchange.credentials.authorization || exchange.credentials.publicKey ? 'unverified' : 'anonymous');
         metrics.request({ route: label, method, status: response.statusCode, code, seconds, operation });
         // Read before the span ends (an ended span no longer records).
         const joined = span && traceFields(span);
@@ -303,7 +372,8 @@ export function createApp(built: Dependencies): App {
         }
         // The same mapping as the routes: expected errors as they are, outages 503, the rest 500.
         const apiError = toApiError(error);
-        if (!(error instanceof ApiError)) logger.error('unexpected error while handling a request', { error, requestId: exchange.requestId });
+        if (!(error instanceof ApiError))
+          logger.error('unexpected error while handling a request', { error, requestId: exchange.requestId });
         if (response.headersSent) return response.destroy();
         // An unread body (413) is not drained; the connection closes after the answer.
         if (apiError instanceof PayloadTooLargeError) response.setHeader('Connection', 'close');

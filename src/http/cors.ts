@@ -18,9 +18,17 @@ const ALLOWED_REQUEST_HEADERS = [
 ].join(', ');
 
 /** What scripts may read of an answer. */
-const EXPOSED_HEADERS = ['X-Request-Id', 'ETag', 'WWW-Authenticate', 'Allow', 'Retry-After', 'RateLimit-Limit', 'RateLimit-Remaining', 'RateLimit-Reset', 'RateLimit-Policy'].join(
-  ', ',
-);
+const EXPOSED_HEADERS = [
+  'X-Request-Id',
+  'ETag',
+  'WWW-Authenticate',
+  'Allow',
+  'Retry-After',
+  'RateLimit-Limit',
+  'RateLimit-Remaining',
+  'RateLimit-Reset',
+  'RateLimit-Policy',
+].join(', ');
 
 /** How long a browser may reuse a preflight's answer (Chromium caps it at two hours). */
 const MAX_AGE_SECONDS = '7200';
@@ -36,7 +44,8 @@ export function createCorsPolicy(origins: '*' | readonly string[]): CorsPolicy {
   const listed = origins === '*' ? undefined : new Set(origins);
   // With a list, the answer depends on Origin: caches must keep one copy per origin.
   const vary: [string, string][] = listed ? [['Vary', 'Origin']] : [];
-  const allowed = (origin: string | undefined): origin is string => origin !== undefined && (listed === undefined || listed.has(origin));
+  const allowed = (origin: string | undefined): origin is string =>
+    origin !== undefined && (listed === undefined || listed.has(origin));
   const allowOrigin = (origin: string): [string, string] => ['Access-Control-Allow-Origin', listed ? origin : '*'];
   return {
     answer(origin) {

@@ -44,7 +44,10 @@ export class Exchange {
   readonly credentials: Credentials;
   readonly record: RequestRecord = {};
   private readonly extra = new Map<string, [string, string]>();
-  /** Set while the request counts as in progress against the memory budget: called once, when it ends or becomes a stream. */
+  /**
+   * Set while the request counts as in progress against the memory budget: called once, when it ends or
+   * becomes a stream.
+   */
   private inProgress: (() => void) | undefined;
 
   constructor(
@@ -57,7 +60,11 @@ export class Exchange {
     this.path = at === -1 ? url : url.slice(0, at);
     this.query = at === -1 ? '' : url.slice(at + 1);
     const authorization = firstValue(request.headers.authorization);
-    this.credentials = { authorization, publicKey: firstValue(request.headers['x-public-key']), memo: authorization === undefined ? undefined : tokenMemoOf(request.socket) };
+    this.credentials = {
+      authorization,
+      publicKey: firstValue(request.headers['x-public-key']),
+      memo: authorization === undefined ? undefined : tokenMemoOf(request.socket),
+    };
   }
 
   /** The request counts as in progress until it ends or becomes a stream; `finished` is then called once. */
@@ -98,7 +105,12 @@ export class Exchange {
    * `Cache-Control: no-store` where asked (authenticated answers), and an exact Content-Length.
    * HEAD gets the headers of GET and no body (Node leaves it out).
    */
-  send(status: number, contentType: string | undefined, payload: string | Buffer, options: { noStore?: boolean } = {}): void {
+  send(
+    status: number,
+    contentType: string | undefined,
+    payload: string | Buffer,
+    options: { noStore?: boolean } = {},
+  ): void {
     this.write(status, contentType, payload, options.noStore === true, this.carriesSecret(payload));
   }
 
@@ -108,7 +120,14 @@ export class Exchange {
    * `Vary` as if added to the exchange's headers (those replace, `Vary` adds up), written here
    * without going through the exchange's map on every answer.
    */
-  private write(status: number, contentType: string | undefined, payload: string | Buffer, noStore: boolean, secret: boolean, tag?: string): void {
+  private write(
+    status: number,
+    contentType: string | undefined,
+    payload: string | Buffer,
+    noStore: boolean,
+    secret: boolean,
+    tag?: string,
+  ): void {
     // One flat list handed to writeHead: Node frames it directly, without its per-header map
     // (a header set earlier, such as `Connection: close` while draining, still merges).
     const head: string[] = [];
@@ -171,7 +190,13 @@ export class Exchange {
    * A fixed payload (a page, a script), gzipped (once, by the payload) for a client that accepts it
    * when it is at least `fromBytes` long; such an answer varies by `Accept-Encoding`.
    */
-  async sendCompressible(status: number, contentType: string, payload: CompressedPayload, fromBytes: number, options: { noStore?: boolean } = {}): Promise<void> {
+  async sendCompressible(
+    status: number,
+    contentType: string,
+    payload: CompressedPayload,
+    fromBytes: number,
+    options: { noStore?: boolean } = {},
+  ): Promise<void> {
     if (payload.raw.length < fromBytes) return this.send(status, contentType, payload.raw, options);
     this.addHeader('Vary', 'Accept-Encoding');
     if (!acceptsGzip(this.header('accept-encoding'))) return this.send(status, contentType, payload.raw, options);

@@ -2,7 +2,13 @@ import type { IncomingMessage } from 'node:http';
 import proxyAddr from 'proxy-addr';
 import { Redis } from 'ioredis';
 import { LRUCache } from 'lru-cache';
-import { RateLimiterMemory, RateLimiterPostgres, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import {
+  RateLimiterMemory,
+  RateLimiterPostgres,
+  RateLimiterRedis,
+  RateLimiterRes,
+  type RateLimiterAbstract,
+} from 'rate-limiter-flexible';
 import { credentialKey } from '../auth/credentials.js';
 import type { Config } from '../config.js';
 
@@ -78,7 +84,11 @@ export class RateLimiter {
     this.byCredential = make(config.perCredential, 'cred');
     const trusted = config.trustProxy;
     this.trust =
-      trusted === undefined ? undefined : typeof trusted === 'number' ? (_address, hop) => hop < trusted : proxyAddr.compile(trusted);
+      trusted === undefined
+        ? undefined
+        : typeof trusted === 'number'
+          ? (_address, hop) => hop < trusted
+          : proxyAddr.compile(trusted);
   }
 
   /** Whether the shared Redis store is connected (undefined: not in use). */
@@ -123,7 +133,11 @@ export class RateLimiter {
     for (const [limiter, key] of checks) {
       try {
         const result = await limiter.consume(key, Math.min(cost, limiter.points));
-        const state = { limit: limiter.points, remaining: result.remainingPoints, resetSeconds: Math.ceil(result.msBeforeNext / 1000) };
+        const state = {
+          limit: limiter.points,
+          remaining: result.remainingPoints,
+          resetSeconds: Math.ceil(result.msBeforeNext / 1000),
+        };
         if (!tightest || state.remaining < tightest.remaining) tightest = state;
       } catch (rejection) {
         if (!(rejection instanceof RateLimiterRes)) throw rejection;

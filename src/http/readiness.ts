@@ -60,7 +60,9 @@ export class Readiness {
       ]);
       if (applied === 'timeout') return { ready: false, reason: 'database unavailable' };
       const names = new Set(applied.map((row) => row.migration_name));
-      return this.migrations.every((name) => names.has(name)) ? { ready: true } : { ready: false, reason: 'migrations pending' };
+      return this.migrations.every((name) => names.has(name))
+        ? { ready: true }
+        : { ready: false, reason: 'migrations pending' };
     } catch (error) {
       // No bookkeeping table yet: nothing has been migrated.
       if ((error as { code?: string }).code === '42P01') return { ready: false, reason: 'migrations pending' };

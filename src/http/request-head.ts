@@ -36,7 +36,8 @@ function hostCountProblem(request: IncomingMessage): string | undefined {
     if (name.length === 4 && name.toLowerCase() === 'host') count += 1;
   }
   if (count > 1) return 'The request has more than one Host header.';
-  if (count === 0 && (request.httpVersionMajor > 1 || request.httpVersionMinor >= 1)) return 'The request has no Host header.';
+  if (count === 0 && (request.httpVersionMajor > 1 || request.httpVersionMinor >= 1))
+    return 'The request has no Host header.';
   return undefined;
 }
 
@@ -55,7 +56,8 @@ export function headChecker(limits: Config['limits']): (request: IncomingMessage
   const knownHosts = new LRUCache<string, true>({ max: KNOWN_HOSTS });
   return (request) => {
     if ((request.url ?? '').length > limits.maxUrlBytes) return new UriTooLongError();
-    if (request.rawHeaders.length / 2 > limits.maxHeaderCount) return new HeaderTooLargeError('The request has too many header fields.');
+    if (request.rawHeaders.length / 2 > limits.maxHeaderCount)
+      return new HeaderTooLargeError('The request has too many header fields.');
     const tooLong = oversizedHeader(request, limits.maxHeaderBytes);
     if (tooLong) return HeaderTooLargeError.forHeader(tooLong);
     const hostProblem = hostCountProblem(request);

@@ -9,7 +9,12 @@ const DRAIN_AFTER_REFUSAL_BYTES = 4 * 1024 * 1024;
 const DRAIN_AFTER_REFUSAL_MS = 2000;
 
 /** Answers a request that Node's parser refused, in the envelope, and closes the connection. */
-function refuseUnparsable(error: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex, limits: Config['limits'], answered: boolean): void {
+function refuseUnparsable(
+  error: NodeJS.ErrnoException & { rawPacket?: Buffer },
+  socket: Duplex,
+  limits: Config['limits'],
+  answered: boolean,
+): void {
   // As Node's own handler: only on a connection with no answer under way (it would be corrupted).
   if (error.code === 'ECONNRESET' || !socket.writable || answered) {
     socket.destroy();
@@ -45,13 +50,17 @@ function refuseUnparsable(error: NodeJS.ErrnoException & { rawPacket?: Buffer },
  * METRICS_PORT: a server of its own answering `GET /metrics` (404 for anything else, 503 until
  * the app is ready), so that the metrics are not exposed with the API. Not rate limited.
  */
-export function createMetricsServer(metricsText: () => Promise<{ contentType: string; text: string }> | undefined): Server {
+export function createMetricsServer(
+  metricsText: () => Promise<{ contentType: string; text: string }> | undefined,
+): Server {
   return createServer((request, response) => {
     const exchange = new Exchange(request, response);
-    if (exchange.path !== '/metrics') return sendRestError(exchange, new ApiError('NOT_FOUND', 404, 'Only /metrics is served on this port.'));
+    if (exchange.path !== '/metrics')
+      return sendRestError(exchange, new ApiError('NOT_FOUND', 404, 'Only /metrics is served on this port.'));
     if (refusedMethod(exchange)) return;
     const text = metricsText();
-    if (!text) return sendRestError(exchange, new ServiceUnavailableError('The service is starting; try again shortly.'));
+    if (!text)
+      return sendRestError(exchange, new ServiceUnavailableError('The service is starting; try again shortly.'));
     text.then(
       ({ contentType, text }) => exchange.send(200, contentType, text),
       () => sendRestError(exchange, new ApiError('INTERNAL_ERROR', 500, 'The metrics could not be collected.')),
@@ -86,12 +95,19 @@ export function createHttpServer(
   /** Connections whose unparsable request was answered. */
   const refused = new WeakSet<Duplex>();
   // The Host rules are the edge's (http/app.ts), answered in the API's envelope, not Node's bare 400.
-  const server = createServer({ maxHeaderSize: limits.maxHeadBytes, requireHostHeader: false, connectionsCheckingInterval: timeouts.checkEveryMs ?? 30_000 }, (request, response) => {
-    const socket = request.socket;
-    answering.add(socket);
-    response.on('close', () => answering.delete(socket));
-    handle(request, response);
-  });
+  const server = createServer(
+    {
+      maxHeaderSize: limits.maxHeadBytes,
+      requireHostHeader: false,
+      connectionsCheckingInterval: timeouts.checkEveryMs ?? 30_000,
+    },
+    (request, response) => {
+      const socket = request.socket;
+      answering.add(socket);
+      response.on('close', () => answering.delete(socket));
+      handle(request, response);
+    },
+  );
   server.on('connection', (socket: Duplex) => {
     connections.add(socket);
     socket.on('close', () => connections.delete(socket));

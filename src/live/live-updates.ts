@@ -55,7 +55,10 @@ function followers(following: Following | undefined): number {
 export type LiveSink<T> = {
   /** Sends an answer; the next is computed only once the returned promise settles (the client took it). */
   push(value: T): Promise<unknown> | void;
-  /** The subscription ended by itself (its token expired, the instance drains, an error was said), or failed (`error`). */
+  /**
+   * The subscription ended by itself (its token expired, the instance drains, an error was said), or failed
+   * (`error`).
+   */
   end(error?: unknown): void;
 };
 
@@ -116,7 +119,12 @@ const EXPIRY_SWEEP_MS = 500;
 const SHARED_HOLD_MS = 5_000;
 
 /** An answer read once for an organization's subscriptions at one version of its data. */
-type SharedAnswer = { version: number; strong: Promise<unknown> | undefined; weak: WeakRef<Promise<unknown>>; at: number };
+type SharedAnswer = {
+  version: number;
+  strong: Promise<unknown> | undefined;
+  weak: WeakRef<Promise<unknown>>;
+  at: number;
+};
 
 export class LiveUpdates {
   private readonly subscriptions = new Set<Subscription<any>>();
@@ -199,7 +207,8 @@ export class LiveUpdates {
 
   /** The next answer now, or when the interval since the last push has passed. */
   private schedule(subscription: Subscription): void {
-    if (subscription.busy || subscription.ended || subscription.timer !== undefined || subscription.sink === undefined) return;
+    if (subscription.busy || subscription.ended || subscription.timer !== undefined || subscription.sink === undefined)
+      return;
     const wait = subscription.lastPush + this.limits.minIntervalMs - this.now();
     if (wait <= 0) return void this.run(subscription);
     subscription.timer = setTimeout(() => {
@@ -237,16 +246,31 @@ export class LiveUpdates {
    * returns undefined for it). The next answer is computed only once the client has taken the
    * last: a slow reader holds one answer at most.
    */
-  subscribe<T>(credential: string, topic: Topic, expiresAtMs: number, compute: () => Promise<T | undefined>): LiveSubscription<T> {
+  subscribe<T>(
+    credential: string,
+    topic: Topic,
+    expiresAtMs: number,
+    compute: () => Promise<T | undefined>,
+  ): LiveSubscription<T> {
     if (this.closed) throw new LiveUnavailableError();
     const { limits } = this;
-    if (!this.admits()) throw new TooManySubscriptionsError('This server is low on memory; subscribe again later or on another instance.');
-    if (this.subscriptions.size >= limits.maxTotal) throw new TooManySubscriptionsError('This server holds as many subscriptions as it allows; try again later or on another instance.');
+    if (!this.admits())
+      throw new TooManySubscriptionsError(
+        'This server is low on memory; subscribe again later or on another instance.',
+      );
+    if (this.subscriptions.size >= limits.maxTotal)
+      throw new TooManySubscriptionsError(
+        'This server holds as many subscriptions as it allows; try again later or on another instance.',
+      );
     if ((this.byCredential.get(credential) ?? 0) >= limits.maxPerCredential) {
-      throw new TooManySubscriptionsError(`At most ${limits.maxPerCredential} subscriptions may be open with one credential.`);
+      throw new TooManySubscriptionsError(
+        `At most ${limits.maxPerCredential} subscriptions may be open with one credential.`,
+      );
     }
     if (followers(this.byOrganization.get(topic.organizationId)) >= limits.maxPerOrganization) {
-      throw new TooManySubscriptionsError(`At most ${limits.maxPerOrganization} subscriptions may be open for one organization.`);
+      throw new TooManySubscriptionsError(
+        `At most ${limits.maxPerOrganization} subscriptions may be open for one organization.`,
+      );
     }
     const subscription = new Subscription<T>(topic, credential, expiresAtMs, compute);
     this.subscriptions.add(subscription);
@@ -289,7 +313,8 @@ export class LiveUpdates {
     if (following.size === 0) {
       this.byOrganization.delete(topic.organizationId);
       this.versions.delete(topic.organizationId);
-      for (const slot of this.answers.keys()) if (slot.startsWith(`${topic.organizationId}|`)) this.answers.delete(slot);
+      for (const slot of this.answers.keys())
+        if (slot.startsWith(`${topic.organizationId}|`)) this.answers.delete(slot);
     }
   }
 
@@ -305,7 +330,8 @@ export class LiveUpdates {
   private sweep(): void {
     const now = this.now();
     for (const subscription of this.subscriptions) if (subscription.expiresAt <= now) this.end(subscription);
-    for (const entry of this.answers.values()) if (entry.strong && now - entry.at > SHARED_HOLD_MS) entry.strong = undefined;
+    for (const entry of this.answers.values())
+      if (entry.strong && now - entry.at > SHARED_HOLD_MS) entry.strong = undefined;
   }
 
   /** Ends every subscription (each stream completes cleanly) and refuses new ones: shutdown. */

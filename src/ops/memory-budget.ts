@@ -70,7 +70,8 @@ const RECORDS_GROWTH = 0.4;
 const inOneRing = (bytes: number) => Math.min(RING_MAX_BYTES, Math.floor(bytes));
 
 /** The records' part of a budget (without an explicit CACHE_MAX_BYTES). */
-const recordsPart = (budgetBytes: number) => inOneRing(budgetBytes * RECORDS_FRACTION + Math.max(0, budgetBytes - RECORDS_GROWTH_ABOVE_BYTES) * RECORDS_GROWTH);
+const recordsPart = (budgetBytes: number) =>
+  inOneRing(budgetBytes * RECORDS_FRACTION + Math.max(0, budgetBytes - RECORDS_GROWTH_ABOVE_BYTES) * RECORDS_GROWTH);
 /** Of an explicit CACHE_MAX_BYTES, the records' part; the rest is the cache's entries, on the heap. */
 export const RECORDS_SHARE = 0.85;
 
@@ -137,14 +138,25 @@ function heapLayout(budgetBytes: number, heapLimitBytes: number) {
   const oldSpaceMiB = Math.max(16, Math.floor((wanted - YOUNG_GENERATION_BYTES) / MIB));
   const oldGenerationBytes = Math.min(oldSpaceMiB * MIB, heapLimitBytes - YOUNG_GENERATION_BYTES);
   const accountedBytes = Math.floor(oldGenerationBytes * ACCOUNTED_FRACTION);
-  return { heapBytes, oldSpaceMiB, oldGenerationBytes, accountedBytes, working: Math.floor(accountedBytes * WORKING_FRACTION) };
+  return {
+    heapBytes,
+    oldSpaceMiB,
+    oldGenerationBytes,
+    accountedBytes,
+    working: Math.floor(accountedBytes * WORKING_FRACTION),
+  };
 }
 
 /** The least MEMORY_BUDGET_MB above `budgetBytes` with which these explicit bounds fit. */
 function leastBudget(budgetBytes: number, explicit: ExplicitBounds): number {
   const fits = (mebibytes: number) => {
     try {
-      memoryBudget(mebibytes, explicit, { containerLimitBytes: undefined, heapLimitBytes: Number.MAX_SAFE_INTEGER }, false);
+      memoryBudget(
+        mebibytes,
+        explicit,
+        { containerLimitBytes: undefined, heapLimitBytes: Number.MAX_SAFE_INTEGER },
+        false,
+      );
       return true;
     } catch {
       return false;
@@ -165,7 +177,12 @@ function leastBudget(budgetBytes: number, explicit: ExplicitBounds): number {
 const roomy = (accountedBytes: number, base: number, working: number) => accountedBytes >= base + working + MIB;
 
 /** The budget and its shares; throws a one-line Error when the explicit bounds cannot fit. */
-export function memoryBudget(budgetMiB: number | undefined, explicit: ExplicitBounds, facts: MemoryFacts, sayLeast = true): MemoryBudget {
+export function memoryBudget(
+  budgetMiB: number | undefined,
+  explicit: ExplicitBounds,
+  facts: MemoryFacts,
+  sayLeast = true,
+): MemoryBudget {
   const [budgetBytes, source]: [number, MemoryBudget['source']] =
     budgetMiB !== undefined
       ? [budgetMiB * MIB, 'MEMORY_BUDGET_MB']
@@ -173,10 +190,14 @@ export function memoryBudget(budgetMiB: number | undefined, explicit: ExplicitBo
         ? [facts.containerLimitBytes, 'container limit']
         : [DEFAULT_BUDGET_BYTES, 'default'];
   // The records first (outside the heap), then the heap from what they leave.
-  if (explicit.cacheMaxBytes !== undefined) return divide(budgetBytes, source, inOneRing(explicit.cacheMaxBytes * RECORDS_SHARE), explicit, facts, sayLeast);
+  if (explicit.cacheMaxBytes !== undefined)
+    return divide(budgetBytes, source, inOneRing(explicit.cacheMaxBytes * RECORDS_SHARE), explicit, facts, sayLeast);
   // Explicit streams or answers that do not fit beside the grown records keep them at their 14 %:
   // the budget those bounds need is not raised by the growth.
-  if (budgetBytes > RECORDS_GROWTH_ABOVE_BYTES && (explicit.maxStreams !== undefined || explicit.answerCacheMaxBytes !== undefined)) {
+  if (
+    budgetBytes > RECORDS_GROWTH_ABOVE_BYTES &&
+    (explicit.maxStreams !== undefined || explicit.answerCacheMaxBytes !== undefined)
+  ) {
     try {
       return divide(budgetBytes, source, recordsPart(budgetBytes), explicit, facts, false);
     } catch {
@@ -187,14 +208,26 @@ export function memoryBudget(budgetMiB: number | undefined, explicit: ExplicitBo
 }
 
 /** `memoryBudget` with the records' part chosen. */
-function divide(budgetBytes: number, source: MemoryBudget['source'], recordBytes: number, explicit: ExplicitBounds, facts: MemoryFacts, sayLeast: boolean): MemoryBudget {
-  const { heapBytes, oldSpaceMiB, oldGenerationBytes, accountedBytes, working } = heapLayout(budgetBytes - recordBytes, facts.heapLimitBytes);
+function divide(
+  budgetBytes: number,
+  source: MemoryBudget['source'],
+  recordBytes: number,
+  explicit: ExplicitBounds,
+  facts: MemoryFacts,
+  sayLeast: boolean,
+): MemoryBudget {
+  const { heapBytes, oldSpaceMiB, oldGenerationBytes, accountedBytes, working } = heapLayout(
+    budgetBytes - recordBytes,
+    facts.heapLimitBytes,
+  );
   const base = BASE_HEAP_BYTES + (explicit.traced ? TRACING_HEAP_BYTES : 0);
   const streamBytes = explicit.traced ? TRACED_STREAM_BYTES : STREAM_BYTES;
   // An explicit cache bound whose records leave too little heap is named below, as the bounds that do not fit.
   if (!roomy(accountedBytes, base, working) && explicit.cacheMaxBytes === undefined) {
     const least = sayLeast ? ` to at least ${leastBudget(budgetBytes, explicit)}` : '';
-    throw new Error(`the memory budget (${source}, ${mib(budgetBytes)}) keeps ${mib(recordBytes)} for the cache's records and gives the heap's old generation ${mib(oldGenerationBytes)}, too little for the process's own ${mib(base + working)} below where shedding starts: raise MEMORY_BUDGET_MB${least}`);
+    throw new Error(
+      `the memory budget (${source}, ${mib(budgetBytes)}) keeps ${mib(recordBytes)} for the cache's records and gives the heap's old generation ${mib(oldGenerationBytes)}, too little for the process's own ${mib(base + working)} below where shedding starts: raise MEMORY_BUDGET_MB${least}`,
+    );
   }
   // Explicit bounds first; the other shares divide what they leave, in their proportions (with a
   // MiB at least between them).
@@ -210,16 +243,24 @@ function divide(budgetBytes: number, source: MemoryBudget['source'], recordBytes
   const needed = base + working + fixedBytes + (open.length > 0 ? MIB : 0);
   if (needed > accountedBytes) {
     const set = [
-      explicit.cacheMaxBytes !== undefined ? `CACHE_MAX_BYTES ${mib(explicit.cacheMaxBytes)} (${mib(recordBytes)} of it outside the heap)` : undefined,
-      explicit.answerCacheMaxBytes !== undefined ? `ANSWER_CACHE_MAX_BYTES ${mib(explicit.answerCacheMaxBytes)}` : undefined,
-      explicit.maxStreams !== undefined ? `LIVE_MAX_STREAMS ${explicit.maxStreams} (${mib(explicit.maxStreams * streamBytes)})` : undefined,
+      explicit.cacheMaxBytes !== undefined
+        ? `CACHE_MAX_BYTES ${mib(explicit.cacheMaxBytes)} (${mib(recordBytes)} of it outside the heap)`
+        : undefined,
+      explicit.answerCacheMaxBytes !== undefined
+        ? `ANSWER_CACHE_MAX_BYTES ${mib(explicit.answerCacheMaxBytes)}`
+        : undefined,
+      explicit.maxStreams !== undefined
+        ? `LIVE_MAX_STREAMS ${explicit.maxStreams} (${mib(explicit.maxStreams * streamBytes)})`
+        : undefined,
     ].filter(Boolean);
     throw new Error(
       `${set.join(', ')} need ${mib(needed)} of heap with the process's own ${mib(base + working)}; the memory budget (${source}, ${mib(budgetBytes)}) accounts for ${mib(accountedBytes)} of the heap${recordBytes > 0 ? ` beside ${mib(recordBytes)} of cache records` : ''}: lower them, or raise MEMORY_BUDGET_MB${sayLeast ? ` to at least ${leastBudget(budgetBytes, explicit)}` : ''}`,
     );
   }
   const openFraction = open.reduce((sum, name) => sum + SHARES[name], 0);
-  const shares = Object.fromEntries(names.map((name) => [name, fixed[name] ?? Math.floor((rest * SHARES[name]) / openFraction)])) as Record<Share, number>;
+  const shares = Object.fromEntries(
+    names.map((name) => [name, fixed[name] ?? Math.floor((rest * SHARES[name]) / openFraction)]),
+  ) as Record<Share, number>;
   // The entity cache's share is its entries' part of the heap and its records.
   shares.entityCache += recordBytes;
   return {

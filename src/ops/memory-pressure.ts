@@ -31,7 +31,10 @@ const CLIENT_PART = 1 / 4;
 export type MemoryPressureOptions = {
   /** The old generation the budget allows (bytes). */
   oldGenerationBytes: number;
-  /** Level 1 was entered, or is still on after a later collection: the caches shrink to this fraction of what they hold. */
+  /**
+   * Level 1 was entered, or is still on after a later collection: the caches shrink to this fraction of what
+   * they hold.
+   */
   shrink: (fraction: number) => void;
   /** The requests in progress the budget's working reserve holds. */
   maxRequests: number;
@@ -70,15 +73,22 @@ class LiveHeap implements HeapReader {
   }
 }
 
-const isFullCollection = (entry: PerformanceEntry) => (entry as unknown as { detail?: { kind?: number } }).detail?.kind === constants.NODE_PERFORMANCE_GC_MAJOR;
+const isFullCollection = (entry: PerformanceEntry) =>
+  (entry as unknown as { detail?: { kind?: number } }).detail?.kind === constants.NODE_PERFORMANCE_GC_MAJOR;
 
 export class MemoryPressure {
   level: PressureLevel = 0;
-  /** What was refused because of memory, since the start: streams, requests near the budget, requests past the bound on requests in progress, and past a client's part of it. */
+  /**
+   * What was refused because of memory, since the start: streams, requests near the budget, requests past the
+   * bound on requests in progress, and past a client's part of it.
+   */
   readonly refusals = { streams: 0, requests: 0, busy: 0, client: 0 };
   /** Requests admitted and not yet finished (or turned into a stream). */
   inProgress = 0;
-  /** The same, by client (address or credential); one with none has no entry, so it holds at most `inProgress` twice. */
+  /**
+   * The same, by client (address or credential); one with none has no entry, so it holds at most `inProgress`
+   * twice.
+   */
   private readonly byClient = new Map<string, number>();
   private readonly timer: NodeJS.Timeout;
   private lastShrink = 0;

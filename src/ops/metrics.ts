@@ -18,7 +18,10 @@ export type MetricSources = {
   /** Log lines lost because the log destination failed. */
   droppedLogLines: () => number;
   /** DATABASE_REPLICA_URL: each replica's state, and the stale-tolerant reads by where they went. */
-  replicas?: () => { state: { usable: boolean; lagMs: number | undefined }[]; reads: { replica: number; primary: number } };
+  replicas?: () => {
+    state: { usable: boolean; lagMs: number | undefined }[];
+    reads: { replica: number; primary: number };
+  };
   /** RATE_LIMIT_STORE=redis: whether the store is connected. */
   rateLimitStoreUp?: () => boolean;
   /** Requests begun (head received) and not yet answered. */
@@ -125,9 +128,21 @@ export function createMetrics(): Metrics {
         this.set(read());
       },
     });
-  // The series every request moves, kept by request-series.ts (prom-client's inc and observe cost more than the rest of a request's bookkeeping).
-  const requests = new RequestCounter('api_http_requests_total', 'Answered requests by route, method, status and error code ("" when none).', ['route', 'method', 'status', 'code'], registry);
-  const latency = new RequestHistogram('api_http_request_duration_seconds', 'Time from the request to the end of its answer, by route.', 'route', BUCKETS, registry);
+  // The series every request moves, kept by request-series.ts (prom-client's inc and observe cost more than
+  // the rest of a request's bookkeeping).
+  const requests = new RequestCounter(
+    'api_http_requests_total',
+    'Answered requests by route, method, status and error code ("" when none).',
+    ['route', 'method', 'status', 'code'],
+    registry,
+  );
+  const latency = new RequestHistogram(
+    'api_http_request_duration_seconds',
+    'Time from the request to the end of its answer, by route.',
+    'route',
+    BUCKETS,
+    registry,
+  );
   const operations = new RequestHistogram(
     'api_graphql_operation_duration_seconds',
     'GraphQL requests that executed, by the root fields they selected (sorted, without aliases).',
@@ -135,8 +150,16 @@ export function createMetrics(): Metrics {
     BUCKETS,
     registry,
   );
-  const refusals = new Counter({ name: 'api_rate_limited_total', help: 'Requests refused by the rate limiter (429).', registers: [registry] });
-  const reconnects = new Counter({ name: 'api_change_feed_reconnects_total', help: 'Times the change feed came back after being lost.', registers: [registry] });
+  const refusals = new Counter({
+    name: 'api_rate_limited_total',
+    help: 'Requests refused by the rate limiter (429).',
+    registers: [registry],
+  });
+  const reconnects = new Counter({
+    name: 'api_change_feed_reconnects_total',
+    help: 'Times the change feed came back after being lost.',
+    registers: [registry],
+  });
   const retrievalFailures = new Counter({
     name: 'api_retrieval_counter_write_failures_total',
     help: 'Failed writes of the retrieval counter (their increments are kept for the next attempt).',
@@ -157,142 +180,297 @@ export function createMetrics(): Metrics {
     },
     retrievalWriteFailed: () => retrievalFailures.inc(),
     watch(sources) {
-    const cache = sources.cache;
-    mirrored('api_cache_hits_total', 'Entity cache lookups answered from the cache.', () => cache().stats.hits);
-    mirrored('api_cache_misses_total', 'Entity cache lookups that went to the database.', () => cache().stats.misses);
-    mirrored('api_cache_evictions_total', 'Entries evicted to stay within the cache bounds.', () => cache().stats.evictions);
-    mirrored('api_cache_refused_total', 'Values read but not kept: the full cache held a key asked for more often (admission).', () => cache().stats.refused);
-    mirrored('api_cache_announcements_total', 'Database change announcements received by the cache.', () => cache().stats.announcements);
-    mirrored('api_cache_invalidations_total', 'Tags invalidated by the database change announcements.', () => cache().stats.invalidations);
-    mirrored('api_cache_shared_reads_total', 'Cache misses that joined a read of the same row already in flight.', () => cache().stats.sharedReads);
-    gauge('api_cache_entries', "Entries held by the entity cache, with its ring's records (users' accounts and tokens).", () => cache().size);
-    gauge('api_cache_bytes', 'Estimated bytes held by the entity cache.', () => cache().bytes);
-    gauge('api_cache_live', '1 while the change feed is live and the cache in use, 0 while it is bypassed.', () => (sources.feed().live ? 1 : 0));
-    mirroredBy('api_graphql_executions_total', 'GraphQL executions by engine: compiled (graphql-jit) or reference (graphql-js).', 'engine', () => {
-      const { compiled, reference } = sources.executions();
-      return { compiled, reference };
-    });
-    mirrored('api_graphql_compile_failures_total', 'Query documents that did not compile and run on the reference executor.', () => sources.executions().compileFailures);
-    const answers = sources.answers;
-    const { documents } = sources;
-    if (documents) {
-      gauge('api_graphql_documents', 'GraphQL document texts known (their parse, validation and plans).', () => documents().size);
-      gauge('api_graphql_documents_bytes', 'Estimated bytes of the GraphQL document cache (bounded at 4 MiB).', () => documents().bytes);
-    }
-    if (answers) {
-      mirrored('api_answer_cache_hits_total', 'GraphQL requests answered with a kept answer, the pipeline not run.', () => answers().stats.hits);
-      mirrored('api_answer_cache_misses_total', 'GraphQL lookups of a kept answer that found none (or one past its time).', () => answers().stats.misses);
-      mirrored('api_answer_cache_shared_total', 'GraphQL misses that waited for the same answer being computed for another request.', () => answers().stats.shared);
-      mirrored('api_answer_cache_stored_total', 'GraphQL answers kept.', () => answers().stats.stored);
-      mirrored('api_answer_cache_first_asked_total', 'GraphQL answers not kept because their key was asked for the first time lately.', () => answers().stats.firstAsked);
-      mirrored('api_answer_cache_refused_total', 'GraphQL answers not kept because the cache was full and their key was asked for no more often lately than the answer they would evict.', () => answers().stats.refused);
-      mirrored('api_answer_cache_dropped_total', 'Kept GraphQL answers dropped because something they were computed from changed.', () => answers().stats.dropped);
-      mirrored('api_answer_cache_evictions_total', 'Kept GraphQL answers evicted to stay within ANSWER_CACHE_MAX_BYTES.', () => answers().stats.evictions);
-      gauge('api_answer_cache_entries', 'GraphQL answers kept.', () => answers().size);
-      gauge('api_answer_cache_bytes', 'Estimated bytes of the GraphQL answers kept.', () => answers().bytes);
-    }
-    const registrations = sources.registrations;
-    if (registrations) {
+      const cache = sources.cache;
+      mirrored('api_cache_hits_total', 'Entity cache lookups answered from the cache.', () => cache().stats.hits);
+      mirrored('api_cache_misses_total', 'Entity cache lookups that went to the database.', () => cache().stats.misses);
+      mirrored(
+        'api_cache_evictions_total',
+        'Entries evicted to stay within the cache bounds.',
+        () => cache().stats.evictions,
+      );
+      mirrored(
+        'api_cache_refused_total',
+        'Values read but not kept: the full cache held a key asked for more often (admission).',
+        () => cache().stats.refused,
+      );
+      mirrored(
+        'api_cache_announcements_total',
+        'Database change announcements received by the cache.',
+        () => cache().stats.announcements,
+      );
+      mirrored(
+        'api_cache_invalidations_total',
+        'Tags invalidated by the database change announcements.',
+        () => cache().stats.invalidations,
+      );
+      mirrored(
+        'api_cache_shared_reads_total',
+        'Cache misses that joined a read of the same row already in flight.',
+        () => cache().stats.sharedReads,
+      );
+      gauge(
+        'api_cache_entries',
+        "Entries held by the entity cache, with its ring's records (users' accounts and tokens).",
+        () => cache().size,
+      );
+      gauge('api_cache_bytes', 'Estimated bytes held by the entity cache.', () => cache().bytes);
+      gauge('api_cache_live', '1 while the change feed is live and the cache in use, 0 while it is bypassed.', () =>
+        sources.feed().live ? 1 : 0,
+      );
       mirroredBy(
-        'api_graphql_registrations_total',
-        'Automatic persisted queries: documents registered, and offers refused because the caller was not verified (unverified) or its budget was spent (over_budget).',
-        'outcome',
+        'api_graphql_executions_total',
+        'GraphQL executions by engine: compiled (graphql-jit) or reference (graphql-js).',
+        'engine',
         () => {
-          const { registered, unverified, overBudget } = registrations();
-          return { registered, unverified, over_budget: overBudget };
+          const { compiled, reference } = sources.executions();
+          return { compiled, reference };
         },
       );
-    }
-    const replicas = sources.replicas;
-    if (replicas) {
-      new Gauge({
-        name: 'api_db_replica_usable',
-        help: 'DATABASE_REPLICA_URL: 1 while the replica (numbered in the order configured) takes reads, 0 while it is skipped (lagging, down).',
-        labelNames: ['replica'],
-        registers: [registry],
-        collect() {
-          replicas().state.forEach((member, i) => this.set({ replica: String(i + 1) }, member.usable ? 1 : 0));
-        },
-      });
-      new Gauge({
-        name: 'api_db_replica_lag_seconds',
-        help: 'DATABASE_REPLICA_URL: how old the replica\'s data is, measured from WAL positions (absent while it cannot be measured).',
-        labelNames: ['replica'],
-        registers: [registry],
-        collect() {
-          this.reset();
-          replicas().state.forEach((member, i) => {
-            if (member.lagMs !== undefined) this.set({ replica: String(i + 1) }, member.lagMs / 1000);
-          });
-        },
-      });
-      mirroredBy('api_db_stale_tolerant_reads_total', "Reads that tolerate bounded staleness (the child list's uncached pages), by where they were read.", 'target', () => {
-        const { replica, primary } = replicas().reads;
-        return { replica, primary };
-      });
-    }
-    const memory = sources.memory;
-    if (memory) {
-      gauge('api_memory_budget_bytes', 'The memory budget (MEMORY_BUDGET_MB, the container limit, or 250 MB) every bound follows from.', () => memory().budget.budgetBytes);
-      gauge('api_memory_heap_budget_bytes', "The budget's old generation of the heap, against which the pressure level is read.", () => memory().budget.oldGenerationBytes);
-      gauge('api_memory_heap_used_bytes', 'The live heap, as the pressure level reads it (what the last full collection kept, or the heap in use if less).', () => memory().heapUsed);
-      gauge('api_memory_requests_in_progress', "Requests in progress, as the memory budget's working reserve counts them (open streams excluded).", () => memory().requestsInProgress);
-      gauge('api_memory_requests_max', 'The requests in progress the working reserve holds; more are refused 503 (busy).', () => memory().budget.maxRequests);
-      gauge('api_memory_pressure_level', 'Memory pressure: 0 none, 1 caches shrink, 2 new streams refused, 3 requests refused (503).', () => memory().level);
-      new Gauge({
-        name: 'api_memory_share_bytes',
-        help: "Each structure's share of the memory budget (or its explicit bound).",
-        labelNames: ['share'],
-        registers: [registry],
-        collect() {
-          for (const [share, bytes] of Object.entries(memory().budget.shares)) this.set({ share }, bytes);
-        },
-      });
-      new Gauge({
-        name: 'api_memory_share_used_bytes',
-        help: "What each structure holds now (estimated bytes; streams as open streams x 10 KiB). The answers may pass their share by what the entity cache's entries leave unused, when both are the budget's shares.",
-        labelNames: ['share'],
-        registers: [registry],
-        collect() {
-          for (const [share, bytes] of Object.entries(memory().used)) this.set({ share }, bytes ?? 0);
-        },
-      });
-      mirroredBy('api_memory_refusals_total', 'What the memory budget refused: new streams near it (429), requests near it (503), requests past the bound on requests in progress (busy, 503), and past one client\'s part of it (client, 429).', 'kind', () => memory().refusals);
-    }
-    const storeUp = sources.rateLimitStoreUp;
-    if (storeUp) gauge('api_rate_limit_store_up', 'RATE_LIMIT_STORE=redis: 1 while the shared store is connected, 0 while each instance limits in memory.', () => (storeUp() ? 1 : 0));
-    gauge('api_live_subscriptions', 'Open live-update subscriptions (GraphQL over Server-Sent Events) on this instance.', sources.liveSubscriptions);
-    mirrored('api_live_pushes_total', 'Answers pushed to live-update subscriptions.', sources.livePushes);
-    mirrored('api_live_computations_total', 'Answers computed for live-update subscriptions after a change that concerns them (pushed, or equal to the last and not sent).', sources.liveComputations);
-    gauge('api_exports_running', 'Child-list exports being streamed by this instance.', sources.exportsRunning);
-    const searches = sources.searches;
-    if (searches) {
-      gauge('api_search_statements_in_flight', 'Child-list search statements running now (at most SEARCH_MAX_CONCURRENT).', () => searches().inFlight);
-      mirrored('api_search_refused_total', "Searches refused: 429 for an organization over its share (SEARCH_MAX_PER_ORGANIZATION, its part of the time), 503 for the instance's slots taken.", () => searches().stats.refused);
-      mirrored('api_search_delayed_total', 'Searches of an organization searching one at a time that waited for its part of the time, then ran.', () => searches().stats.delayed);
-      mirrored('api_search_timeouts_total', 'Search statements stopped at SEARCH_TIMEOUT_MS (answered 503).', () => searches().stats.timedOut);
-    }
-    gauge('api_http_requests_in_flight', 'Requests whose head was received and whose answer is not finished (this scrape included).', sources.requestsInFlight);
-    mirrored('api_log_lines_dropped_total', 'Log lines lost because the log destination (stderr) failed.', sources.droppedLogLines);
-    if (tracingActive()) {
-      mirrored('api_trace_spans_ended_total', 'Sampled spans handed to the export queue; those neither exported nor failed are queued or were dropped by the full queue.', () => spanCounts.ended);
-      mirroredBy('api_trace_spans_total', 'Sampled spans sent to the OpenTelemetry collector, by outcome (exported, failed).', 'outcome', () => ({ exported: spanCounts.exported, failed: spanCounts.failed }));
-    }
-    gauge('api_retrieval_counter_pending', 'Organization-details retrievals counted but not yet written to the database.', sources.unsavedRetrievals);
-    const { pool } = sources;
-    if (pool) {
-      new Gauge({
-        name: 'api_db_pool_connections',
-        help: 'Database pool connections by state: in use, idle, and requests waiting for one.',
-        labelNames: ['state'],
-        registers: [registry],
-        collect() {
-          this.set({ state: 'in_use' }, pool.totalCount - pool.idleCount);
-          this.set({ state: 'idle' }, pool.idleCount);
-          this.set({ state: 'waiting' }, pool.waitingCount);
-        },
-      });
-    }
+      mirrored(
+        'api_graphql_compile_failures_total',
+        'Query documents that did not compile and run on the reference executor.',
+        () => sources.executions().compileFailures,
+      );
+      const answers = sources.answers;
+      const { documents } = sources;
+      if (documents) {
+        gauge(
+          'api_graphql_documents',
+          'GraphQL document texts known (their parse, validation and plans).',
+          () => documents().size,
+        );
+        gauge(
+          'api_graphql_documents_bytes',
+          'Estimated bytes of the GraphQL document cache (bounded at 4 MiB).',
+          () => documents().bytes,
+        );
+      }
+      if (answers) {
+        mirrored(
+          'api_answer_cache_hits_total',
+          'GraphQL requests answered with a kept answer, the pipeline not run.',
+          () => answers().stats.hits,
+        );
+        mirrored(
+          'api_answer_cache_misses_total',
+          'GraphQL lookups of a kept answer that found none (or one past its time).',
+          () => answers().stats.misses,
+        );
+        mirrored(
+          'api_answer_cache_shared_total',
+          'GraphQL misses that waited for the same answer being computed for another request.',
+          () => answers().stats.shared,
+        );
+        mirrored('api_answer_cache_stored_total', 'GraphQL answers kept.', () => answers().stats.stored);
+        mirrored(
+          'api_answer_cache_first_asked_total',
+          'GraphQL answers not kept because their key was asked for the first time lately.',
+          () => answers().stats.firstAsked,
+        );
+        mirrored(
+          'api_answer_cache_refused_total',
+          'GraphQL answers not kept because the cache was full and their key was asked for no more often lately than the answer they would evict.',
+          () => answers().stats.refused,
+        );
+        mirrored(
+          'api_answer_cache_dropped_total',
+          'Kept GraphQL answers dropped because something they were computed from changed.',
+          () => answers().stats.dropped,
+        );
+        mirrored(
+          'api_answer_cache_evictions_total',
+          'Kept GraphQL answers evicted to stay within ANSWER_CACHE_MAX_BYTES.',
+          () => answers().stats.evictions,
+        );
+        gauge('api_answer_cache_entries', 'GraphQL answers kept.', () => answers().size);
+        gauge('api_answer_cache_bytes', 'Estimated bytes of the GraphQL answers kept.', () => answers().bytes);
+      }
+      const registrations = sources.registrations;
+      if (registrations) {
+        mirroredBy(
+          'api_graphql_registrations_total',
+          'Automatic persisted queries: documents registered, and offers refused because the caller was not verified (unverified) or its budget was spent (over_budget).',
+          'outcome',
+          () => {
+            const { registered, unverified, overBudget } = registrations();
+            return { registered, unverified, over_budget: overBudget };
+          },
+        );
+      }
+      const replicas = sources.replicas;
+      if (replicas) {
+        new Gauge({
+          name: 'api_db_replica_usable',
+          help: 'DATABASE_REPLICA_URL: 1 while the replica (numbered in the order configured) takes reads, 0 while it is skipped (lagging, down).',
+          labelNames: ['replica'],
+          registers: [registry],
+          collect() {
+            replicas().state.forEach((member, i) => this.set({ replica: String(i + 1) }, member.usable ? 1 : 0));
+          },
+        });
+        new Gauge({
+          name: 'api_db_replica_lag_seconds',
+          help: "DATABASE_REPLICA_URL: how old the replica's data is, measured from WAL positions (absent while it cannot be measured).",
+          labelNames: ['replica'],
+          registers: [registry],
+          collect() {
+            this.reset();
+            replicas().state.forEach((member, i) => {
+              if (member.lagMs !== undefined) this.set({ replica: String(i + 1) }, member.lagMs / 1000);
+            });
+          },
+        });
+        mirroredBy(
+          'api_db_stale_tolerant_reads_total',
+          "Reads that tolerate bounded staleness (the child list's uncached pages), by where they were read.",
+          'target',
+          () => {
+            const { replica, primary } = replicas().reads;
+            return { replica, primary };
+          },
+        );
+      }
+      const memory = sources.memory;
+      if (memory) {
+        gauge(
+          'api_memory_budget_bytes',
+          'The memory budget (MEMORY_BUDGET_MB, the container limit, or 250 MB) every bound follows from.',
+          () => memory().budget.budgetBytes,
+        );
+        gauge(
+          'api_memory_heap_budget_bytes',
+          "The budget's old generation of the heap, against which the pressure level is read.",
+          () => memory().budget.oldGenerationBytes,
+        );
+        gauge(
+          'api_memory_heap_used_bytes',
+          'The live heap, as the pressure level reads it (what the last full collection kept, or the heap in use if less).',
+          () => memory().heapUsed,
+        );
+        gauge(
+          'api_memory_requests_in_progress',
+          "Requests in progress, as the memory budget's working reserve counts them (open streams excluded).",
+          () => memory().requestsInProgress,
+        );
+        gauge(
+          'api_memory_requests_max',
+          'The requests in progress the working reserve holds; more are refused 503 (busy).',
+          () => memory().budget.maxRequests,
+        );
+        gauge(
+          'api_memory_pressure_level',
+          'Memory pressure: 0 none, 1 caches shrink, 2 new streams refused, 3 requests refused (503).',
+          () => memory().level,
+        );
+        new Gauge({
+          name: 'api_memory_share_bytes',
+          help: "Each structure's share of the memory budget (or its explicit bound).",
+          labelNames: ['share'],
+          registers: [registry],
+          collect() {
+            for (const [share, bytes] of Object.entries(memory().budget.shares)) this.set({ share }, bytes);
+          },
+        });
+        new Gauge({
+          name: 'api_memory_share_used_bytes',
+          help: "What each structure holds now (estimated bytes; streams as open streams x 10 KiB). The answers may pass their share by what the entity cache's entries leave unused, when both are the budget's shares.",
+          labelNames: ['share'],
+          registers: [registry],
+          collect() {
+            for (const [share, bytes] of Object.entries(memory().used)) this.set({ share }, bytes ?? 0);
+          },
+        });
+        mirroredBy(
+          'api_memory_refusals_total',
+          "What the memory budget refused: new streams near it (429), requests near it (503), requests past the bound on requests in progress (busy, 503), and past one client's part of it (client, 429).",
+          'kind',
+          () => memory().refusals,
+        );
+      }
+      const storeUp = sources.rateLimitStoreUp;
+      if (storeUp)
+        gauge(
+          'api_rate_limit_store_up',
+          'RATE_LIMIT_STORE=redis: 1 while the shared store is connected, 0 while each instance limits in memory.',
+          () => (storeUp() ? 1 : 0),
+        );
+      gauge(
+        'api_live_subscriptions',
+        'Open live-update subscriptions (GraphQL over Server-Sent Events) on this instance.',
+        sources.liveSubscriptions,
+      );
+      mirrored('api_live_pushes_total', 'Answers pushed to live-update subscriptions.', sources.livePushes);
+      mirrored(
+        'api_live_computations_total',
+        'Answers computed for live-update subscriptions after a change that concerns them (pushed, or equal to the last and not sent).',
+        sources.liveComputations,
+      );
+      gauge('api_exports_running', 'Child-list exports being streamed by this instance.', sources.exportsRunning);
+      const searches = sources.searches;
+      if (searches) {
+        gauge(
+          'api_search_statements_in_flight',
+          'Child-list search statements running now (at most SEARCH_MAX_CONCURRENT).',
+          () => searches().inFlight,
+        );
+        mirrored(
+          'api_search_refused_total',
+          "Searches refused: 429 for an organization over its share (SEARCH_MAX_PER_ORGANIZATION, its part of the time), 503 for the instance's slots taken.",
+          () => searches().stats.refused,
+        );
+        mirrored(
+          'api_search_delayed_total',
+          'Searches of an organization searching one at a time that waited for its part of the time, then ran.',
+          () => searches().stats.delayed,
+        );
+        mirrored(
+          'api_search_timeouts_total',
+          'Search statements stopped at SEARCH_TIMEOUT_MS (answered 503).',
+          () => searches().stats.timedOut,
+        );
+      }
+      gauge(
+        'api_http_requests_in_flight',
+        'Requests whose head was received and whose answer is not finished (this scrape included).',
+        sources.requestsInFlight,
+      );
+      mirrored(
+        'api_log_lines_dropped_total',
+        'Log lines lost because the log destination (stderr) failed.',
+        sources.droppedLogLines,
+      );
+      if (tracingActive()) {
+        mirrored(
+          'api_trace_spans_ended_total',
+          'Sampled spans handed to the export queue; those neither exported nor failed are queued or were dropped by the full queue.',
+          () => spanCounts.ended,
+        );
+        mirroredBy(
+          'api_trace_spans_total',
+          'Sampled spans sent to the OpenTelemetry collector, by outcome (exported, failed).',
+          'outcome',
+          () => ({ exported: spanCounts.exported, failed: spanCounts.failed }),
+        );
+      }
+      gauge(
+        'api_retrieval_counter_pending',
+        'Organization-details retrievals counted but not yet written to the database.',
+        sources.unsavedRetrievals,
+      );
+      const { pool } = sources;
+      if (pool) {
+        new Gauge({
+          name: 'api_db_pool_connections',
+          help: 'Database pool connections by state: in use, idle, and requests waiting for one.',
+          labelNames: ['state'],
+          registers: [registry],
+          collect() {
+            this.set({ state: 'in_use' }, pool.totalCount - pool.idleCount);
+            this.set({ state: 'idle' }, pool.idleCount);
+            this.set({ state: 'waiting' }, pool.waitingCount);
+          },
+        });
+      }
     },
   };
 }

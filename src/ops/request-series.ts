@@ -10,7 +10,12 @@ import type { Registry } from 'prom-client';
  * when scraped, for its values (`get`), and formats them as it formats its own.
  */
 
-type Exported = { labels: Record<string, string | number>; sharedLabels?: Record<string, string>; value: number; metricName?: string };
+type Exported = {
+  labels: Record<string, string | number>;
+  sharedLabels?: Record<string, string>;
+  value: number;
+  metricName?: string;
+};
 type Exposition = { name: string; help: string; type: string; aggregator: string; values: Exported[] };
 
 abstract class RequestSeries<Entry> {
@@ -53,7 +58,13 @@ abstract class RequestSeries<Entry> {
 
   /** For the JSON form: each value's labels whole. */
   async get(): Promise<Exposition> {
-    return this.exported(this.values().map(({ labels, sharedLabels, value, metricName }) => ({ labels: { ...labels, ...sharedLabels }, value, ...(metricName ? { metricName } : {}) })));
+    return this.exported(
+      this.values().map(({ labels, sharedLabels, value, metricName }) => ({
+        labels: { ...labels, ...sharedLabels },
+        value,
+        ...(metricName ? { metricName } : {}),
+      })),
+    );
   }
 
   reset(): void {
@@ -82,11 +93,20 @@ export class RequestCounter extends RequestSeries<Count> {
 
 type Distribution = { labels: Record<string, string>; buckets: Float64Array; sum: number; count: number };
 
-/** A histogram of one label, with prom-client's exposition: cumulative `_bucket` lines (`le` first), `_sum`, `_count`. */
+/**
+ * A histogram of one label, with prom-client's exposition: cumulative `_bucket` lines (`le` first), `_sum`,
+ * `_count`.
+ */
 export class RequestHistogram extends RequestSeries<Distribution> {
   readonly type = 'histogram';
 
-  constructor(name: string, help: string, labelName: string, private readonly upperBounds: readonly number[], registry: Registry) {
+  constructor(
+    name: string,
+    help: string,
+    labelName: string,
+    private readonly upperBounds: readonly number[],
+    registry: Registry,
+  ) {
     super(name, help, [labelName], registry);
   }
 

@@ -63,10 +63,29 @@ export function tracingActive(): boolean {
  * a batch processor (OTEL_BSP_*: a bounded queue; spans beyond it are dropped, not held), and the
  * `pg` and Prisma instrumentations. Their database spans are made only inside a request's trace.
  */
-export async function startTracing(settings: TracingSettings, options: { version?: string; warn?: (message: string, fields: Record<string, unknown>) => void } = {}): Promise<void> {
+export async function startTracing(
+  settings: TracingSettings,
+  options: { version?: string; warn?: (message: string, fields: Record<string, unknown>) => void } = {},
+): Promise<void> {
   if (!settings.enabled || active) return;
   const version = options.version ?? '1.0.0';
-  const [{ NodeTracerProvider, BatchSpanProcessor, AlwaysOnSampler, AlwaysOffSampler, ParentBasedSampler, TraceIdRatioBasedSampler, RandomIdGenerator, SamplingDecision }, { ExportResultCode }, resources, { registerInstrumentations }, { PgInstrumentation }, { PrismaInstrumentation }] = await Promise.all([
+  const [
+    {
+      NodeTracerProvider,
+      BatchSpanProcessor,
+      AlwaysOnSampler,
+      AlwaysOffSampler,
+      ParentBasedSampler,
+      TraceIdRatioBasedSampler,
+      RandomIdGenerator,
+      SamplingDecision,
+    },
+    { ExportResultCode },
+    resources,
+    { registerInstrumentations },
+    { PgInstrumentation },
+    { PrismaInstrumentation },
+  ] = await Promise.all([
     import('@opentelemetry/sdk-trace-node'),
     import('@opentelemetry/core'),
     import('@opentelemetry/resources'),
@@ -101,7 +120,10 @@ export async function startTracing(settings: TracingSettings, options: { version
           // Said at most once a minute: a collector that is down fails every batch.
           if (Date.now() - warned > 60_000) {
             warned = Date.now();
-            options.warn?.('spans could not be exported to the OpenTelemetry collector (counted in api_trace_spans_total{outcome="failed"})', { error: result.error?.message });
+            options.warn?.(
+              'spans could not be exported to the OpenTelemetry collector (counted in api_trace_spans_total{outcome="failed"})',
+              { error: result.error?.message },
+            );
           }
         }
         done(result);
@@ -111,13 +133,20 @@ export async function startTracing(settings: TracingSettings, options: { version
   // The environment's sampler decides before any span is made (`decide`); the provider samples
   // every span it is asked for, roots only once decided and children only under sampled spans.
   const name = settings.sampler;
-  const root = name.endsWith('always_off') ? new AlwaysOffSampler() : name.endsWith('traceidratio') ? new TraceIdRatioBasedSampler(settings.ratio) : new AlwaysOnSampler();
+  const root = name.endsWith('always_off')
+    ? new AlwaysOffSampler()
+    : name.endsWith('traceidratio')
+      ? new TraceIdRatioBasedSampler(settings.ratio)
+      : new AlwaysOnSampler();
   const sampler = name.startsWith('parentbased_') ? new ParentBasedSampler({ root }) : root;
   const random = new RandomIdGenerator();
   decide = (parent) => {
     const remote = trace.getSpanContext(parent);
     const traceId = remote && isSpanContextValid(remote) ? remote.traceId : (decidedTraceId = random.generateTraceId());
-    return sampler.shouldSample(parent, traceId, '', SpanKind.SERVER, {}, []).decision === SamplingDecision.RECORD_AND_SAMPLED;
+    return (
+      sampler.shouldSample(parent, traceId, '', SpanKind.SERVER, {}, []).decision ===
+      SamplingDecision.RECORD_AND_SAMPLED
+    );
   };
   const idGenerator = {
     // A root span takes the trace id its sampling was decided on.
@@ -128,7 +157,12 @@ export async function startTracing(settings: TracingSettings, options: { version
     },
     generateSpanId: () => random.generateSpanId(),
   };
-  const provider = new NodeTracerProvider({ resource, sampler: new AlwaysOnSampler(), idGenerator, spanProcessors: [new CountedBatches(counted)] });
+  const provider = new NodeTracerProvider({
+    resource,
+    sampler: new AlwaysOnSampler(),
+    idGenerator,
+    spanProcessors: [new CountedBatches(counted)],
+  });
   // The W3C trace context propagator and the AsyncLocalStorage context manager.
   provider.register();
   registerInstrumentations({
@@ -137,7 +171,9 @@ export async function startTracing(settings: TracingSettings, options: { version
     // No span for taking a connection from the pool: one for each statement, it would double what
     // a sampled request exports (each span costs its serialization, about 20 µs); a wait for the
     // pool shows as the time between a statement's span and what came before it.
-    instrumentations: [new PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false, ignoreConnectSpans: true })],
+    instrumentations: [
+      new PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false, ignoreConnectSpans: true }),
+    ],
   });
   // Enabled by hand: it installs its provider when enabled, which its constructor would do with the
   // global one. One span a Prisma call (its model and method); its statement span is pg's span of
@@ -145,7 +181,12 @@ export async function startTracing(settings: TracingSettings, options: { version
   // the call's: each span costs its serialization, so they are not made.
   const prisma = new PrismaInstrumentation({
     enabled: false,
-    ignoreSpanTypes: ['prisma:client:serialize', 'prisma:client:db_query', 'prisma:client:compile', 'prisma:client:connect'],
+    ignoreSpanTypes: [
+      'prisma:client:serialize',
+      'prisma:client:db_query',
+      'prisma:client:compile',
+      'prisma:client:connect',
+    ],
   });
   prisma.setTracerProvider(underSampledSpans(provider));
   prisma.enable();
@@ -234,7 +275,8 @@ function underSampledSpans(provider: TracerProvider): TracerProvider {
         return (rest[rest.length - 1] as (span: Span) => unknown)(NOT_RECORDED);
       };
       return {
-        startSpan: (spanName, spanOptions, parent = context.active()) => (sampled(parent) ? real.startSpan(spanName, spanOptions, parent) : NOT_RECORDED),
+        startSpan: (spanName, spanOptions, parent = context.active()) =>
+          sampled(parent) ? real.startSpan(spanName, spanOptions, parent) : NOT_RECORDED,
         startActiveSpan: startActiveSpan as Tracer['startActiveSpan'],
       };
     },
@@ -264,7 +306,8 @@ export function startRequestSpan(request: IncomingMessage, path: string, route: 
   if (!active) return undefined;
   // Most callers send no trace context, and most requests are not sampled: neither pays for a
   // span. An unsampled request makes none at all (what it would make is never exported).
-  const parent = request.headers.traceparent === undefined ? ROOT_CONTEXT : propagation.extract(ROOT_CONTEXT, request.headers);
+  const parent =
+    request.headers.traceparent === undefined ? ROOT_CONTEXT : propagation.extract(ROOT_CONTEXT, request.headers);
   if (!decide(parent)) {
     decidedTraceId = undefined;
     return undefined;
@@ -281,7 +324,11 @@ export function startRequestSpan(request: IncomingMessage, path: string, route: 
   };
   if (route !== undefined) attributes['http.route'] = route;
   if (userAgent !== undefined) attributes['user_agent.original'] = userAgent.slice(0, MAX_USER_AGENT);
-  return tracer().startSpan(route === undefined ? named : `${named} ${route}`, { kind: SpanKind.SERVER, attributes }, parent);
+  return tracer().startSpan(
+    route === undefined ? named : `${named} ${route}`,
+    { kind: SpanKind.SERVER, attributes },
+    parent,
+  );
 }
 
 /** What a request's record holds that its server span reports when it ends. */
@@ -320,7 +367,9 @@ export function endRequestSpan(span: Span | undefined, outcome: RequestOutcome):
  * The ids a log line carries to join its trace: the span's (the active one's when none is named),
  * if it is sampled. An unsampled trace is exported nowhere, so its ids would join nothing.
  */
-export function traceFields(span: Span | undefined = active ? trace.getActiveSpan() : undefined): { trace_id: string; span_id: string } | undefined {
+export function traceFields(
+  span: Span | undefined = active ? trace.getActiveSpan() : undefined,
+): { trace_id: string; span_id: string } | undefined {
   if (span === undefined || !span.isRecording()) return undefined;
   const { traceId, spanId } = span.spanContext();
   return { trace_id: traceId, span_id: spanId };
@@ -333,7 +382,12 @@ export type AnswerSource = 'kept' | 'plan' | 'execution';
  * A GraphQL operation's span (semantic conventions: `graphql.operation.type` and `.name`; the
  * document is not carried), and where its answer came from.
  */
-export function startOperationSpan(type: string, name: string | null | undefined, source: AnswerSource | 'stream', fields?: string): Span | undefined {
+export function startOperationSpan(
+  type: string,
+  name: string | null | undefined,
+  source: AnswerSource | 'stream',
+  fields?: string,
+): Span | undefined {
   if (!recording()) return undefined;
   const attributes: Attributes = { 'graphql.operation.type': type, 'app.graphql.answer': source };
   const bounded = name ? boundedName(name) : undefined;

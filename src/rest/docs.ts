@@ -50,12 +50,21 @@ const fromPackage = (file: string) => () => {
 
 /** Every path served here, and nothing else: no file name from the request reaches the disk. */
 const ASSETS: Record<string, Asset> = {
-  [OPENAPI_PATH]: { contentType: 'application/json; charset=utf-8', load: () => Buffer.from(JSON.stringify(openApiDocument())) },
+  [OPENAPI_PATH]: {
+    contentType: 'application/json; charset=utf-8',
+    load: () => Buffer.from(JSON.stringify(openApiDocument())),
+  },
   [DOCS_PATH]: { contentType: 'text/html; charset=utf-8', load: () => Buffer.from(PAGE) },
   '/docs/init.js': { contentType: 'text/javascript; charset=utf-8', load: () => Buffer.from(INIT) },
   '/docs/swagger-ui.css': { contentType: 'text/css; charset=utf-8', load: fromPackage('swagger-ui.css') },
-  '/docs/swagger-ui-bundle.js': { contentType: 'text/javascript; charset=utf-8', load: fromPackage('swagger-ui-bundle.js') },
-  '/docs/swagger-ui-standalone-preset.js': { contentType: 'text/javascript; charset=utf-8', load: fromPackage('swagger-ui-standalone-preset.js') },
+  '/docs/swagger-ui-bundle.js': {
+    contentType: 'text/javascript; charset=utf-8',
+    load: fromPackage('swagger-ui-bundle.js'),
+  },
+  '/docs/swagger-ui-standalone-preset.js': {
+    contentType: 'text/javascript; charset=utf-8',
+    load: fromPackage('swagger-ui-standalone-preset.js'),
+  },
   '/docs/favicon-32x32.png': { contentType: 'image/png', load: fromPackage('favicon-32x32.png') },
 };
 

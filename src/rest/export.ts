@@ -21,7 +21,10 @@ export const EXPORT_PATH = '/auth/parent/child-accounts/export';
 
 export type ExportFormat = 'csv' | 'ndjson';
 
-const MEDIA_TYPES: Record<ExportFormat, string> = { csv: 'text/csv; charset=utf-8; header=present', ndjson: 'application/x-ndjson; charset=utf-8' };
+const MEDIA_TYPES: Record<ExportFormat, string> = {
+  csv: 'text/csv; charset=utf-8; header=present',
+  ndjson: 'application/x-ndjson; charset=utf-8',
+};
 
 export const CSV_HEADER = 'username,email,lastSeen,registered\r\n';
 
@@ -85,8 +88,10 @@ export function createExports(limits: ExportLimits & { maxQueryParameters: numbe
         },
         context.services,
       );
-      if (running.has(viewer.organization.parentId)) throw new ExportBusyError('An export of this organization is already running; try again when it ends.');
-      if (running.size >= limits.maxConcurrent) throw new ExportBusyError('This server runs as many exports as it allows; try again shortly.');
+      if (running.has(viewer.organization.parentId))
+        throw new ExportBusyError('An export of this organization is already running; try again when it ends.');
+      if (running.size >= limits.maxConcurrent)
+        throw new ExportBusyError('This server runs as many exports as it allows; try again shortly.');
       organizationId = viewer.organization.parentId;
       running.add(organizationId);
       // The export's own span, its batches' reads under it, ended with the stream.
@@ -94,7 +99,12 @@ export function createExports(limits: ExportLimits & { maxQueryParameters: numbe
       await within(span, () => stream(exchange, format, batches, span));
     } catch (error) {
       const apiError = toApiError(error);
-      if (!(error instanceof ApiError)) logger.error('unexpected error before an export started', { error, requestId: exchange.requestId, code: apiError.code });
+      if (!(error instanceof ApiError))
+        logger.error('unexpected error before an export started', {
+          error,
+          requestId: exchange.requestId,
+          code: apiError.code,
+        });
       if (apiError.status === 429) exchange.addHeader('Retry-After', '5');
       sendRestError(exchange, apiError, { noStore: true });
     } finally {
@@ -103,10 +113,17 @@ export function createExports(limits: ExportLimits & { maxQueryParameters: numbe
   }
 
   /** Writes the answer: headers at once, then batch by batch as the client reads. */
-  async function stream(exchange: Exchange, format: ExportFormat, batches: AsyncIterable<ChildRow[]>, span: Span | undefined): Promise<void> {
+  async function stream(
+    exchange: Exchange,
+    format: ExportFormat,
+    batches: AsyncIterable<ChildRow[]>,
+    span: Span | undefined,
+  ): Promise<void> {
     const { response } = exchange;
     const date = new Date().toISOString().slice(0, 10);
-    exchange.startStream(200, MEDIA_TYPES[format], { 'Content-Disposition': `attachment; filename="child-accounts-${date}.${format}"` });
+    exchange.startStream(200, MEDIA_TYPES[format], {
+      'Content-Disposition': `attachment; filename="child-accounts-${date}.${format}"`,
+    });
     if (exchange.request.method === 'HEAD') {
       endSpan(span);
       response.end();
@@ -126,17 +143,26 @@ export function createExports(limits: ExportLimits & { maxQueryParameters: numbe
         let chunk = '';
         for (const row of batch) chunk += line(row);
         rows += batch.length;
-        if (!response.write(chunk) && !(await drained(response, limits.stallMs, abort.signal))) throw new StalledError();
+        if (!response.write(chunk) && !(await drained(response, limits.stallMs, abort.signal)))
+          throw new StalledError();
       }
       exchange.record.code = undefined;
       response.end();
     } catch (error) {
       // The answer has begun: the only way to say it is incomplete is to end the connection
       // without the final chunk, which every HTTP client reports as an error.
-      const reason = error instanceof StalledError ? 'client stalled' : shuttingDown ? 'shutdown' : response.destroyed ? 'client gone' : 'error';
+      const reason =
+        error instanceof StalledError
+          ? 'client stalled'
+          : shuttingDown
+            ? 'shutdown'
+            : response.destroyed
+              ? 'client gone'
+              : 'error';
       incomplete = reason;
       exchange.record.code = 'EXPORT_INCOMPLETE';
-      if (reason === 'error') logger.error('an export failed after it began', { error, requestId: exchange.requestId, rows });
+      if (reason === 'error')
+        logger.error('an export failed after it began', { error, requestId: exchange.requestId, rows });
       else logger.warn('an export ended before it was complete', { reason, requestId: exchange.requestId, rows });
       response.destroy();
     } finally {

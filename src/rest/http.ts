@@ -50,7 +50,10 @@ export async function answerRest(
     logger: Logger;
     answers?: AnswerCache;
     now: () => number;
-    /** The path's answer shows the caller's organization alone: kept once for its readers (`RequestContext.organizationAudience`). */
+    /**
+     * The path's answer shows the caller's organization alone: kept once for its readers
+     * (`RequestContext.organizationAudience`).
+     */
     sharedByOrganization?: boolean;
   },
 ): Promise<void> {
@@ -58,7 +61,11 @@ export async function answerRest(
   const context = contextFor();
   // A success kept whole (db/answer-cache.ts) under the path, the query string as sent and the
   // viewer, or the organization's readers the answer is the same for.
-  const viewer = !answers?.enabled ? undefined : sharedByOrganization ? await context.organizationAudience() : await context.viewerKey();
+  const viewer = !answers?.enabled
+    ? undefined
+    : sharedByOrganization
+      ? await context.organizationAudience()
+      : await context.viewerKey();
   const request = {
     key: viewer === undefined ? undefined : `${exchange.path}?${exchange.query}\n${viewer}`,
     viewer,
@@ -73,15 +80,23 @@ export async function answerRest(
   };
   const compute = async (context: RequestContext, keep: Keep | undefined) => {
     try {
-      const text = JSON.stringify(await operation(context, queryParameters(exchange.query, options.maxQueryParameters)));
-      const make = () => answerOf(text, { label: undefined, retrievals: [...context.retrieved], validUntil: context.reads.validUntil });
+      const text = JSON.stringify(
+        await operation(context, queryParameters(exchange.query, options.maxQueryParameters)),
+      );
+      const make = () =>
+        answerOf(text, { label: undefined, retrievals: [...context.retrieved], validUntil: context.reads.validUntil });
       const kept = keep && exchange.record.caller !== undefined ? keep(make) : undefined;
       if (kept) exchange.sendRevalidated(JSON_TYPE, kept.body, (kept.etag = entityTag(kept.body)));
       else exchange.sendRevalidated(JSON_TYPE, text);
     } catch (error) {
       const apiError = toApiError(error);
       if (!(error instanceof ApiError)) {
-        logger.error('unexpected error in a REST route', { error, path: exchange.path, requestId: exchange.requestId, code: apiError.code });
+        logger.error('unexpected error in a REST route', {
+          error,
+          path: exchange.path,
+          requestId: exchange.requestId,
+          code: apiError.code,
+        });
       }
       sendRestError(exchange, apiError, { noStore: true });
     }
@@ -91,7 +106,6 @@ export async function answerRest(
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8';
-
 
 /** Stands for a value that is not valid percent-encoded UTF-8: every parameter rule refuses it. */
 export const UNDECODABLE = '\u0000';
@@ -113,7 +127,7 @@ function decode(text: string): string | undefined {
 export function queryParameters(query: string, maxParameters: number): Map<string, string[]> {
   const parameters = new Map<string, string[]>();
   let read = 0;
-  for (let start = 0; start < query.length && read < maxParameters; ) {
+  for (let start = 0; start < query.length && read < maxParameters;) {
     let end = query.indexOf('&', start);
     if (end === -1) end = query.length;
     const pair = query.slice(start, end);

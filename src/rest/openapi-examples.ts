@@ -2,7 +2,14 @@
  * Example answers (a test validates each against its schema). One organization throughout: its
  * parent, one child, one purchase.
  */
-const PURCHASE = { packageType: 'STARTER', purchaseDate: 1706745600000, creditsAdded: 10000, freeUsersAdded: 1000, price: 10, transactionId: 'TXN_8f2c61d0' };
+const PURCHASE = {
+  packageType: 'STARTER',
+  purchaseDate: 1706745600000,
+  creditsAdded: 10000,
+  freeUsersAdded: 1000,
+  price: 10,
+  transactionId: 'TXN_8f2c61d0',
+};
 const ACCOUNT = {
   userID: 'USR_7f3a9c',
   username: 'acme-admin',
@@ -84,7 +91,12 @@ export const ORGANIZATION_EXAMPLE = {
     message: 'Organization details retrieved successfully',
     organizationName: 'Acme',
     organizationUrl: 'https://acme.example.com',
-    authUrls: Object.fromEntries(['signin', 'signup', 'verify', 'reset', 'update', 'resend', 'successful'].map((key) => [key, `https://acme.example.com/${key}`])),
+    authUrls: Object.fromEntries(
+      ['signin', 'signup', 'verify', 'reset', 'update', 'resend', 'successful'].map((key) => [
+        key,
+        `https://acme.example.com/${key}`,
+      ]),
+    ),
     domainRestrictionEnabled: true,
     emailVerificationRequired: false,
     providerASsoConfig: { enabled: false, clientId: '' },
@@ -97,7 +109,12 @@ export const CHILD_PAGE_EXAMPLE = {
     data: {
       stats: { total: 120, active: 54 },
       accounts: [
-        { username: 'jane', email: 'jane@example.org', lastSeen: '2024-05-20T10:13:20.000Z', registered: '2024-03-02T09:00:00.000Z' },
+        {
+          username: 'jane',
+          email: 'jane@example.org',
+          lastSeen: '2024-05-20T10:13:20.000Z',
+          registered: '2024-03-02T09:00:00.000Z',
+        },
         { username: 'omar', email: 'omar@example.org', lastSeen: null, registered: '2024-02-27T16:45:10.000Z' },
       ],
       pagination: { limit: 2, hasMore: true, nextPageToken: 'eyJ2IjoxLCJjIjoxNzA5MDUyMzEwMDAwfQ.c2lnbmF0dXJl' },
@@ -110,7 +127,12 @@ export const CREDIT_ANALYSIS_EXAMPLE = {
   totalChildAccounts: 1120,
   billableUsers: 120,
   monthlyRetentionCredits: 120,
-  operationUsage: { childSignups: 40, signIns: 900, emailVerifications: 38, socialSignIns: { providerA: 20, providerB: 4, providerC: 0, providerD: 1, total: 25 } },
+  operationUsage: {
+    childSignups: 40,
+    signIns: 900,
+    emailVerifications: 38,
+    socialSignIns: { providerA: 20, providerB: 4, providerC: 0, providerD: 1, total: 25 },
+  },
   totalCreditsUsed: 1251,
   projectedMonthlyUsage: 2061,
   alerts: { low: false, critical: false, depleted: false },

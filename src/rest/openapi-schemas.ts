@@ -7,9 +7,20 @@ import { MAX_LIMIT } from '../services/list-child-accounts.js';
  * (openapi.ts) describes and the tests validate answers against.
  */
 
-const timestamp = (what: string) => z.number().int().meta({ description: `${what}: milliseconds since the epoch (UTC).`, example: 1716200000000 });
+const timestamp = (what: string) =>
+  z
+    .number()
+    .int()
+    .meta({ description: `${what}: milliseconds since the epoch (UTC).`, example: 1716200000000 });
 const nullableTimestamp = (what: string) =>
-  z.number().int().nullable().meta({ description: `${what}: milliseconds since the epoch (UTC), or null when it never happened.`, example: null });
+  z
+    .number()
+    .int()
+    .nullable()
+    .meta({
+      description: `${what}: milliseconds since the epoch (UTC), or null when it never happened.`,
+      example: null,
+    });
 const count = (description: string) => z.number().int().min(0).meta({ description });
 
 const PackagePurchase = z
@@ -23,15 +34,18 @@ const PackagePurchase = z
   })
   .meta({ id: 'PackagePurchase', description: 'One package purchase. Lists of them are newest first.' });
 
-const ProviderASsoConfig = z
-  .object({ enabled: z.boolean(), clientId: z.string() })
-  .meta({ id: 'ProviderASsoConfig', description: 'Single sign-on through provider A: whether it is on, and the public client id.' });
+const ProviderASsoConfig = z.object({ enabled: z.boolean(), clientId: z.string() }).meta({
+  id: 'ProviderASsoConfig',
+  description: 'Single sign-on through provider A: whether it is on, and the public client id.',
+});
 
 const userFields = {
   userID: z.string().meta({ description: 'The account id, `USR_<id>`.', example: 'USR_7f3a9c' }),
   username: z.string(),
   email: z.string(),
-  publicKey: z.string().meta({ description: "The organization's public key, `APK_<id>_<digits>`.", example: 'APK_7f3a9c_1716200000000' }),
+  publicKey: z
+    .string()
+    .meta({ description: "The organization's public key, `APK_<id>_<digits>`.", example: 'APK_7f3a9c_1716200000000' }),
   parentAccount: z.string().meta({ description: "`ROOT` for a parent; the parent's public key for a child." }),
   accountStatus: z.enum(['active', 'inactive', 'locked']),
   emailVerified: z.boolean(),
@@ -64,7 +78,9 @@ const ParentUser = z
     ...userFields,
     accountType: z.literal('parent'),
     organizationUrl: z.string(),
-    authUrls: z.strictObject({ signin: z.string(), signup: z.string() }).meta({ description: 'Absolute URLs of the sign-in and sign-up pages.' }),
+    authUrls: z
+      .strictObject({ signin: z.string(), signup: z.string() })
+      .meta({ description: 'Absolute URLs of the sign-in and sign-up pages.' }),
     creditBalance: z.number().int().meta({ description: 'Credits available.' }),
     totalFreeUsers: count('Free-user quota from all packages.'),
     billableChildAccounts: count('Children above the free-user quota.'),
@@ -77,7 +93,10 @@ const ParentUser = z
     lastCriticalCreditNotificationAt: nullableTimestamp('Last critical-credit notification'),
     lastDepletedCreditNotificationAt: nullableTimestamp('Last depleted-credit notification'),
   })
-  .meta({ id: 'ParentUser', description: "A parent's profile: the organization's credit, billing and SSO fields included." });
+  .meta({
+    id: 'ParentUser',
+    description: "A parent's profile: the organization's credit, billing and SSO fields included.",
+  });
 
 const ChildUser = z
   .strictObject({
@@ -86,7 +105,10 @@ const ChildUser = z
     organizationUrl: z.null(),
     authUrls: z.null(),
   })
-  .meta({ id: 'ChildUser', description: "A child's profile: no credit, billing or SSO fields; its counters count its own activity." });
+  .meta({
+    id: 'ChildUser',
+    description: "A child's profile: no credit, billing or SSO fields; its counters count its own activity.",
+  });
 
 export const UserProfileResponse = z
   .strictObject({
@@ -117,13 +139,17 @@ export const OrganizationDetailsResponse = z
       credentials: z.strictObject({
         publicKey: z.string(),
         jwtSecret: z.string().meta({
-          description: 'The signing secret only when the parent itself asks with a token; `********` for every other caller.',
+          description:
+            'The signing secret only when the parent itself asks with a token; `********` for every other caller.',
           example: '********',
         }),
       }),
     }),
   })
-  .meta({ id: 'OrganizationDetailsResponse', description: 'Each answer adds one to the organization\'s retrieval count.' });
+  .meta({
+    id: 'OrganizationDetailsResponse',
+    description: "Each answer adds one to the organization's retrieval count.",
+  });
 
 const isoDateTime = z.string().meta({ format: 'date-time', example: '2024-05-20T10:13:20.000Z' });
 
@@ -133,20 +159,28 @@ export const ChildAccountsResponse = z
     data: z.strictObject({
       data: z.strictObject({
         stats: z
-          .strictObject({ total: count('Children matching the search and dates.'), active: count('Of those, the ones who logged in within 30 days.') })
+          .strictObject({
+            total: count('Children matching the search and dates.'),
+            active: count('Of those, the ones who logged in within 30 days.'),
+          })
           .meta({ description: 'Counts over every child matching the filters, not only the page.' }),
         accounts: z.array(
           z.strictObject({
             username: z.string(),
             email: z.string(),
-            lastSeen: isoDateTime.nullable().meta({ description: 'Last login, or null when the child never logged in.' }),
+            lastSeen: isoDateTime
+              .nullable()
+              .meta({ description: 'Last login, or null when the child never logged in.' }),
             registered: isoDateTime.meta({ description: 'Registration time.' }),
           }),
         ),
         pagination: z.strictObject({
           limit: z.number().int().min(1).max(MAX_LIMIT),
           hasMore: z.boolean(),
-          nextPageToken: z.string().optional().meta({ description: 'Present when hasMore: send it as `lastKey` for the next page.' }),
+          nextPageToken: z
+            .string()
+            .optional()
+            .meta({ description: 'Present when hasMore: send it as `lastKey` for the next page.' }),
         }),
       }),
     }),
@@ -165,11 +199,21 @@ export const CreditAnalysisResponse = z
         childSignups: count('This month.'),
         signIns: count('This month.'),
         emailVerifications: count('This month.'),
-        socialSignIns: z.strictObject({ providerA: count(''), providerB: count(''), providerC: count(''), providerD: count(''), total: count('The sum of the four.') }),
+        socialSignIns: z.strictObject({
+          providerA: count(''),
+          providerB: count(''),
+          providerC: count(''),
+          providerD: count(''),
+          total: count('The sum of the four.'),
+        }),
       })
       .meta({ description: 'Usage in the current calendar month (UTC).' }),
-    totalCreditsUsed: count('childSignups x 5 + signIns x 1 + emailVerifications x 2 + socialSignIns.total x 3, this month.'),
-    projectedMonthlyUsage: count('round(totalCreditsUsed / elapsed days x days in the month) + monthlyRetentionCredits.'),
+    totalCreditsUsed: count(
+      'childSignups x 5 + signIns x 1 + emailVerifications x 2 + socialSignIns.total x 3, this month.',
+    ),
+    projectedMonthlyUsage: count(
+      'round(totalCreditsUsed / elapsed days x days in the month) + monthlyRetentionCredits.',
+    ),
     alerts: z
       .strictObject({ low: z.boolean(), critical: z.boolean(), depleted: z.boolean() })
       .meta({ description: 'depleted: balance <= 0; critical: <= 10 % of all credits purchased; low: <= 20 %.' }),

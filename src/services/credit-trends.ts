@@ -10,7 +10,11 @@ import type { ServiceContext } from './context.js';
 const usageKey = (organizationId: string, month: Date) => `${organizationId}|${month.toISOString()}`;
 
 /** The forecast of an analysis just made for `viewer`'s organization (see `domain/forecast.ts`). */
-export async function getForecast(viewer: ParentViewer, analysis: CreditAnalysis, context: ServiceContext): Promise<Forecast> {
+export async function getForecast(
+  viewer: ParentViewer,
+  analysis: CreditAnalysis,
+  context: ServiceContext,
+): Promise<Forecast> {
   const now = context.now();
   const previous = await context.loaders.monthlyUsage.load(usageKey(viewer.organization.parentId, monthStart(now, 1)));
   return forecastCredits({
@@ -24,7 +28,12 @@ export async function getForecast(viewer: ParentViewer, analysis: CreditAnalysis
 }
 
 /** Month by month over the last `months` months, oldest first (see `domain/usage-history.ts`). */
-export async function getUsageHistory(viewer: ParentViewer, analysis: CreditAnalysis, months: number, context: ServiceContext): Promise<MonthUsage[]> {
+export async function getUsageHistory(
+  viewer: ParentViewer,
+  analysis: CreditAnalysis,
+  months: number,
+  context: ServiceContext,
+): Promise<MonthUsage[]> {
   if (!Number.isSafeInteger(months) || months < 1 || months > MAX_HISTORY_MONTHS) throw new InvalidMonthsError();
   const parentId = viewer.organization.parentId;
   const now = context.now();

@@ -16,7 +16,11 @@ export type ExportFilters = { search?: string; startDate?: string; endDate?: str
  * is refused before an answer starts); each batch is one keyset query after the previous batch's
  * last row, read where bounded staleness is allowed (a replica when one is usable).
  */
-export function exportChildAccounts(viewer: ParentViewer, input: ExportFilters, context: ServiceContext): AsyncIterable<ChildRow[]> {
+export function exportChildAccounts(
+  viewer: ParentViewer,
+  input: ExportFilters,
+  context: ServiceContext,
+): AsyncIterable<ChildRow[]> {
   const search = validSearch(input.search);
   const range = parseDateRange(input.startDate, input.endDate);
   const filters = filterSql(viewer.account.id, search, range);

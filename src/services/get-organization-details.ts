@@ -27,7 +27,9 @@ export type OrganizationDetails = {
 /** The public key of the viewer's organization (its parent's). */
 export async function organizationPublicKey(viewer: Viewer, context: ServiceContext): Promise<string | null> {
   const { organization } = viewer;
-  return viewer.account.id === organization.parentId ? viewer.account.publicKey : context.loaders.publicKeyByAccountId.load(organization.parentId);
+  return viewer.account.id === organization.parentId
+    ? viewer.account.publicKey
+    : context.loaders.publicKeyByAccountId.load(organization.parentId);
 }
 
 export async function getOrganizationDetails(viewer: Viewer, context: ServiceContext): Promise<OrganizationDetails> {

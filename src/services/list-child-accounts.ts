@@ -3,7 +3,16 @@ import type { ParentViewer } from '../auth/authorize.js';
 import { parseDateRange } from '../domain/dates.js';
 import { decodePageToken, encodePageToken, type PageScope, type Position } from '../domain/pagination.js';
 import { InvalidLimitError, InvalidSearchError } from '../errors.js';
-import { existsBeyond, filterSql, readCounts, readPage, type ChildFilters, type ChildListSources, type ListedRow, type MatchShare } from '../db/child-list.js';
+import {
+  existsBeyond,
+  filterSql,
+  readCounts,
+  readPage,
+  type ChildFilters,
+  type ChildListSources,
+  type ListedRow,
+  type MatchShare,
+} from '../db/child-list.js';
 import type { ServiceContext } from './context.js';
 
 export const DEFAULT_LIMIT = 50;
@@ -93,7 +102,11 @@ class ListedChild implements ChildAccountListItem {
   get cursor(): string {
     const known = signed.get(this.#row);
     if (known !== undefined && known.scope === this.#scope && known.key === this.#key) return known.cursor;
-    const cursor = encodePageToken({ createdAt: new Date(this.#row.createdAtMs), id: this.accountId }, this.#scope, this.#key);
+    const cursor = encodePageToken(
+      { createdAt: new Date(this.#row.createdAtMs), id: this.accountId },
+      this.#scope,
+      this.#key,
+    );
     signed.set(this.#row, { scope: this.#scope, key: this.#key, cursor });
     return cursor;
   }
@@ -105,7 +118,9 @@ function validSize(input: ListChildAccountsInput): { size: number; backwards: bo
   if (given > 1) throw new InvalidLimitError('Give one of limit, first and last.');
   const size = input.limit ?? input.first ?? input.last ?? DEFAULT_LIMIT;
   if (!Number.isInteger(size) || size < 1 || size > MAX_LIMIT) {
-    throw new InvalidLimitError(`${input.first !== undefined ? 'first' : input.last !== undefined ? 'last' : 'limit'} must be a whole number from 1 to 100.`);
+    throw new InvalidLimitError(
+      `${input.first !== undefined ? 'first' : input.last !== undefined ? 'last' : 'limit'} must be a whole number from 1 to 100.`,
+    );
   }
   return { size, backwards: input.last !== undefined };
 }
@@ -148,7 +163,8 @@ export async function listChildAccounts(
   if (backwards) read.reverse();
   const accounts = read.map((row) => new ListedChild(row, filters.scope, key));
   const hasMore = !backwards && more;
-  const beyond = async (position: Position | undefined, op: '>=' | '<=') => (position ? existsBeyond(sources, filters, share, position, op) : false);
+  const beyond = async (position: Position | undefined, op: '>=' | '<=') =>
+    position ? existsBeyond(sources, filters, share, position, op) : false;
   let stats: Promise<Stats> | undefined;
   let newer: Promise<boolean> | undefined;
   let older: Promise<boolean> | undefined;
@@ -164,7 +180,12 @@ export async function listChildAccounts(
 }
 
 /** The counts, with the moment they stop holding stated to the request's clock. */
-async function countChildren(sources: ChildListSources, filters: ChildFilters, share: MatchShare, context: ServiceContext): Promise<Stats> {
+async function countChildren(
+  sources: ChildListSources,
+  filters: ChildFilters,
+  share: MatchShare,
+  context: ServiceContext,
+): Promise<Stats> {
   const clock = context.clock();
   const { total, active, validUntil } = await readCounts(sources, filters, share, clock.now.getTime());
   // The active count holds until its oldest login leaves the window.

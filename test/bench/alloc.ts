@@ -50,7 +50,8 @@ const { values: args } = parseArgs({
 const users = Number(args.users);
 const rounds = Number(args.rounds);
 
-const CHILD_FIELDS = 'userID username email publicKey accountType parentAccount accountStatus emailVerified createdAt updatedAt lastLogin organizationName domainRestrictionEnabled emailVerificationRequired authProvider lastLoginProvider providerAId childSignupCount signInCount emailConfirmationCount providerAAuthCount providerBAuthCount providerCAuthCount providerDAuthCount lastPasswordChanged loginAttempts lastLoginAttempt lockedUntil lastResetPasswordRequestAt';
+const CHILD_FIELDS =
+  'userID username email publicKey accountType parentAccount accountStatus emailVerified createdAt updatedAt lastLogin organizationName domainRestrictionEnabled emailVerificationRequired authProvider lastLoginProvider providerAId childSignupCount signInCount emailConfirmationCount providerAAuthCount providerBAuthCount providerCAuthCount providerDAuthCount lastPasswordChanged loginAttempts lastLoginAttempt lockedUntil lastResetPasswordRequestAt';
 const CLIENT_ACCEPT = 'application/graphql-response+json, application/json;q=0.9';
 
 type Scenario = { name: string; method: 'GET' | 'POST'; path: string; headers: Record<string, string>; body?: string };
@@ -66,10 +67,19 @@ const scenarios: Scenario[] = [
   },
   { name: 'REST organization', method: 'GET', path: '/auth/organization-details', headers: {} },
   ...[
-    ['GraphQL organization', '{ organization { organizationName organizationUrl authUrls { signin signup verify reset update resend successful } domainRestrictionEnabled emailVerificationRequired providerASsoConfig { enabled clientId } credentials { publicKey jwtSecret } } }'],
+    [
+      'GraphQL organization',
+      '{ organization { organizationName organizationUrl authUrls { signin signup verify reset update resend successful } domainRestrictionEnabled emailVerificationRequired providerASsoConfig { enabled clientId } credentials { publicKey jwtSecret } } }',
+    ],
     ['GraphQL me, one field', '{ me { userID } }'],
     ['GraphQL __typename', '{ __typename }'],
-  ].map(([name, query]): Scenario => ({ name: name!, method: 'POST', path: '/graphql', headers: { 'content-type': 'application/json', accept: CLIENT_ACCEPT }, body: JSON.stringify({ query }) })),
+  ].map(([name, query]): Scenario => ({
+    name: name!,
+    method: 'POST',
+    path: '/graphql',
+    headers: { 'content-type': 'application/json', accept: CLIENT_ACCEPT },
+    body: JSON.stringify({ query }),
+  })),
 ];
 
 /** The client: each request with the next user's token, `connections` at a time, as a child process. */
@@ -125,7 +135,8 @@ function byPlace(root: SamplingNode, detail?: string): Map<string, number> {
   const walk = (node: SamplingNode, place: string) => {
     const own = placeOf(node.callFrame);
     let here = own ?? place;
-    if (detail && own && own.includes(detail)) here = `${own}:${node.callFrame.functionName || '(anonymous)'}:${(node.callFrame as { lineNumber?: number }).lineNumber! + 1}`;
+    if (detail && own && own.includes(detail))
+      here = `${own}:${node.callFrame.functionName || '(anonymous)'}:${(node.callFrame as { lineNumber?: number }).lineNumber! + 1}`;
     if (node.selfSize) totals.set(here, (totals.get(here) ?? 0) + node.selfSize);
     for (const child of node.children) walk(child, here);
   };
@@ -135,10 +146,23 @@ function byPlace(root: SamplingNode, detail?: string): Map<string, number> {
 
 const database = await openDatabase({ memory: true });
 await migrate(database.sql);
-const [organization] = await seed(database, { organizations: 1, childrenPerOrganization: Math.ceil(users * 1.3), seed: 1, now: new Date() });
+const [organization] = await seed(database, {
+  organizations: 1,
+  childrenPerOrganization: Math.ceil(users * 1.3),
+  seed: 1,
+  now: new Date(),
+});
 const org = await database.prisma.organization.findUniqueOrThrow({ where: { parentId: organization!.parent.userID } });
-const children = await database.prisma.account.findMany({ where: { parentId: org.parentId, status: 'active' }, select: { id: true }, take: users });
-const tokens = await Promise.all(children.map(({ id }) => mintAccessToken({ secret: org.jwtSecret, kid: organization!.parent.publicKey, subject: id, ttlSeconds: 3600 })));
+const children = await database.prisma.account.findMany({
+  where: { parentId: org.parentId, status: 'active' },
+  select: { id: true },
+  take: users,
+});
+const tokens = await Promise.all(
+  children.map(({ id }) =>
+    mintAccessToken({ secret: org.jwtSecret, kid: organization!.parent.publicKey, subject: id, ttlSeconds: 3600 }),
+  ),
+);
 const config = loadConfig({
   ...process.env,
   NODE_ENV: 'production',
@@ -148,7 +172,14 @@ const config = loadConfig({
   RATE_LIMIT_PER_CREDENTIAL: '0',
   ...(args.kept ? {} : { ANSWER_CACHE_MAX_BYTES: '0' }),
 });
-const app = createApp(buildDependencies({ config, database, logger: createLogger(config.logLevel, { format: config.logFormat }), ...(args.reference ? { compileAfter: Number.MAX_SAFE_INTEGER } : {}) }));
+const app = createApp(
+  buildDependencies({
+    config,
+    database,
+    logger: createLogger(config.logLevel, { format: config.logFormat }),
+    ...(args.reference ? { compileAfter: Number.MAX_SAFE_INTEGER } : {}),
+  }),
+);
 const server = createHttpServer(config.limits, (request, response) => app.handle(request, response));
 await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
 const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -159,36 +190,55 @@ session.connect();
 const collections = { minor: { count: 0, ms: 0 }, major: { count: 0, ms: 0 } };
 new PerformanceObserver((list) => {
   for (const entry of list.getEntries()) {
-    const kind = ((entry as { detail?: unknown }).detail as { kind?: number } | undefined)?.kind === constants.NODE_PERFORMANCE_GC_MINOR ? collections.minor : collections.major;
+    const kind =
+      ((entry as { detail?: unknown }).detail as { kind?: number } | undefined)?.kind ===
+      constants.NODE_PERFORMANCE_GC_MINOR
+        ? collections.minor
+        : collections.major;
     kind.count += 1;
     kind.ms += entry.duration;
   }
 }).observe({ entryTypes: ['gc'] });
 
 console.log(`${tokens.length} users, ${rounds} rounds each, answers kept whole ${args.kept ? 'on' : 'off'}`);
-const chosen = args.only ? args.only.split('|').flatMap((text) => scenarios.filter((s) => s.name === text || s.name.includes(text)).slice(0, 1)) : scenarios;
+const chosen = args.only
+  ? args.only
+      .split('|')
+      .flatMap((text) => scenarios.filter((s) => s.name === text || s.name.includes(text)).slice(0, 1))
+  : scenarios;
 for (const scenario of chosen) {
   // Warm: every user once (the entity cache holds them, the documents are compiled).
   await drive(url, tokens, scenario, 1);
   for (const kind of Object.values(collections)) Object.assign(kind, { count: 0, ms: 0 });
   const cpu = process.cpuUsage();
   const started = performance.now();
-  await session.post('HeapProfiler.startSampling', { samplingInterval: Number(args.interval), includeObjectsCollectedByMajorGC: !args.survivors, includeObjectsCollectedByMinorGC: !args.survivors } as never);
+  await session.post('HeapProfiler.startSampling', {
+    samplingInterval: Number(args.interval),
+    includeObjectsCollectedByMajorGC: !args.survivors,
+    includeObjectsCollectedByMinorGC: !args.survivors,
+  } as never);
   const driven = drive(url, tokens, scenario, rounds);
   // Survivors: what is still held midway through the load (in flight, kept, or promoted and not yet collected).
   if (args.survivors) await new Promise((resolve) => setTimeout(resolve, 4000));
   else await driven;
-  const { profile } = (await session.post('HeapProfiler.stopSampling')) as unknown as { profile: { head: SamplingNode } };
+  const { profile } = (await session.post('HeapProfiler.stopSampling')) as unknown as {
+    profile: { head: SamplingNode };
+  };
   await driven;
   const requests = tokens.length * rounds;
   const used = process.cpuUsage(cpu);
-  console.log(`\n${scenario.name}: ${Math.round((used.user + used.system) / requests)} µs CPU a request (this process, with the embedded database's thread), ${Math.round((requests * 1000) / (performance.now() - started))} requests/s`);
+  console.log(
+    `\n${scenario.name}: ${Math.round((used.user + used.system) / requests)} µs CPU a request (this process, with the embedded database's thread), ${Math.round((requests * 1000) / (performance.now() - started))} requests/s`,
+  );
   const { minor, major } = collections;
-  console.log(`  collections: ${minor.count} minor (${Math.round((minor.ms * 1000) / requests)} µs a request), ${major.count} major or incremental (${Math.round((major.ms * 1000) / requests)} µs a request)`);
+  console.log(
+    `  collections: ${minor.count} minor (${Math.round((minor.ms * 1000) / requests)} µs a request), ${major.count} major or incremental (${Math.round((major.ms * 1000) / requests)} µs a request)`,
+  );
   const places = [...byPlace(profile.head, args.detail).entries()].sort((a, b) => b[1] - a[1]);
   const total = places.reduce((sum, [, bytes]) => sum + bytes, 0);
   console.log(`  ${Math.round(total / requests).toLocaleString('en')} bytes allocated a request`);
-  for (const [place, bytes] of places.slice(0, args.detail ? 45 : 18)) console.log(`  ${String(Math.round(bytes / requests)).padStart(7)}  ${place}`);
+  for (const [place, bytes] of places.slice(0, args.detail ? 45 : 18))
+    console.log(`  ${String(Math.round(bytes / requests)).padStart(7)}  ${place}`);
 }
 session.disconnect();
 await new Promise<void>((resolve) => server.close(() => resolve()));

@@ -30,20 +30,44 @@ const heapUsed = () => {
 const users = Number(process.argv[2] ?? 3000);
 const database = await openDatabase({ memory: true });
 await migrate(database.sql);
-const [organization] = await seed(database, { organizations: 1, childrenPerOrganization: users, seed: 5, now: new Date() });
+const [organization] = await seed(database, {
+  organizations: 1,
+  childrenPerOrganization: users,
+  seed: 5,
+  now: new Date(),
+});
 const parentId = organization!.parent.userID;
 const { jwtSecret } = await database.prisma.organization.findUniqueOrThrow({ where: { parentId } });
 await database.sql.query('UPDATE "Organization" SET "creditBalance" = 1000000 WHERE "parentId" = $1', [parentId]);
-const children = await database.sql.query<{ id: string }>(`SELECT id FROM "Account" WHERE "parentId" = $1 AND status = 'active'`, [parentId]);
-const tokens = await Promise.all(children.map((child) => mintAccessToken({ secret: jwtSecret, kid: organization!.parent.publicKey, subject: child.id, ttlSeconds: 3600 })));
+const children = await database.sql.query<{ id: string }>(
+  `SELECT id FROM "Account" WHERE "parentId" = $1 AND status = 'active'`,
+  [parentId],
+);
+const tokens = await Promise.all(
+  children.map((child) =>
+    mintAccessToken({ secret: jwtSecret, kid: organization!.parent.publicKey, subject: child.id, ttlSeconds: 3600 }),
+  ),
+);
 
-const config = loadConfig({ NODE_ENV: 'test', LOG_LEVEL: 'silent', MEMORY_BUDGET_MB: '8192', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0', CACHE_MAX_ENTRIES: '1000000', CACHE_MAX_BYTES: String(256 * 1024 * 1024) });
+const config = loadConfig({
+  NODE_ENV: 'test',
+  LOG_LEVEL: 'silent',
+  MEMORY_BUDGET_MB: '8192',
+  RATE_LIMIT_PER_ADDRESS: '0',
+  RATE_LIMIT_PER_CREDENTIAL: '0',
+  CACHE_MAX_ENTRIES: '1000000',
+  CACHE_MAX_BYTES: String(256 * 1024 * 1024),
+});
 const app = createApp(buildDependencies({ config, database, logger: createLogger('silent') }));
 const server = createHttpServer(config.limits, (request, response) => app.handle(request, response));
 await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
 const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/auth/user-profile`;
 for (let from = 0; from < tokens.length; from += 50) {
-  const statuses = await Promise.all(tokens.slice(from, from + 50).map(async (token) => (await fetch(url, { headers: { authorization: `Bearer ${token}` } })).status));
+  const statuses = await Promise.all(
+    tokens
+      .slice(from, from + 50)
+      .map(async (token) => (await fetch(url, { headers: { authorization: `Bearer ${token}` } })).status),
+  );
   if (statuses.some((status) => status !== 200)) throw new Error(`a profile was refused: ${statuses.join(',')}`);
 }
 const { cache } = app.deps;
@@ -54,7 +78,9 @@ cache.clear();
 const freed = held - heapUsed();
 console.log(`users: ${children.length}, cache entries: ${entries}`);
 console.log(`heap freed by emptying the cache: ${Math.round(freed / children.length)} bytes a user`);
-console.log(`the byte bound's estimate:        ${Math.round(estimated / children.length)} bytes a user (heap and ring records)`);
+console.log(
+  `the byte bound's estimate:        ${Math.round(estimated / children.length)} bytes a user (heap and ring records)`,
+);
 await new Promise<void>((resolve) => server.close(() => resolve()));
 await app.close();
 await database.close();

@@ -5,7 +5,10 @@ import { createServer } from 'node:http';
 
 const body = process.env.CEILING_BODY;
 const answer = (response) => {
-  response.writeHead(200, { 'Content-Type': 'application/json; charset=utf-8', 'Content-Length': Buffer.byteLength(body) });
+  response.writeHead(200, {
+    'Content-Type': 'application/json; charset=utf-8',
+    'Content-Length': Buffer.byteLength(body),
+  });
   response.end(body);
 };
 createServer((request, response) => {

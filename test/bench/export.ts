@@ -27,7 +27,12 @@ const databaseUrl = argument('database-url');
 
 const database = databaseUrl ? await openDatabase({ url: databaseUrl }) : await openDatabase({ memory: true });
 await migrate(database.sql);
-const [organization] = await seed(database, { organizations: 1, childrenPerOrganization: 10, seed: 7, now: new Date() });
+const [organization] = await seed(database, {
+  organizations: 1,
+  childrenPerOrganization: 10,
+  seed: 7,
+  now: new Date(),
+});
 const parentId = organization!.parent.userID;
 const { jwtSecret } = await database.prisma.organization.findUniqueOrThrow({ where: { parentId } });
 let started = performance.now();
@@ -41,10 +46,23 @@ for (let from = 0; from < childCount; from += 10_000) {
   );
 }
 await database.sql.query('ANALYZE');
-console.log(`seeded ${childCount.toLocaleString('en')} children in ${((performance.now() - started) / 1000).toFixed(1)} s (${database.kind})`);
-const token = await mintAccessToken({ secret: jwtSecret, kid: organization!.parent.publicKey, subject: parentId, ttlSeconds: 3600 });
+console.log(
+  `seeded ${childCount.toLocaleString('en')} children in ${((performance.now() - started) / 1000).toFixed(1)} s (${database.kind})`,
+);
+const token = await mintAccessToken({
+  secret: jwtSecret,
+  kid: organization!.parent.publicKey,
+  subject: parentId,
+  ttlSeconds: 3600,
+});
 
-const config = loadConfig({ NODE_ENV: 'test', LOG_LEVEL: 'silent', MEMORY_BUDGET_MB: '8192', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0' });
+const config = loadConfig({
+  NODE_ENV: 'test',
+  LOG_LEVEL: 'silent',
+  MEMORY_BUDGET_MB: '8192',
+  RATE_LIMIT_PER_ADDRESS: '0',
+  RATE_LIMIT_PER_CREDENTIAL: '0',
+});
 const app = createApp(buildDependencies({ config, database, logger: createLogger('silent') }));
 const server = createHttpServer(config.limits, (req, res) => app.handle(req, res));
 await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -56,7 +74,10 @@ const writer = (async () => {
   let i = 0;
   while (writing) {
     const tick = performance.now();
-    await database.sql.query(`UPDATE "Account" SET "lastLogin" = now(), "signInCount" = "signInCount" + 1, "updatedAt" = now() WHERE id = $1`, [`USR_exp${(i++ * 7919) % childCount}`]);
+    await database.sql.query(
+      `UPDATE "Account" SET "lastLogin" = now(), "signInCount" = "signInCount" + 1, "updatedAt" = now() WHERE id = $1`,
+      [`USR_exp${(i++ * 7919) % childCount}`],
+    );
     await new Promise((resolve) => setTimeout(resolve, Math.max(0, 10 - (performance.now() - tick))));
   }
 })();
@@ -71,23 +92,30 @@ async function run(label: string, bytesPerSecond: number | undefined, seconds?: 
   let bytes = 0;
   let lines = 0;
   await new Promise<void>((resolve, reject) => {
-    const req = request({ port, path: '/auth/parent/child-accounts/export?format=csv', headers: { authorization: `Bearer ${token}`, 'user-agent': 'curl/8.5.0', accept: '*/*' } }, (res) => {
-      res.once('data', () => (firstByte = performance.now() - started));
-      res.on('data', (chunk: Buffer) => {
-        bytes += chunk.length;
-        for (let at = chunk.indexOf(10); at !== -1; at = chunk.indexOf(10, at + 1)) lines += 1;
-        if (bytesPerSecond !== undefined) {
-          res.pause();
-          setTimeout(() => res.resume(), (chunk.length / bytesPerSecond) * 1000);
-        }
-        if (seconds !== undefined && performance.now() - started > seconds * 1000) {
-          req.destroy();
-          resolve();
-        }
-      });
-      res.on('end', resolve);
-      res.on('error', reject);
-    });
+    const req = request(
+      {
+        port,
+        path: '/auth/parent/child-accounts/export?format=csv',
+        headers: { authorization: `Bearer ${token}`, 'user-agent': 'curl/8.5.0', accept: '*/*' },
+      },
+      (res) => {
+        res.once('data', () => (firstByte = performance.now() - started));
+        res.on('data', (chunk: Buffer) => {
+          bytes += chunk.length;
+          for (let at = chunk.indexOf(10); at !== -1; at = chunk.indexOf(10, at + 1)) lines += 1;
+          if (bytesPerSecond !== undefined) {
+            res.pause();
+            setTimeout(() => res.resume(), (chunk.length / bytesPerSecond) * 1000);
+          }
+          if (seconds !== undefined && performance.now() - started > seconds * 1000) {
+            req.destroy();
+            resolve();
+          }
+        });
+        res.on('end', resolve);
+        res.on('error', reject);
+      },
+    );
     req.on('error', (error) => (seconds !== undefined ? resolve() : reject(error)));
     req.end();
   });

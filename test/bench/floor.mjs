@@ -11,7 +11,10 @@ createServer(async (request, response) => {
   try {
     const { rows } = await pool.query({ ...query, values: [id] });
     const body = JSON.stringify({ success: true, data: { user: rows[0] } });
-    response.writeHead(200, { 'Content-Type': 'application/json; charset=utf-8', 'Content-Length': Buffer.byteLength(body) });
+    response.writeHead(200, {
+      'Content-Type': 'application/json; charset=utf-8',
+      'Content-Length': Buffer.byteLength(body),
+    });
     response.end(body);
   } catch {
     response.writeHead(503).end();

@@ -17,7 +17,11 @@ export function heapTotals(file: string): Totals {
   };
   const fields = snapshot.snapshot.meta.node_fields;
   const width = fields.length;
-  const [typeAt, nameAt, sizeAt] = ['type', 'name', 'self_size'].map((field) => fields.indexOf(field)) as [number, number, number];
+  const [typeAt, nameAt, sizeAt] = ['type', 'name', 'self_size'].map((field) => fields.indexOf(field)) as [
+    number,
+    number,
+    number,
+  ];
   const types = snapshot.snapshot.meta.node_types[0];
   const totals: Totals = new Map();
   for (let i = 0; i < snapshot.nodes.length; i += width) {
@@ -42,6 +46,11 @@ export function heapGrowth(before: Totals, after: Totals, unit: number, top = 25
   const total = rows.reduce((sum, row) => sum + row.bytes, 0);
   return [
     `self size that grew, per unit: ${total.toFixed(0)} bytes in all`,
-    ...rows.slice(0, top).map((row) => `${row.bytes.toFixed(0).padStart(7)} B  ${row.count.toFixed(2).padStart(6)} objects  ${row.key.slice(0, 100)}`),
+    ...rows
+      .slice(0, top)
+      .map(
+        (row) =>
+          `${row.bytes.toFixed(0).padStart(7)} B  ${row.count.toFixed(2).padStart(6)} objects  ${row.key.slice(0, 100)}`,
+      ),
   ];
 }

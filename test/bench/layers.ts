@@ -17,19 +17,54 @@ type CpuProfile = { nodes: ProfileNode[]; samples: number[]; timeDeltas: number[
 
 /** Layers in the order they are printed; the first rule that matches a frame's URL decides. */
 const LAYERS: [string, RegExp][] = [
-  ['edge (src/http, rest framing, limits, metrics, log)', /\/(?:src|dist)\/(http|rest|ops)\/|\/(?:src|dist)\/logger\.|\/(prom-client|pino|rate-limiter-flexible|proxy-addr|lru-cache)\//],
-  ['GraphQL doors (lean, Yoga)', /\/(?:src|dist)\/graphql\/(lean|http|yoga|persisted)\.|\/(graphql-yoga|@whatwg-node|@graphql-yoga)\//],
-  ['pipeline (envelop, parse, validate, armor)', /\/(?:src|dist)\/graphql\/(pipeline|observe)\.|\/@envelop\/(core|parser-cache|validation-cache)\/|\/@escape\.tech\/|\/graphql\/(language|validation)\//],
-  ['execution (executor, resolvers, jit)', /\/(?:src|dist)\/graphql\/|\/graphql-jit\/|\/@envelop\/graphql-jit\/|\/@graphql-tools\/|\/graphql\/(execution|type|utilities|jsutils)\/|\/@pothos\//],
-  ['auth and context (jose, loaders, cache, services)', /\/(?:src|dist)\/(auth|context|services|domain|db|live|errors)|\/(jose|dataloader)\//],
+  [
+    'edge (src/http, rest framing, limits, metrics, log)',
+    /\/(?:src|dist)\/(http|rest|ops)\/|\/(?:src|dist)\/logger\.|\/(prom-client|pino|rate-limiter-flexible|proxy-addr|lru-cache)\//,
+  ],
+  [
+    'GraphQL doors (lean, Yoga)',
+    /\/(?:src|dist)\/graphql\/(lean|http|yoga|persisted)\.|\/(graphql-yoga|@whatwg-node|@graphql-yoga)\//,
+  ],
+  [
+    'pipeline (envelop, parse, validate, armor)',
+    /\/(?:src|dist)\/graphql\/(pipeline|observe)\.|\/@envelop\/(core|parser-cache|validation-cache)\/|\/@escape\.tech\/|\/graphql\/(language|validation)\//,
+  ],
+  [
+    'execution (executor, resolvers, jit)',
+    /\/(?:src|dist)\/graphql\/|\/graphql-jit\/|\/@envelop\/graphql-jit\/|\/@graphql-tools\/|\/graphql\/(execution|type|utilities|jsutils)\/|\/@pothos\//,
+  ],
+  [
+    'auth and context (jose, loaders, cache, services)',
+    /\/(?:src|dist)\/(auth|context|services|domain|db|live|errors)|\/(jose|dataloader)\//,
+  ],
   ['database driver (pg, prisma)', /\/(pg|pg-protocol|pg-pool|@prisma)\//],
 ];
 /** Node's own code counts for the layer that called it; only what nothing above claims is HTTP. */
 const HTTP = 'HTTP (node:http, net, streams, timers)';
-const SPECIAL: Record<string, string> = { '(garbage collector)': 'garbage collection', '(program)': 'V8 and native (no JS frame)', '(idle)': 'idle' };
+const SPECIAL: Record<string, string> = {
+  '(garbage collector)': 'garbage collection',
+  '(program)': 'V8 and native (no JS frame)',
+  '(idle)': 'idle',
+};
 /** Node's native functions that enter the kernel (socket and file writes, reads, closes). */
 export const SYSTEM_CALLS = 'system calls (wall time in the kernel, outside the split)';
-const KERNEL_ENTRIES = new Set(['writev', 'writeBuffer', 'writeUtf8String', 'writeLatin1String', 'writeAsciiString', 'writeUcs2String', 'readStart', 'readStop', 'shutdown', 'close', 'read', 'write', 'fsync', 'accept', 'connect']);
+const KERNEL_ENTRIES = new Set([
+  'writev',
+  'writeBuffer',
+  'writeUtf8String',
+  'writeLatin1String',
+  'writeAsciiString',
+  'writeUcs2String',
+  'readStart',
+  'readStop',
+  'shutdown',
+  'close',
+  'read',
+  'write',
+  'fsync',
+  'accept',
+  'connect',
+]);
 
 /**
  * The busy samples by layer: `share` of the samples outside system calls and idle; the system
@@ -37,7 +72,10 @@ const KERNEL_ENTRIES = new Set(['writev', 'writeBuffer', 'writeUtf8String', 'wri
  * `windows` (µs of the monotonic clock, which is the profile's own: `process.hrtime`), only the
  * samples taken inside one of them count.
  */
-export function layerSplit(file: string, windows?: readonly [number, number][]): { layer: string; ms: number; share: number }[] {
+export function layerSplit(
+  file: string,
+  windows?: readonly [number, number][],
+): { layer: string; ms: number; share: number }[] {
   const profile = JSON.parse(readFileSync(file, 'utf8')) as CpuProfile;
   const byId = new Map(profile.nodes.map((node) => [node.id, node]));
   const parent = new Map<number, number>();
@@ -75,12 +113,15 @@ export function layerSplit(file: string, windows?: readonly [number, number][]):
   totals.delete(SYSTEM_CALLS);
   const running = [...totals.values()].reduce((a, b) => a + b, 0);
   return [
-    ...[...totals.entries()].map(([layer, us]) => ({ layer, ms: Math.round(us / 1000), share: us / running })).sort((a, b) => b.ms - a.ms),
+    ...[...totals.entries()]
+      .map(([layer, us]) => ({ layer, ms: Math.round(us / 1000), share: us / running }))
+      .sort((a, b) => b.ms - a.ms),
     { layer: SYSTEM_CALLS, ms: Math.round(kernel / 1000), share: kernel / (running + kernel) },
   ];
 }
 
 /** `tsx test/bench/layers.ts <file.cpuprofile>`: prints the split. */
 if (process.argv[1]?.endsWith('layers.ts') && process.argv[2]) {
-  for (const { layer, ms, share } of layerSplit(process.argv[2])) console.log(`${layer.padEnd(52)} ${String(ms).padStart(7)} ms  ${(share * 100).toFixed(1).padStart(5)} %`);
+  for (const { layer, ms, share } of layerSplit(process.argv[2]))
+    console.log(`${layer.padEnd(52)} ${String(ms).padStart(7)} ms  ${(share * 100).toFixed(1).padStart(5)} %`);
 }

@@ -43,20 +43,41 @@ const organizationCount = argument('organizations', 50);
 // SERVICE_UNAVAILABLE, which this measures nothing of. Its heap is the figure; the bounds are long.
 const database = await openDatabase({ memory: true, connectTimeoutMs: 120_000, statementTimeoutMs: 120_000 });
 await migrate(database.sql);
-const organizations = await seed(database, { organizations: organizationCount, childrenPerOrganization: 20, seed: 11, now: new Date() });
+const organizations = await seed(database, {
+  organizations: organizationCount,
+  childrenPerOrganization: 20,
+  seed: 11,
+  now: new Date(),
+});
 // Only organizations whose parent may sign in (the demo data has locked and inactive ones too).
-const usable = new Set((await database.sql.query<{ id: string }>(`SELECT id FROM "Account" WHERE type = 'parent' AND status = 'active'`)).map((r) => r.id));
+const usable = new Set(
+  (
+    await database.sql.query<{ id: string }>(`SELECT id FROM "Account" WHERE type = 'parent' AND status = 'active'`)
+  ).map((r) => r.id),
+);
 const parents = await Promise.all(
-  organizations.filter((o) => usable.has(o.parent.userID)).map(async (o) => {
-    const { jwtSecret } = await database.prisma.organization.findUniqueOrThrow({ where: { parentId: o.parent.userID } });
-    const children = await database.sql.query<{ id: string }>('SELECT id FROM "Account" WHERE "parentId" = $1', [o.parent.userID]);
-    return { o, jwtSecret, children: children.map((c) => c.id) };
-  }),
+  organizations
+    .filter((o) => usable.has(o.parent.userID))
+    .map(async (o) => {
+      const { jwtSecret } = await database.prisma.organization.findUniqueOrThrow({
+        where: { parentId: o.parent.userID },
+      });
+      const children = await database.sql.query<{ id: string }>('SELECT id FROM "Account" WHERE "parentId" = $1', [
+        o.parent.userID,
+      ]);
+      return { o, jwtSecret, children: children.map((c) => c.id) };
+    }),
 );
 const perOrganization = Math.ceil(streams / parents.length);
 const config = loadConfig({
-  NODE_ENV: 'production', LOG_LEVEL: 'silent', MEMORY_BUDGET_MB: '8192', RATE_LIMIT_PER_ADDRESS: '0', RATE_LIMIT_PER_CREDENTIAL: '0',
-  LIVE_MAX_PER_CREDENTIAL: String(perOrganization), LIVE_MAX_PER_ORGANIZATION: String(perOrganization), LIVE_MAX_STREAMS: String(streams),
+  NODE_ENV: 'production',
+  LOG_LEVEL: 'silent',
+  MEMORY_BUDGET_MB: '8192',
+  RATE_LIMIT_PER_ADDRESS: '0',
+  RATE_LIMIT_PER_CREDENTIAL: '0',
+  LIVE_MAX_PER_CREDENTIAL: String(perOrganization),
+  LIVE_MAX_PER_ORGANIZATION: String(perOrganization),
+  LIVE_MAX_STREAMS: String(streams),
 });
 const app = createApp(buildDependencies({ config, database, logger: createLogger('silent') }));
 const server = createHttpServer(config.limits, (req, res) => app.handle(req, res));
@@ -68,7 +89,10 @@ const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 const memory = async () => {
   // Traced: spans that ended wait in the export queue until its next batch; that queue is bounded
   // and counted once, with the SDK, not per stream. Measured once the queue has handed every one on.
-  for (const until = Date.now() + 30_000; spanCounts.ended > spanCounts.exported + spanCounts.failed && Date.now() < until; ) {
+  for (
+    const until = Date.now() + 30_000;
+    spanCounts.ended > spanCounts.exported + spanCounts.failed && Date.now() < until;
+  ) {
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
   for (let i = 0; i < 3; i++) collect();
@@ -79,11 +103,20 @@ const snapshots = process.argv.includes('--snapshot');
 /** Opens `count` streams for organization `i` from a client process; resolves with it once they answered. */
 async function openStreams(i: number, count: number) {
   const { o, jwtSecret } = parents[i]!;
-  const token = await mintAccessToken({ secret: jwtSecret, kid: o.parent.publicKey, subject: o.parent.userID, ttlSeconds: 3600 });
-  return spawn(process.execPath, ['test/bench/sse-clients.mjs', url, token, String(count)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const token = await mintAccessToken({
+    secret: jwtSecret,
+    kid: o.parent.publicKey,
+    subject: o.parent.userID,
+    ttlSeconds: 3600,
+  });
+  return spawn(process.execPath, ['test/bench/sse-clients.mjs', url, token, String(count)], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
 }
 // A round of streams (up to 500) opened and closed first: the code the path compiles is not counted per stream.
-const warm = await Promise.all(parents.slice(0, Math.ceil(500 / perOrganization)).map((_parent, i) => openStreams(i, perOrganization)));
+const warm = await Promise.all(
+  parents.slice(0, Math.ceil(500 / perOrganization)).map((_parent, i) => openStreams(i, perOrganization)),
+);
 await Promise.all(warm.map((client) => new Promise((resolve) => client.stdout!.once('data', resolve))));
 for (const client of warm) client.kill();
 while (app.deps.live!.open > 0) await new Promise((resolve) => setTimeout(resolve, 50));
@@ -110,8 +143,12 @@ await Promise.all(
 );
 const open = app.deps.live!.open;
 const held = await memory();
-console.log(`open streams: ${open.toLocaleString('en')} (${parents.length} organizations, ${perOrganization} streams each asked)`);
-console.log(`heap: ${((held.heapUsed - before.heapUsed) / open).toFixed(0)} bytes a stream; resident: ${((held.rss - before.rss) / open).toFixed(0)} bytes a stream (${((held.rss - before.rss) / 1024 / 1024).toFixed(0)} MB in all)`);
+console.log(
+  `open streams: ${open.toLocaleString('en')} (${parents.length} organizations, ${perOrganization} streams each asked)`,
+);
+console.log(
+  `heap: ${((held.heapUsed - before.heapUsed) / open).toFixed(0)} bytes a stream; resident: ${((held.rss - before.rss) / open).toFixed(0)} bytes a stream (${((held.rss - before.rss) / 1024 / 1024).toFixed(0)} MB in all)`,
+);
 if (process.argv.includes('--heap-only')) {
   for (const child of children) child.kill();
   process.exit(0);

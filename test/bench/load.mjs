@@ -11,7 +11,9 @@ const all = readFileSync(options.tokensFile, 'utf8').split('\n').filter(Boolean)
 const tokens = options.prime ? all.slice(options.from ?? 0, options.to ?? all.length) : all;
 const headers = options.headers ?? {};
 let next = 0;
-const pick = options.prime ? () => tokens[next++ % tokens.length] : () => tokens[Math.floor(Math.random() * tokens.length)];
+const pick = options.prime
+  ? () => tokens[next++ % tokens.length]
+  : () => tokens[Math.floor(Math.random() * tokens.length)];
 const result = await autocannon({
   url: options.url,
   connections: options.connections,

@@ -26,7 +26,8 @@ const requests: IncomingMessage[] = Array.from({ length: checks }, (_, i) => ({
 
 async function measure(name: string, limiter: RateLimiter, transactions?: () => Promise<number>): Promise<void> {
   // Connected (not measuring the insurance limiter), then a warm-up: scripts loaded.
-  for (let waited = 0; limiter.storeUp === false && waited < 5000; waited += 50) await new Promise((resolve) => setTimeout(resolve, 50));
+  for (let waited = 0; limiter.storeUp === false && waited < 5000; waited += 50)
+    await new Promise((resolve) => setTimeout(resolve, 50));
   if (limiter.storeUp === false) throw new Error(`${name}: the store did not connect`);
   for (let i = 0; i < 200; i++) await limiter.check(requests[i]!);
   const txBefore = await transactions?.();
@@ -53,7 +54,12 @@ async function measure(name: string, limiter: RateLimiter, transactions?: () => 
 }
 
 const rateLimit = (store: string, extra: Record<string, string> = {}) =>
-  loadConfig({ RATE_LIMIT_STORE: store, RATE_LIMIT_PER_ADDRESS: '100000', RATE_LIMIT_PER_CREDENTIAL: '100000', ...extra }).rateLimit;
+  loadConfig({
+    RATE_LIMIT_STORE: store,
+    RATE_LIMIT_PER_ADDRESS: '100000',
+    RATE_LIMIT_PER_CREDENTIAL: '100000',
+    ...extra,
+  }).rateLimit;
 
 console.log(`${checks} decisions, ${CALLERS} callers, ${ADDRESSES} addresses, ${IN_FLIGHT} in flight`);
 await measure('memory', new RateLimiter(rateLimit('memory')));
@@ -78,8 +84,19 @@ if (binDir) {
   await admin.connect();
   try {
     await migrate(database.sql);
-    const committed = async () => Number((await admin.query<{ n: string }>(`SELECT xact_commit::text AS n FROM pg_stat_database WHERE datname = current_database()`)).rows[0]!.n);
-    await measure('postgres', new RateLimiter(rateLimit('postgres', { DATABASE_URL: cluster.url }), database.pgPool), committed);
+    const committed = async () =>
+      Number(
+        (
+          await admin.query<{ n: string }>(
+            `SELECT xact_commit::text AS n FROM pg_stat_database WHERE datname = current_database()`,
+          )
+        ).rows[0]!.n,
+      );
+    await measure(
+      'postgres',
+      new RateLimiter(rateLimit('postgres', { DATABASE_URL: cluster.url }), database.pgPool),
+      committed,
+    );
   } finally {
     await admin.end();
     await database.close();

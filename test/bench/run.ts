@@ -32,7 +32,10 @@ const { values: args } = parseArgs({
     /** Profile the server's CPU and print its split by layer (per request when one server row ran). */
     profile: { type: 'boolean', default: false },
     users: { type: 'string', default: '50000' },
-    /** Idle live streams held open through the run (organizationChanged, one per user token): the rows' peak RSS includes them. */
+    /**
+     * Idle live streams held open through the run (organizationChanged, one per user token): the rows' peak
+     * RSS includes them.
+     */
     streams: { type: 'string', default: '0' },
     signins: { type: 'string', default: '100' },
     json: { type: 'string', default: path.join(root, '.bench', 'results.json') },
@@ -65,9 +68,12 @@ const { values: args } = parseArgs({
     slices: { type: 'string', default: '4' },
   },
 });
-if (args.restart && Number(args.streams) > 0) throw new Error('--restart and --streams do not go together: the streams are opened once, on the first server');
-if (args.tracing && args.compare) throw new Error('--tracing and --compare do not go together: --tracing compares this checkout with itself, traced');
-if (args.restart && args.profile) throw new Error('--restart and --profile do not go together: the profile is of one server process');
+if (args.restart && Number(args.streams) > 0)
+  throw new Error('--restart and --streams do not go together: the streams are opened once, on the first server');
+if (args.tracing && args.compare)
+  throw new Error('--tracing and --compare do not go together: --tracing compares this checkout with itself, traced');
+if (args.restart && args.profile)
+  throw new Error('--restart and --profile do not go together: the profile is of one server process');
 const children = Number(args.children);
 const organizations = Number(args.organizations);
 const duration = Number(args.duration);
@@ -87,7 +93,9 @@ function cpuTicks(pid: number): { user: number; system: number; main: number } {
   return { user: Number(fields[11]), system: Number(fields[12]), main: Number(main[11]) + Number(main[12]) };
 }
 function rssMb(pid: number, field: 'VmRSS' | 'VmHWM'): number {
-  const line = readFileSync(`/proc/${pid}/status`, 'utf8').split('\n').find((l) => l.startsWith(field))!;
+  const line = readFileSync(`/proc/${pid}/status`, 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith(field))!;
   return Math.round(Number(line.split(/\s+/)[1]) / 1024);
 }
 
@@ -132,10 +140,29 @@ type Run = { rps: number; p50: number; p99: number; requests: number; seconds: n
 function autocannon(s: Scenario, seconds: number, prime?: { from: number; to: number }): Run {
   let argv: string[];
   if (s.tokensFile) {
-    const options = { url: s.url, method: s.method, headers: s.headers, body: s.body, tokensFile: s.tokensFile, connections: s.connections ?? connections, duration: seconds, prime: prime !== undefined, ...prime };
+    const options = {
+      url: s.url,
+      method: s.method,
+      headers: s.headers,
+      body: s.body,
+      tokensFile: s.tokensFile,
+      connections: s.connections ?? connections,
+      duration: seconds,
+      prime: prime !== undefined,
+      ...prime,
+    };
     argv = [path.join(root, 'test', 'bench', 'load.mjs'), JSON.stringify(options)];
   } else {
-    argv = [path.join(root, 'node_modules', 'autocannon', 'autocannon.js'), '-j', '-c', String(s.connections ?? connections), '-d', String(seconds), '-m', s.method ?? 'GET'];
+    argv = [
+      path.join(root, 'node_modules', 'autocannon', 'autocannon.js'),
+      '-j',
+      '-c',
+      String(s.connections ?? connections),
+      '-d',
+      String(seconds),
+      '-m',
+      s.method ?? 'GET',
+    ];
     for (const [k, v] of Object.entries(s.headers ?? {})) argv.push('-H', `${k}=${v}`);
     if (s.body) argv.push('-b', s.body);
     argv.push(s.url);
@@ -154,7 +181,10 @@ function autocannon(s: Scenario, seconds: number, prime?: { from: number; to: nu
 }
 
 async function transactions(client: pg.Client, db: string): Promise<number> {
-  const { rows } = await client.query<{ n: string }>('SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = $1', [db]);
+  const { rows } = await client.query<{ n: string }>(
+    'SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = $1',
+    [db],
+  );
   return Number(rows[0]!.n);
 }
 
@@ -196,14 +226,19 @@ try {
   const org = await database.prisma.organization.findUniqueOrThrow({ where: { parentId: big!.parent.userID } });
   // Each organization's signing secret and public key, for its children's tokens.
   const signers = new Map(
-    (await database.prisma.organization.findMany({ select: { parentId: true, jwtSecret: true, parent: { select: { publicKey: true } } } })).map((o) => [o.parentId, { secret: o.jwtSecret, kid: o.parent.publicKey }]),
+    (
+      await database.prisma.organization.findMany({
+        select: { parentId: true, jwtSecret: true, parent: { select: { publicKey: true } } },
+      })
+    ).map((o) => [o.parentId, { secret: o.jwtSecret, kid: o.parent.publicKey }]),
   );
   const child = await database.prisma.account.findFirstOrThrow({ where: { parentId: org.parentId, status: 'active' } });
   await database.close();
   // A bulk load leaves GIN pending lists and no visibility map: settle them first, as autovacuum
   // would in steady state, so that it does not run (and compete for the CPU) during the measurements.
   await vacuum(databaseUrl);
-  const mint = (subject: string) => mintAccessToken({ secret: org.jwtSecret, kid: big!.parent.publicKey, subject, ttlSeconds: 24 * 3600 });
+  const mint = (subject: string) =>
+    mintAccessToken({ secret: org.jwtSecret, kid: big!.parent.publicKey, subject, ttlSeconds: 24 * 3600 });
   const parentToken = await mint(big!.parent.userID);
   const childToken = await mint(child.id);
   // Many users: distinct active children drawn at random from every organization, each with its own token.
@@ -247,7 +282,9 @@ try {
     }
     writeFileSync(tokensFile, `${tokens.join('\n')}\n`);
     population = tokens.length;
-    console.log(`${tokens.length.toLocaleString('en')} tokens minted in ${((performance.now() - minting) / 1000).toFixed(1)} s`);
+    console.log(
+      `${tokens.length.toLocaleString('en')} tokens minted in ${((performance.now() - minting) / 1000).toFixed(1)} s`,
+    );
   }
 
   spawnSync('npm', ['run', '-s', 'build'], { cwd: root, stdio: 'inherit' });
@@ -267,12 +304,17 @@ try {
     ...(streams > 0 ? { LIVE_MAX_PER_ORGANIZATION: String(streams) } : {}),
   };
   // The server runs as `npm start` runs it (same Node flags, such as the heap limit).
-  const startScript = (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start;
+  const startScript = (
+    JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts: { start: string } }
+  ).scripts.start;
   // BENCH_APP_FLAGS adds Node flags for the server only (for example --cpu-prof to profile it).
   const profileDir = path.join(root, '.bench', 'profile');
   if (args.profile) rmSync(profileDir, { recursive: true, force: true });
   // The memory budget's heap flag, as the script computes it (`$(node dist/cli/heap-flag.js)`).
-  const heapFlag = spawnSync(process.execPath, [path.join(root, 'dist', 'cli', 'heap-flag.js')], { env, encoding: 'utf8' }).stdout.trim();
+  const heapFlag = spawnSync(process.execPath, [path.join(root, 'dist', 'cli', 'heap-flag.js')], {
+    env,
+    encoding: 'utf8',
+  }).stdout.trim();
   const nodeFlags = [
     ...startScript.split(/\s+/).filter((word) => word.startsWith('--')),
     ...(heapFlag ? [heapFlag] : []),
@@ -280,11 +322,19 @@ try {
     ...(args.profile ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : []),
   ];
   // And with the environment the script sets before `node` (NAME=value words).
-  const startEnv = Object.fromEntries(startScript.split(/\s+/).filter((word) => /^[A-Z_]+=/.test(word)).map((word) => word.split('=', 2) as [string, string]));
+  const startEnv = Object.fromEntries(
+    startScript
+      .split(/\s+/)
+      .filter((word) => /^[A-Z_]+=/.test(word))
+      .map((word) => word.split('=', 2) as [string, string]),
+  );
   // BENCH_APP_STDOUT: a file for the server's standard output (where --trace-gc writes).
   const appStdout = process.env.BENCH_APP_STDOUT ? openSync(process.env.BENCH_APP_STDOUT, 'w') : 'ignore';
   const startApp = () => {
-    const started = spawn(process.execPath, [...nodeFlags, path.join(root, 'dist', 'main.js')], { env: { ...env, ...startEnv }, stdio: ['ignore', appStdout, 'inherit'] });
+    const started = spawn(process.execPath, [...nodeFlags, path.join(root, 'dist', 'main.js')], {
+      env: { ...env, ...startEnv },
+      stdio: ['ignore', appStdout, 'inherit'],
+    });
     processes.push(started);
     return started;
   };
@@ -314,22 +364,36 @@ try {
   }
   const compareLabel = args.tracing ? `[traced ${Math.round(Number(args.tracing) * 100)} %]` : '[compare]';
   const startOther = (checkout: string) => {
-    const started = spawn(process.execPath, [...nodeFlags.filter((flag) => !flag.startsWith('--cpu-prof')), path.join(checkout, 'dist', 'main.js')], {
-      env: { ...env, ...startEnv, ...tracingEnv, PORT: String(comparePort) },
-      stdio: ['ignore', 'ignore', 'inherit'],
-    });
+    const started = spawn(
+      process.execPath,
+      [...nodeFlags.filter((flag) => !flag.startsWith('--cpu-prof')), path.join(checkout, 'dist', 'main.js')],
+      {
+        env: { ...env, ...startEnv, ...tracingEnv, PORT: String(comparePort) },
+        stdio: ['ignore', 'ignore', 'inherit'],
+      },
+    );
     processes.push(started);
     return started;
   };
   let other = compared ? startOther(compared) : undefined;
-  const floor = spawn(process.execPath, [path.join(root, 'test', 'bench', 'floor.mjs')], { env: { ...env, PORT: String(floorPort), FLOOR_ACCOUNT_ID: big!.parent.userID }, stdio: ['ignore', 'ignore', 'inherit'] });
+  const floor = spawn(process.execPath, [path.join(root, 'test', 'bench', 'floor.mjs')], {
+    env: { ...env, PORT: String(floorPort), FLOOR_ACCOUNT_ID: big!.parent.userID },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
   processes.push(floor);
   const base = `http://127.0.0.1:${appPort}`;
   const compareBase = `http://127.0.0.1:${comparePort}`;
-  await Promise.all([waitFor(`${base}/health`), waitFor(`http://127.0.0.1:${floorPort}/`), ...(other ? [waitFor(`${compareBase}/health`)] : [])]);
+  await Promise.all([
+    waitFor(`${base}/health`),
+    waitFor(`http://127.0.0.1:${floorPort}/`),
+    ...(other ? [waitFor(`${compareBase}/health`)] : []),
+  ]);
   // The ceiling answers the floor's bytes from memory.
   const ceilingBody = await (await fetch(`http://127.0.0.1:${floorPort}/`)).text();
-  const ceiling = spawn(process.execPath, [path.join(root, 'test', 'bench', 'ceiling.mjs')], { env: { ...env, PORT: String(ceilingPort), CEILING_BODY: ceilingBody }, stdio: ['ignore', 'ignore', 'inherit'] });
+  const ceiling = spawn(process.execPath, [path.join(root, 'test', 'bench', 'ceiling.mjs')], {
+    env: { ...env, PORT: String(ceilingPort), CEILING_BODY: ceilingBody },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
   processes.push(ceiling);
   await waitFor(`http://127.0.0.1:${ceilingPort}/`);
 
@@ -337,7 +401,12 @@ try {
   const walk = await (async () => {
     let lastKey: string | undefined;
     for (let fetched = 0; fetched < Math.min(children - 100, 10_000); fetched += 100) {
-      const page = (await (await fetch(`${base}/auth/child-accounts?limit=100${lastKey ? `&lastKey=${encodeURIComponent(lastKey)}` : ''}`, { headers: { authorization: `Bearer ${parentToken}` } })).json()) as any;
+      const page = (await (
+        await fetch(
+          `${base}/auth/child-accounts?limit=100${lastKey ? `&lastKey=${encodeURIComponent(lastKey)}` : ''}`,
+          { headers: { authorization: `Bearer ${parentToken}` } },
+        )
+      ).json()) as any;
       lastKey = page.data.data.pagination.nextPageToken;
     }
     return lastKey!;
@@ -346,11 +415,23 @@ try {
   // --streams: idle streams of distinct callers, held open while every row runs.
   if (streams > 0) {
     if (users === 0) throw new Error('--streams needs --users: each stream is a user token');
-    const client = spawn(process.execPath, [path.join(root, 'test', 'bench', 'sse-clients.mjs'), base, `@${tokensFile}`, String(streams), 'subscription { organizationChanged { organizationName } }'], {
-      stdio: ['ignore', 'pipe', 'ignore'],
-    });
+    const client = spawn(
+      process.execPath,
+      [
+        path.join(root, 'test', 'bench', 'sse-clients.mjs'),
+        base,
+        `@${tokensFile}`,
+        String(streams),
+        'subscription { organizationChanged { organizationName } }',
+      ],
+      {
+        stdio: ['ignore', 'pipe', 'ignore'],
+      },
+    );
     processes.push(client);
-    const line = await new Promise<string>((resolve) => client.stdout!.once('data', (chunk: Buffer) => resolve(chunk.toString().split('\n')[0]!)));
+    const line = await new Promise<string>((resolve) =>
+      client.stdout!.once('data', (chunk: Buffer) => resolve(chunk.toString().split('\n')[0]!)),
+    );
     const { ready, failed } = JSON.parse(line) as { ready: number; failed: number };
     console.log(`  (streams: ${ready} open, ${failed} refused; server RSS ${rssMb(app.pid!, 'VmRSS')} MB)`);
   }
@@ -368,58 +449,194 @@ try {
   };
   const accounts = organizations * children;
   const crowd = `${users.toLocaleString('en')} users${organizations > 1 ? ` of ${accounts.toLocaleString('en')}` : ''}${signinsPerSecond > 0 ? `, ${signinsPerSecond} sign-ins/s` : ''}`;
-  const childProfileFields = 'userID username email publicKey accountType parentAccount accountStatus emailVerified createdAt updatedAt lastLogin organizationName domainRestrictionEnabled emailVerificationRequired authProvider lastLoginProvider providerAId childSignupCount signInCount emailConfirmationCount providerAAuthCount providerBAuthCount providerCAuthCount providerDAuthCount lastPasswordChanged loginAttempts lastLoginAttempt lockedUntil lastResetPasswordRequestAt';
-  const profileFields = 'userID username email publicKey accountType parentAccount accountStatus emailVerified createdAt updatedAt lastLogin organizationName domainRestrictionEnabled emailVerificationRequired authProvider lastLoginProvider providerAId childSignupCount signInCount emailConfirmationCount providerAAuthCount providerBAuthCount providerCAuthCount providerDAuthCount lastPasswordChanged loginAttempts lastLoginAttempt lockedUntil lastResetPasswordRequestAt ... on ParentAccount { organizationUrl authUrls { signin signup } creditBalance totalFreeUsers billableChildAccounts totalChildAccounts packagesHistory { packageType purchaseDate creditsAdded freeUsersAdded price transactionId } accountBalance availableBalance providerASsoConfig { enabled clientId } lastLowCreditNotificationAt lastCriticalCreditNotificationAt lastDepletedCreditNotificationAt }';
+  const childProfileFields =
+    'userID username email publicKey accountType parentAccount accountStatus emailVerified createdAt updatedAt lastLogin organizationName domainRestrictionEnabled emailVerificationRequired authProvider lastLoginProvider providerAId childSignupCount signInCount emailConfirmationCount providerAAuthCount providerBAuthCount providerCAuthCount providerDAuthCount lastPasswordChanged loginAttempts lastLoginAttempt lockedUntil lastResetPasswordRequestAt';
+  const profileFields =
+    'userID username email publicKey accountType parentAccount accountStatus emailVerified createdAt updatedAt lastLogin organizationName domainRestrictionEnabled emailVerificationRequired authProvider lastLoginProvider providerAId childSignupCount signInCount emailConfirmationCount providerAAuthCount providerBAuthCount providerCAuthCount providerDAuthCount lastPasswordChanged loginAttempts lastLoginAttempt lockedUntil lastResetPasswordRequestAt ... on ParentAccount { organizationUrl authUrls { signin signup } creditBalance totalFreeUsers billableChildAccounts totalChildAccounts packagesHistory { packageType purchaseDate creditsAdded freeUsersAdded price transactionId } accountBalance availableBalance providerASsoConfig { enabled clientId } lastLowCreditNotificationAt lastCriticalCreditNotificationAt lastDepletedCreditNotificationAt }';
   const dashboard = `{ me { ${profileFields} } organization { organizationName credentials { publicKey jwtSecret } } creditAnalysis { creditBalance totalCreditsUsed projectedMonthlyUsage alerts { low critical depleted } } childAccounts(limit: 50) { edges { node { username email lastSeen registered } } pageInfo { hasNextPage endCursor } stats { total active } } }`;
-  const organizationQuery = '{ organization { organizationName organizationUrl authUrls { signin signup verify reset update resend successful } domainRestrictionEnabled emailVerificationRequired providerASsoConfig { enabled clientId } credentials { publicKey jwtSecret } } }';
+  const organizationQuery =
+    '{ organization { organizationName organizationUrl authUrls { signin signup verify reset update resend successful } domainRestrictionEnabled emailVerificationRequired providerASsoConfig { enabled clientId } credentials { publicKey jwtSecret } } }';
   const scenarios: Scenario[] = [
     { name: 'floor: one prepared pg query', url: `http://127.0.0.1:${floorPort}/` },
     { name: 'ceiling: the same bytes from memory', url: `http://127.0.0.1:${ceilingPort}/` },
     // The request of the one-token GraphQL `me` row, its body read and parsed as JSON, the same bytes answered.
-    { name: 'ceiling: the same bytes for a GraphQL POST', url: `http://127.0.0.1:${ceilingPort}/`, ...gql(`{ me { ${profileFields} } }`) },
+    {
+      name: 'ceiling: the same bytes for a GraphQL POST',
+      url: `http://127.0.0.1:${ceilingPort}/`,
+      ...gql(`{ me { ${profileFields} } }`),
+    },
     { name: 'healthz', url: `${base}/healthz` },
     { name: 'REST profile (parent)', url: `${base}/auth/user-profile`, headers: auth(parentToken), target: 0.5 },
     { name: 'REST profile (child)', url: `${base}/auth/user-profile`, headers: auth(childToken), target: 0.5 },
-    { name: 'REST organization (JWT)', url: `${base}/auth/organization-details`, headers: auth(parentToken), target: 0.3 },
-    { name: 'REST organization (public key)', url: `${base}/auth/organization-details`, headers: { 'x-public-key': big!.parent.publicKey }, target: 0.3 },
-    { name: 'REST child accounts, first page', url: `${base}/auth/child-accounts`, headers: auth(parentToken), target: 0.3 },
-    { name: 'REST child accounts, depth 10,000', url: `${base}/auth/child-accounts?lastKey=${encodeURIComponent(walk)}`, headers: auth(parentToken) },
-    { name: 'REST child accounts, search', url: `${base}/auth/child-accounts?search=smith`, headers: auth(parentToken) },
-    { name: 'REST child accounts, date range', url: `${base}/auth/child-accounts?startDate=2025-06-01&endDate=2025-06-30`, headers: auth(parentToken) },
-    { name: 'REST child accounts, search, 1 caller', url: `${base}/auth/child-accounts?search=smith`, headers: auth(parentToken), connections: 1 },
-    { name: 'REST child accounts, date range, 1 caller', url: `${base}/auth/child-accounts?startDate=2025-06-01&endDate=2025-06-30`, headers: auth(parentToken), connections: 1 },
-    { name: 'REST child accounts, first page, 1 caller', url: `${base}/auth/child-accounts`, headers: auth(parentToken), connections: 1 },
-    { name: 'REST child accounts, depth 10,000, 1 caller', url: `${base}/auth/child-accounts?lastKey=${encodeURIComponent(walk)}`, headers: auth(parentToken), connections: 1 },
+    {
+      name: 'REST organization (JWT)',
+      url: `${base}/auth/organization-details`,
+      headers: auth(parentToken),
+      target: 0.3,
+    },
+    {
+      name: 'REST organization (public key)',
+      url: `${base}/auth/organization-details`,
+      headers: { 'x-public-key': big!.parent.publicKey },
+      target: 0.3,
+    },
+    {
+      name: 'REST child accounts, first page',
+      url: `${base}/auth/child-accounts`,
+      headers: auth(parentToken),
+      target: 0.3,
+    },
+    {
+      name: 'REST child accounts, depth 10,000',
+      url: `${base}/auth/child-accounts?lastKey=${encodeURIComponent(walk)}`,
+      headers: auth(parentToken),
+    },
+    {
+      name: 'REST child accounts, search',
+      url: `${base}/auth/child-accounts?search=smith`,
+      headers: auth(parentToken),
+    },
+    {
+      name: 'REST child accounts, date range',
+      url: `${base}/auth/child-accounts?startDate=2025-06-01&endDate=2025-06-30`,
+      headers: auth(parentToken),
+    },
+    {
+      name: 'REST child accounts, search, 1 caller',
+      url: `${base}/auth/child-accounts?search=smith`,
+      headers: auth(parentToken),
+      connections: 1,
+    },
+    {
+      name: 'REST child accounts, date range, 1 caller',
+      url: `${base}/auth/child-accounts?startDate=2025-06-01&endDate=2025-06-30`,
+      headers: auth(parentToken),
+      connections: 1,
+    },
+    {
+      name: 'REST child accounts, first page, 1 caller',
+      url: `${base}/auth/child-accounts`,
+      headers: auth(parentToken),
+      connections: 1,
+    },
+    {
+      name: 'REST child accounts, depth 10,000, 1 caller',
+      url: `${base}/auth/child-accounts?lastKey=${encodeURIComponent(walk)}`,
+      headers: auth(parentToken),
+      connections: 1,
+    },
     { name: 'REST credit analysis', url: `${base}/parent/credit-analysis`, headers: auth(parentToken), target: 0.3 },
-    { name: 'GraphQL me (REST profile fields)', url: `${base}/graphql`, ...gql(`{ me { ${profileFields} } }`), target: 0.5 },
+    {
+      name: 'GraphQL me (REST profile fields)',
+      url: `${base}/graphql`,
+      ...gql(`{ me { ${profileFields} } }`),
+      target: 0.5,
+    },
     { name: 'GraphQL organization', url: `${base}/graphql`, ...gql(organizationQuery) },
-    { name: 'GraphQL childAccounts', url: `${base}/graphql`, ...gql('{ childAccounts { edges { node { username email lastSeen registered } } pageInfo { hasNextPage endCursor } stats { total active } } }') },
-    { name: 'GraphQL creditAnalysis', url: `${base}/graphql`, ...gql('{ creditAnalysis { creditBalance totalFreeUsers totalChildAccounts billableUsers monthlyRetentionCredits operationUsage { childSignups signIns emailVerifications socialSignIns { providerA providerB providerC providerD total } } totalCreditsUsed projectedMonthlyUsage alerts { low critical depleted } packageHistory { packageType purchaseDate creditsAdded freeUsersAdded price transactionId } } }') },
+    {
+      name: 'GraphQL childAccounts',
+      url: `${base}/graphql`,
+      ...gql(
+        '{ childAccounts { edges { node { username email lastSeen registered } } pageInfo { hasNextPage endCursor } stats { total active } } }',
+      ),
+    },
+    {
+      name: 'GraphQL creditAnalysis',
+      url: `${base}/graphql`,
+      ...gql(
+        '{ creditAnalysis { creditBalance totalFreeUsers totalChildAccounts billableUsers monthlyRetentionCredits operationUsage { childSignups signIns emailVerifications socialSignIns { providerA providerB providerC providerD total } } totalCreditsUsed projectedMonthlyUsage alerts { low critical depleted } packageHistory { packageType purchaseDate creditsAdded freeUsersAdded price transactionId } } }',
+      ),
+    },
     { name: 'GraphQL dashboard (all four)', url: `${base}/graphql`, ...gql(dashboard) },
-    { name: 'GraphQL me, client Accept', url: `${base}/graphql`, ...gql(`{ me { ${profileFields} } }`, parentToken, CLIENT_ACCEPT) },
-    { name: 'GraphQL dashboard, client Accept', url: `${base}/graphql`, ...gql(dashboard, parentToken, CLIENT_ACCEPT), target: 0.3 },
+    {
+      name: 'GraphQL me, client Accept',
+      url: `${base}/graphql`,
+      ...gql(`{ me { ${profileFields} } }`, parentToken, CLIENT_ACCEPT),
+    },
+    {
+      name: 'GraphQL dashboard, client Accept',
+      url: `${base}/graphql`,
+      ...gql(dashboard, parentToken, CLIENT_ACCEPT),
+      target: 0.3,
+    },
     ...(users > 0
       ? ([
           { name: `REST profile (child), ${crowd}`, url: `${base}/auth/user-profile`, ...many({}), target: 1.0 },
-          { name: `REST organization (JWT), ${crowd}`, url: `${base}/auth/organization-details`, ...many({}), target: 1.0 },
-          { name: `GraphQL me, client Accept, ${crowd}`, url: `${base}/graphql`, ...many(gql(`{ me { ${childProfileFields} } }`, childToken, CLIENT_ACCEPT)), target: 0.8 },
-          { name: `GraphQL organization, client Accept, ${crowd}`, url: `${base}/graphql`, ...many(gql(organizationQuery, childToken, CLIENT_ACCEPT)), target: 0.8 },
-          // The parent's own views while its organization's users sign in (its row, balance and usage change each time).
-          { name: `REST credit analysis, ${signinsPerSecond} sign-ins/s`, url: `${base}/parent/credit-analysis`, headers: auth(parentToken), signins: signinsPerSecond > 0, target: 0.8 },
-          { name: `GraphQL dashboard, client Accept, ${signinsPerSecond} sign-ins/s`, url: `${base}/graphql`, ...gql(dashboard, parentToken, CLIENT_ACCEPT), signins: signinsPerSecond > 0, target: 0.5 },
+          {
+            name: `REST organization (JWT), ${crowd}`,
+            url: `${base}/auth/organization-details`,
+            ...many({}),
+            target: 1.0,
+          },
+          {
+            name: `GraphQL me, client Accept, ${crowd}`,
+            url: `${base}/graphql`,
+            ...many(gql(`{ me { ${childProfileFields} } }`, childToken, CLIENT_ACCEPT)),
+            target: 0.8,
+          },
+          {
+            name: `GraphQL organization, client Accept, ${crowd}`,
+            url: `${base}/graphql`,
+            ...many(gql(organizationQuery, childToken, CLIENT_ACCEPT)),
+            target: 0.8,
+          },
+          // The parent's own views while its organization's users sign in (its row, balance and usage change
+          // each time).
+          {
+            name: `REST credit analysis, ${signinsPerSecond} sign-ins/s`,
+            url: `${base}/parent/credit-analysis`,
+            headers: auth(parentToken),
+            signins: signinsPerSecond > 0,
+            target: 0.8,
+          },
+          {
+            name: `GraphQL dashboard, client Accept, ${signinsPerSecond} sign-ins/s`,
+            url: `${base}/graphql`,
+            ...gql(dashboard, parentToken, CLIENT_ACCEPT),
+            signins: signinsPerSecond > 0,
+            target: 0.5,
+          },
         ] as Scenario[])
       : []),
     // --only "a|b": the scenarios whose name contains any of the texts.
   ]
-    .filter((s) => !args.only || args.only.split('|').some((text) => s.name.includes(text)) || s.name.startsWith('floor'))
+    .filter(
+      (s) => !args.only || args.only.split('|').some((text) => s.name.includes(text)) || s.name.startsWith('floor'),
+    )
     // --compare: each of the server's rows, then the same on the other checkout's server.
-    .flatMap((s) => (other && s.url.startsWith(base) ? [s, { ...s, name: `${s.name} ${compareLabel}`, url: compareBase + s.url.slice(base.length), compared: true }] : [s]));
+    .flatMap((s) =>
+      other && s.url.startsWith(base)
+        ? [s, { ...s, name: `${s.name} ${compareLabel}`, url: compareBase + s.url.slice(base.length), compared: true }]
+        : [s],
+    );
 
   const stats = new pg.Client({ connectionString: databaseUrl });
   await stats.connect();
-  type Row = { scenario: string; measuredUs: [number, number]; rps: number; p50: number; p99: number; cpuUsPerRequest: number; gcShare?: number; systemUsPerRequest: number; otherThreadsUsPerRequest: number; dbTxPerRequest: number; peakRssMb: number; ratioToFloor: number; floorRps: number; non2xx: number; cacheHitRatio?: number; answerHitRatio?: number; executionsPerRequest?: number; target?: number };
+  type Row = {
+    scenario: string;
+    measuredUs: [number, number];
+    rps: number;
+    p50: number;
+    p99: number;
+    cpuUsPerRequest: number;
+    gcShare?: number;
+    systemUsPerRequest: number;
+    otherThreadsUsPerRequest: number;
+    dbTxPerRequest: number;
+    peakRssMb: number;
+    ratioToFloor: number;
+    floorRps: number;
+    non2xx: number;
+    cacheHitRatio?: number;
+    answerHitRatio?: number;
+    executionsPerRequest?: number;
+    target?: number;
+  };
   /** The server's entity-cache lookups so far, from its /metrics. */
-  /** The server's metrics; asked again once if a kept-alive connection was closed under the request (the server's idle timeout). */
+  /**
+   * The server's metrics; asked again once if a kept-alive connection was closed under the request (the
+   * server's idle timeout).
+   */
   const metricsOf = async (server: string): Promise<string> => {
     try {
       return await (await fetch(`${server}/metrics`)).text();
@@ -431,15 +648,29 @@ try {
     const text = await metricsOf(server);
     const read = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
     // Executions by engine, summed: the GraphQL requests that ran the pipeline (not answered kept or shared).
-    const executions = [...text.matchAll(/^api_graphql_executions_total\{[^}]*\} (\S+)$/gm)].reduce((sum, match) => sum + Number(match[1]), 0);
+    const executions = [...text.matchAll(/^api_graphql_executions_total\{[^}]*\} (\S+)$/gm)].reduce(
+      (sum, match) => sum + Number(match[1]),
+      0,
+    );
     // The collector's pauses, all kinds summed (prom-client's default metrics).
-    const gcSeconds = [...text.matchAll(/^nodejs_gc_duration_seconds_sum\{[^}]*\} (\S+)$/gm)].reduce((sum, match) => sum + Number(match[1]), 0);
-    return { hits: read('api_cache_hits_total'), misses: read('api_cache_misses_total'), answerHits: read('api_answer_cache_hits_total'), answerMisses: read('api_answer_cache_misses_total'), executions, gcSeconds };
+    const gcSeconds = [...text.matchAll(/^nodejs_gc_duration_seconds_sum\{[^}]*\} (\S+)$/gm)].reduce(
+      (sum, match) => sum + Number(match[1]),
+      0,
+    );
+    return {
+      hits: read('api_cache_hits_total'),
+      misses: read('api_cache_misses_total'),
+      answerHits: read('api_answer_cache_hits_total'),
+      answerMisses: read('api_answer_cache_misses_total'),
+      executions,
+      gcSeconds,
+    };
   };
   const floorScenario = scenarios.find((s) => s.name.startsWith('floor'))!;
   /** Whether a row is measured between slices of the floor, its ratio to them (see --slices). */
   const sliced = (name: string) => slices > 1 && !name.startsWith('floor');
-  const total = (runs: Run[], figure: 'requests' | 'seconds' | 'non2xx') => runs.reduce((sum, run) => sum + run[figure], 0);
+  const total = (runs: Run[], figure: 'requests' | 'seconds' | 'non2xx') =>
+    runs.reduce((sum, run) => sum + run[figure], 0);
   /** Requests a second over several runs: their requests over their seconds. */
   const overRuns = (runs: Run[]) => total(runs, 'requests') / Math.max(0.01, total(runs, 'seconds'));
   const rows: Row[] = [];
@@ -462,13 +693,26 @@ try {
     if (args.restart && index > 0 && index % perRound === 0) {
       const stopping = [app, ...(other ? [other] : [])];
       for (const p of stopping) p.kill('SIGTERM');
-      await Promise.all(stopping.map((p) => new Promise((resolve) => (p.exitCode !== null || p.signalCode !== null ? resolve(null) : p.on('exit', resolve)))));
+      await Promise.all(
+        stopping.map(
+          (p) =>
+            new Promise((resolve) =>
+              p.exitCode !== null || p.signalCode !== null ? resolve(null) : p.on('exit', resolve),
+            ),
+        ),
+      );
       processes.splice(0, processes.length, ...processes.filter((p) => !stopping.includes(p)));
       app = startApp();
       other = compared ? startOther(compared) : undefined;
       await Promise.all([waitFor(`${base}/readyz`, true), ...(other ? [waitFor(`${compareBase}/readyz`, true)] : [])]);
     }
-    const pid = scenario.name.startsWith('floor') ? floor.pid! : scenario.name.startsWith('ceiling') ? ceiling.pid! : scenario.compared ? other!.pid! : app.pid!;
+    const pid = scenario.name.startsWith('floor')
+      ? floor.pid!
+      : scenario.name.startsWith('ceiling')
+        ? ceiling.pid!
+        : scenario.compared
+          ? other!.pid!
+          : app.pid!;
     const server = scenario.compared ? compareBase : base;
     const writer = scenario.signins
       ? spawn(process.execPath, [path.join(root, 'test', 'bench', 'signins.mjs')], {
@@ -493,18 +737,27 @@ try {
       const before = bracketed ? [floorSlice(duration / slices)] : [];
       const passes: Run[] = [];
       for (let slice = 0, parts = bracketed ? slices : 1; slice < parts; slice++) {
-        passes.push(autocannon(scenario, 0, { from: Math.floor((population * slice) / parts), to: Math.floor((population * (slice + 1)) / parts) }));
+        passes.push(
+          autocannon(scenario, 0, {
+            from: Math.floor((population * slice) / parts),
+            to: Math.floor((population * (slice + 1)) / parts),
+          }),
+        );
         if (bracketed) before.push(floorSlice(duration / slices));
       }
       const primed = { rps: overRuns(passes), requests: total(passes, 'requests'), non2xx: total(passes, 'non2xx') };
       // How full the entity cache is after them, of its share of the memory budget.
       const text = await metricsOf(server);
-      const share = (name: string) => Number(new RegExp(`^${name}\\{share="entityCache"\\} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
+      const share = (name: string) =>
+        Number(new RegExp(`^${name}\\{share="entityCache"\\} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
       const full = Math.round((100 * share('api_memory_share_used_bytes')) / share('api_memory_share_bytes'));
-      // The cold pass: each caller's first request, on a server that has not seen it (against the floor just before and after it).
+      // The cold pass: each caller's first request, on a server that has not seen it (against the floor just
+      // before and after it).
       const floorNow = bracketed ? overRuns(before) : floorRps;
       const cold = floorNow > 0 ? `, x${(primed.rps / floorNow).toFixed(2)} the floor` : '';
-      console.log(`  (primed: each of the ${population.toLocaleString('en')} users once, ${primed.requests} requests, ${primed.non2xx} not 2xx, ${Math.round(primed.rps)} req/s${cold}; the entity cache ${full} % of its share)`);
+      console.log(
+        `  (primed: each of the ${population.toLocaleString('en')} users once, ${primed.requests} requests, ${primed.non2xx} not 2xx, ${Math.round(primed.rps)} req/s${cold}; the entity cache ${full} % of its share)`,
+      );
     }
     autocannon(scenario, Number(args.warmup));
     const ofApp = pid === app.pid || pid === other?.pid;
@@ -512,7 +765,18 @@ try {
     // and the cache's lookups summed over them alone, not over the floor's slices between them.
     const runs: Run[] = [];
     const floors: Run[] = bracketed ? [floorSlice(duration / slices)] : [];
-    const sum = { user: 0, system: 0, main: 0, tx: 0, hits: 0, misses: 0, answerHits: 0, answerMisses: 0, executions: 0, gcSeconds: 0 };
+    const sum = {
+      user: 0,
+      system: 0,
+      main: 0,
+      tx: 0,
+      hits: 0,
+      misses: 0,
+      answerHits: 0,
+      answerMisses: 0,
+      executions: 0,
+      gcSeconds: 0,
+    };
     let window: [number, number] | undefined;
     for (let slice = 0; slice < (bracketed ? slices : 1); slice++) {
       const [ticks, tx] = [cpuTicks(pid), await transactions(stats, dbName)];
@@ -529,7 +793,9 @@ try {
       sum.main += ticksAfter.main - ticks.main;
       // Each statement outside a transaction is one; the stats query itself adds one per reading.
       sum.tx += txAfter - tx - 1;
-      if (lookups && lookupsAfter) for (const key of ['hits', 'misses', 'answerHits', 'answerMisses', 'executions', 'gcSeconds'] as const) sum[key] += lookupsAfter[key] - lookups[key];
+      if (lookups && lookupsAfter)
+        for (const key of ['hits', 'misses', 'answerHits', 'answerMisses', 'executions', 'gcSeconds'] as const)
+          sum[key] += lookupsAfter[key] - lookups[key];
       if (bracketed) floors.push(floorSlice(duration / slices));
     }
     const result = {
@@ -547,7 +813,9 @@ try {
       writer.kill('SIGTERM');
       await new Promise((resolve) => writer.on('exit', resolve));
       const report = JSON.parse(written.trim() || '{}') as { written?: number; seconds?: number };
-      console.log(`  (sign-in writer: ${report.written ?? '?'} sign-ins in ${report.seconds?.toFixed(1) ?? '?'} s; its transactions count in "db tx")`);
+      console.log(
+        `  (sign-in writer: ${report.written ?? '?'} sign-ins in ${report.seconds?.toFixed(1) ?? '?'} s; its transactions count in "db tx")`,
+      );
     }
     if (scenario.name.startsWith('floor')) floorRps = result.rps;
     // The floor beside the row: its slices between the row's, or the round's.
@@ -559,10 +827,13 @@ try {
       p50: result.p50,
       p99: result.p99,
       cpuUsPerRequest: Math.round(((sum.user + sum.system) * CLOCK_TICK_US) / Math.max(1, result.requests)),
-      // Of which in the kernel: the same read and write a request on every path (strace -c), so rows compare best on the rest.
+      // Of which in the kernel: the same read and write a request on every path (strace -c), so rows compare
+      // best on the rest.
       systemUsPerRequest: Math.round((sum.system * CLOCK_TICK_US) / Math.max(1, result.requests)),
       // Outside the main thread: the collector's helper threads (concurrent marking, sweeping) and libuv's pool.
-      otherThreadsUsPerRequest: Math.round(((sum.user + sum.system - sum.main) * CLOCK_TICK_US) / Math.max(1, result.requests)),
+      otherThreadsUsPerRequest: Math.round(
+        ((sum.user + sum.system - sum.main) * CLOCK_TICK_US) / Math.max(1, result.requests),
+      ),
       dbTxPerRequest: Number((sum.tx / Math.max(1, result.requests)).toFixed(2)),
       peakRssMb: rssMb(pid, 'VmHWM'),
       // The collector's pauses over the server's CPU in the row.
@@ -572,9 +843,14 @@ try {
       non2xx: result.non2xx,
       ...(hits + misses > 0 ? { cacheHitRatio: Number((hits / (hits + misses)).toFixed(2)) } : {}),
       // GraphQL requests answered with a kept answer, of those that looked for one.
-      ...(answerHits + answerMisses > 0 ? { answerHitRatio: Number((answerHits / (answerHits + answerMisses)).toFixed(2)) } : {}),
-      // GraphQL requests that ran an execution (the rest were answered kept, or shared with a request computing the same answer).
-      ...(scenario.url.endsWith('/graphql') ? { executionsPerRequest: Number((executions / Math.max(1, result.requests)).toFixed(2)) } : {}),
+      ...(answerHits + answerMisses > 0
+        ? { answerHitRatio: Number((answerHits / (answerHits + answerMisses)).toFixed(2)) }
+        : {}),
+      // GraphQL requests that ran an execution (the rest were answered kept, or shared with a request
+      // computing the same answer).
+      ...(scenario.url.endsWith('/graphql')
+        ? { executionsPerRequest: Number((executions / Math.max(1, result.requests)).toFixed(2)) }
+        : {}),
       target: scenario.target,
     };
     measurements.set(row.scenario, [...(measurements.get(row.scenario) ?? []), row]);
@@ -589,7 +865,11 @@ try {
       const runs = [...(measurements.get(scenario.name) ?? [])].sort((a, b) => a.cpuUsPerRequest - b.cpuUsPerRequest);
       if (runs.length === 0) continue;
       const ratioToFloor = median(runs.map((run) => run.ratioToFloor));
-      rows.push({ ...runs[Math.floor((runs.length - 1) / 2)]!, ratioToFloor, peakRssMb: Math.max(...runs.map((run) => run.peakRssMb)) });
+      rows.push({
+        ...runs[Math.floor((runs.length - 1) / 2)]!,
+        ratioToFloor,
+        peakRssMb: Math.max(...runs.map((run) => run.peakRssMb)),
+      });
     }
   }
   for (const row of rows) console.log(format(row));
@@ -617,33 +897,53 @@ try {
   ];
   for (const [graphql, rest] of pairs) {
     const [g, r] = [row(graphql), row(rest)];
-    if (g && r) console.log(`${graphql} / ${rest}: ${ratio(g, r)}x the CPU a request (${g.cpuUsPerRequest} / ${r.cpuUsPerRequest} µs${eachRound})`);
+    if (g && r)
+      console.log(
+        `${graphql} / ${rest}: ${ratio(g, r)}x the CPU a request (${g.cpuUsPerRequest} / ${r.cpuUsPerRequest} µs${eachRound})`,
+      );
   }
   // --compare: each row's CPU a request here against the other checkout's, measured just after it.
   for (const theirs of rows.filter((r) => r.scenario.endsWith(` ${compareLabel}`))) {
     const ours = row(theirs.scenario.slice(0, -` ${compareLabel}`.length));
     if (!ours) continue;
-    if (args.tracing) console.log(`${ours.scenario}: ${ours.cpuUsPerRequest} µs untraced, ${theirs.cpuUsPerRequest} µs traced (traced/untraced ${ratio(theirs, ours)}x${eachRound})`);
-    else console.log(`${ours.scenario}: ${ours.cpuUsPerRequest} µs here, ${theirs.cpuUsPerRequest} µs compared (${ratio(ours, theirs)}x${eachRound})`);
+    if (args.tracing)
+      console.log(
+        `${ours.scenario}: ${ours.cpuUsPerRequest} µs untraced, ${theirs.cpuUsPerRequest} µs traced (traced/untraced ${ratio(theirs, ours)}x${eachRound})`,
+      );
+    else
+      console.log(
+        `${ours.scenario}: ${ours.cpuUsPerRequest} µs here, ${theirs.cpuUsPerRequest} µs compared (${ratio(ours, theirs)}x${eachRound})`,
+      );
   }
   if (args.tracing) console.log(`tracing: ${sink.exports} exports received, ${(sink.bytes / 1e6).toFixed(1)} MB`);
   // What taking a GraphQL request by POST costs on bare node:http (the body's events, its JSON), beside
   // what GraphQL `me` costs beyond the REST profile: the part of the difference that is framing.
-  const [plain, posted, meByPost, restProfile] = [row('ceiling: the same bytes from memory'), row('ceiling: the same bytes for a GraphQL POST'), row('GraphQL me (REST profile fields)'), row('REST profile (parent)')];
+  const [plain, posted, meByPost, restProfile] = [
+    row('ceiling: the same bytes from memory'),
+    row('ceiling: the same bytes for a GraphQL POST'),
+    row('GraphQL me (REST profile fields)'),
+    row('REST profile (parent)'),
+  ];
   if (plain && posted && meByPost && restProfile) {
     const [framing, beyond] = [cpuDifference(posted, plain), cpuDifference(meByPost, restProfile)];
-    console.log(`GraphQL me (REST profile fields) - REST profile (parent): ${beyond} µs CPU a request; the same POST on bare node:http: ${framing} µs more than a GET${rounds > 1 ? ' (medians of the rounds\' differences)' : ''}`);
+    console.log(
+      `GraphQL me (REST profile fields) - REST profile (parent): ${beyond} µs CPU a request; the same POST on bare node:http: ${framing} µs more than a GET${rounds > 1 ? " (medians of the rounds' differences)" : ''}`,
+    );
   }
   const [health, profile] = [row('healthz'), row('REST profile (parent)')];
   if (health && profile) {
     const total = cpuDifference(profile, health);
     const kernel = paired(profile, health, (a, b) => a.systemUsPerRequest - b.systemUsPerRequest);
-    const each = rounds > 1 ? ', medians of the rounds\' differences' : '';
-    console.log(`REST profile (parent) - healthz: ${total} µs CPU a request (target ≤ 40; in user space ${total - kernel}, in the kernel ${kernel}${each})`);
+    const each = rounds > 1 ? ", medians of the rounds' differences" : '';
+    console.log(
+      `REST profile (parent) - healthz: ${total} µs CPU a request (target ≤ 40; in user space ${total - kernel}, in the kernel ${kernel}${each})`,
+    );
   }
   const [first, deep] = [row('REST child accounts, first page'), row('REST child accounts, depth 10,000')];
   if (first && deep) {
-    console.log(`depth 10,000 vs first page: ${(deep.cpuUsPerRequest / first.cpuUsPerRequest).toFixed(2)}x the server CPU, ${(first.rps / deep.rps).toFixed(2)}x the time per request (target ≤ 1.2)`);
+    console.log(
+      `depth 10,000 vs first page: ${(deep.cpuUsPerRequest / first.cpuUsPerRequest).toFixed(2)}x the server CPU, ${(first.rps / deep.rps).toFixed(2)}x the time per request (target ≤ 1.2)`,
+    );
   }
   let soak: { seconds: number; rssStartMb: number; rssEndMb: number } | undefined;
   if (args.soak) {
@@ -654,30 +954,50 @@ try {
     autocannon(scenario, seconds);
     const rssEndMb = rssMb(app.pid!, 'VmRSS');
     soak = { seconds, rssStartMb, rssEndMb };
-    console.log(`soak ${seconds} s of the dashboard query: RSS ${rssStartMb} MB after warm-up, ${rssEndMb} MB at the end`);
+    console.log(
+      `soak ${seconds} s of the dashboard query: RSS ${rssStartMb} MB after warm-up, ${rssEndMb} MB at the end`,
+    );
   }
   await stats.end();
   mkdirSync(path.dirname(args.json), { recursive: true });
-  writeFileSync(args.json, JSON.stringify({ date: new Date().toISOString(), children, duration, connections, rows, soak }, null, 2));
+  writeFileSync(
+    args.json,
+    JSON.stringify({ date: new Date().toISOString(), children, duration, connections, rows, soak }, null, 2),
+  );
   console.log(`results: ${args.json}`);
   for (const p of processes) p.kill('SIGTERM');
-  await Promise.all(processes.map((p) => new Promise((resolve) => (p.exitCode !== null ? resolve(null) : p.on('exit', resolve)))));
+  await Promise.all(
+    processes.map((p) => new Promise((resolve) => (p.exitCode !== null ? resolve(null) : p.on('exit', resolve)))),
+  );
   if (args.profile) {
     const file = readdirSync(profileDir).find((name) => name.endsWith('.cpuprofile'));
     if (!file) throw new Error('the server wrote no CPU profile');
     // Only the samples taken during the measured runs count (not the priming, warm-up or start);
     // the split is of shares, applied to the measured CPU per request of the one server row.
-    const appRows = rows.filter((r) => !r.scenario.startsWith('floor') && !r.scenario.startsWith('ceiling') && !r.scenario.endsWith(compareLabel));
+    const appRows = rows.filter(
+      (r) => !r.scenario.startsWith('floor') && !r.scenario.startsWith('ceiling') && !r.scenario.endsWith(compareLabel),
+    );
     const perRequest = appRows.length === 1 ? appRows[0]!.cpuUsPerRequest : undefined;
-    console.log(`\nCPU by layer${perRequest ? ` (${appRows[0]!.scenario}, ${perRequest} µs a request)` : ' (every row measured)'}:`);
+    console.log(
+      `\nCPU by layer${perRequest ? ` (${appRows[0]!.scenario}, ${perRequest} µs a request)` : ' (every row measured)'}:`,
+    );
     // The shares are of the samples outside idle and system calls; the µs apply them to the CPU a
     // request measured from /proc, less the system calls' share of the busy samples.
     const split = layerSplit(path.join(profileDir, file), measured);
     const kernel = split.find((entry) => entry.layer === SYSTEM_CALLS)!;
     const running = perRequest === undefined ? undefined : perRequest * (1 - kernel.share);
     for (const { layer, share } of split) {
-      const us = layer === SYSTEM_CALLS ? (perRequest === undefined ? undefined : perRequest * share) : running === undefined ? undefined : running * share;
-      console.log(`  ${layer.padEnd(58)} ${(share * 100).toFixed(1).padStart(5)} %${us === undefined ? '' : `  ${String(Math.round(us)).padStart(5)} µs`}`);
+      const us =
+        layer === SYSTEM_CALLS
+          ? perRequest === undefined
+            ? undefined
+            : perRequest * share
+          : running === undefined
+            ? undefined
+            : running * share;
+      console.log(
+        `  ${layer.padEnd(58)} ${(share * 100).toFixed(1).padStart(5)} %${us === undefined ? '' : `  ${String(Math.round(us)).padStart(5)} µs`}`,
+      );
     }
   }
   await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`).catch(() => {});

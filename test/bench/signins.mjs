@@ -7,7 +7,6 @@ import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import pg from 'pg';
 
-
 const ids = readFileSync(process.env.CHILD_IDS_FILE, 'utf8').split('\n').filter(Boolean);
 const rate = Number(process.env.SIGNINS_PER_SECOND);
 const client = new pg.Client({ connectionString: process.env.DATABASE_URL });
@@ -36,7 +35,8 @@ let [since, writtenBefore] = [started, 0];
 let [paused, pausedAt, pausedMs] = [false, 0, 0];
 const commands = createInterface({ input: process.stdin }).on('line', (line) => {
   if (line === 'pause' && !paused) [paused, pausedAt] = [true, Date.now()];
-  if (line === 'resume' && paused) [paused, pausedMs, since, writtenBefore] = [false, pausedMs + Date.now() - pausedAt, Date.now(), written];
+  if (line === 'resume' && paused)
+    [paused, pausedMs, since, writtenBefore] = [false, pausedMs + Date.now() - pausedAt, Date.now(), written];
 });
 while (!stopping) {
   // Paced to the rate since then, not per write: a slow write is caught up after.
@@ -51,4 +51,6 @@ await client.end();
 commands.close();
 process.stdin.destroy();
 // The seconds it wrote in, its pauses left out.
-process.stderr.write(`${JSON.stringify({ written, seconds: (Date.now() - started - pausedMs - (paused ? Date.now() - pausedAt : 0)) / 1000 })}\n`);
+process.stderr.write(
+  `${JSON.stringify({ written, seconds: (Date.now() - started - pausedMs - (paused ? Date.now() - pausedAt : 0)) / 1000 })}\n`,
+);

@@ -9,7 +9,9 @@ import { readFileSync } from 'node:fs';
 const [url, token, count] = [process.argv[2], process.argv[3], Number(process.argv[4])];
 const tokens = token.startsWith('@') ? readFileSync(token.slice(1), 'utf8').split('\n').filter(Boolean) : [token];
 const target = new URL(url);
-const body = JSON.stringify({ query: process.argv[5] ?? 'subscription { creditAnalysisChanged { creditBalance operationUsage { signIns } } }' });
+const body = JSON.stringify({
+  query: process.argv[5] ?? 'subscription { creditAnalysisChanged { creditBalance operationUsage { signIns } } }',
+});
 let ready = 0;
 let events = 0;
 let failed = 0;
@@ -17,8 +19,20 @@ let failed = 0;
 const open = (i, tries = 0) =>
   new Promise((resolve) => {
     const req = request(
-      { host: target.hostname, port: target.port, path: '/graphql', method: 'POST', agent: false,
-        headers: { authorization: `Bearer ${tokens[i % tokens.length]}`, 'content-type': 'application/json', accept: 'text/event-stream', 'user-agent': 'Mozilla/5.0 (X11; Linux x86_64) Chrome/120', 'content-length': Buffer.byteLength(body) } },
+      {
+        host: target.hostname,
+        port: target.port,
+        path: '/graphql',
+        method: 'POST',
+        agent: false,
+        headers: {
+          authorization: `Bearer ${tokens[i % tokens.length]}`,
+          'content-type': 'application/json',
+          accept: 'text/event-stream',
+          'user-agent': 'Mozilla/5.0 (X11; Linux x86_64) Chrome/120',
+          'content-length': Buffer.byteLength(body),
+        },
+      },
       (res) => {
         if (res.statusCode === 503 && tries < 5) {
           res.resume();
@@ -41,8 +55,7 @@ const open = (i, tries = 0) =>
             if (text.includes('"errors"')) {
               failed += 1;
               if (failed === 1) console.error(text.slice(0, 400));
-            }
-            else ready += 1;
+            } else ready += 1;
             resolve();
           }
           events += n;
@@ -57,6 +70,7 @@ const open = (i, tries = 0) =>
     });
     req.end(body);
   });
-for (let i = 0; i < count; i += 200) await Promise.all(Array.from({ length: Math.min(200, count - i) }, (_, k) => open(i + k)));
+for (let i = 0; i < count; i += 200)
+  await Promise.all(Array.from({ length: Math.min(200, count - i) }, (_, k) => open(i + k)));
 console.log(JSON.stringify({ ready, failed }));
 setInterval(() => console.log(JSON.stringify({ events })), 1000);

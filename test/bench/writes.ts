@@ -4,7 +4,8 @@
  * month's usage), run by pgbench over 200 organizations of 100 children on a durable cluster
  * (fsync and full-page writes on), with and without the API's change capture.
  *
- *   npm run bench:writes -- [--seconds 10] [--rate 300] [--rounds 2] [--samples 200] [--postgres 18] [--pin] [--only <row>]
+ *   npm run bench:writes -- [--seconds 10] [--rate 300] [--rounds 2] [--samples 200] [--postgres 18] [--pin]
+ * [--only <row>]
  *
  * `--postgres 18`: the cluster runs the npm registry's PostgreSQL 18 (pgbench stays the machine's)
  * with a streaming standby made from it, attached through every row, and the rows gain
@@ -156,11 +157,16 @@ try {
   /** CPU ticks of every postgres process of a server so far: live ones, and exited ones through the postmaster. */
   const postgresTicks = (dataDir = cluster.dataDir): number => {
     const postmaster = Number(readFileSync(path.join(dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
-    const fields = (pid: number | string) => readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '').split(' ');
+    const fields = (pid: number | string) =>
+      readFileSync(`/proc/${pid}/stat`, 'utf8')
+        .replace(/^.*\) /, '')
+        .split(' ');
     const own = fields(postmaster);
     // utime, stime, cutime, cstime are fields 14-17 (11-14 after the command).
     let total = Number(own[11]) + Number(own[12]) + Number(own[13]) + Number(own[14]);
-    for (const pid of spawnSync('pgrep', ['-P', String(postmaster)], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean)) {
+    for (const pid of spawnSync('pgrep', ['-P', String(postmaster)], { encoding: 'utf8' })
+      .stdout.split('\n')
+      .filter(Boolean)) {
       try {
         const child = fields(pid);
         total += Number(child[11]) + Number(child[12]);
@@ -170,13 +176,15 @@ try {
     }
     return total;
   };
-  const walLsn = async () => BigInt((await database.sql.query<{ lsn: string }>(`SELECT (pg_current_wal_lsn() - '0/0')::text AS lsn`))[0]!.lsn);
+  const walLsn = async () =>
+    BigInt((await database.sql.query<{ lsn: string }>(`SELECT (pg_current_wal_lsn() - '0/0')::text AS lsn`))[0]!.lsn);
 
   /** pgbench's command line for a script, the sign-in's by default (as the clusters' owner when run as root). */
   const pgbenchCommand = (args: string[], file = script): [string, string[]] => {
     const command = path.join(bin, 'pgbench');
     const full = ['-n', '-f', file, ...args, url];
-    const [program, programArgs]: [string, string[]] = process.getuid?.() === 0 ? ['runuser', ['-u', 'postgres', '--', command, ...full]] : [command, full];
+    const [program, programArgs]: [string, string[]] =
+      process.getuid?.() === 0 ? ['runuser', ['-u', 'postgres', '--', command, ...full]] : [command, full];
     return pin ? ['taskset', ['-c', '1', program, ...programArgs]] : [program, programArgs];
   };
   const pgbench = (args: string[], file?: string): { transactions: number; tps: number } => {
@@ -191,10 +199,12 @@ try {
   type Mode = { name: string; setUp(): Promise<() => Promise<void>>; script?: string; baseline?: string };
   /** No API: replica identity default, no search indexes. */
   const bare = async () => {
-    await database.sql.exec(`ALTER TABLE "Account" REPLICA IDENTITY DEFAULT; ALTER TABLE "Organization" REPLICA IDENTITY DEFAULT; ALTER TABLE "PackagePurchase" REPLICA IDENTITY DEFAULT;
+    await database.sql
+      .exec(`ALTER TABLE "Account" REPLICA IDENTITY DEFAULT; ALTER TABLE "Organization" REPLICA IDENTITY DEFAULT; ALTER TABLE "PackagePurchase" REPLICA IDENTITY DEFAULT;
       DROP INDEX "Account_parentId_username_trgm_idx"; DROP INDEX "Account_parentId_email_trgm_idx"; DROP INDEX "Account_parentId_search_grams_idx";`);
     return async () => {
-      await database.sql.exec(`ALTER TABLE "Account" REPLICA IDENTITY FULL; ALTER TABLE "Organization" REPLICA IDENTITY FULL; ALTER TABLE "PackagePurchase" REPLICA IDENTITY FULL;
+      await database.sql
+        .exec(`ALTER TABLE "Account" REPLICA IDENTITY FULL; ALTER TABLE "Organization" REPLICA IDENTITY FULL; ALTER TABLE "PackagePurchase" REPLICA IDENTITY FULL;
         ${SEARCH_INDEXES}`);
     };
   };
@@ -227,7 +237,12 @@ try {
     { name: 'bare (no API)', setUp: bare },
     { name: 'schema, no instance', setUp: schemaOnly },
     // What a sign-up and a rename cost, each against itself without the API.
-    { name: 'sign-up, bare (no API)', setUp: signingUp(bare), script: signUpScript, baseline: 'sign-up, bare (no API)' },
+    {
+      name: 'sign-up, bare (no API)',
+      setUp: signingUp(bare),
+      script: signUpScript,
+      baseline: 'sign-up, bare (no API)',
+    },
     { name: 'sign-up, schema', setUp: signingUp(schemaOnly), script: signUpScript, baseline: 'sign-up, bare (no API)' },
     { name: 'rename, bare (no API)', setUp: bare, script: renameScript, baseline: 'rename, bare (no API)' },
     { name: 'rename, schema', setUp: schemaOnly, script: renameScript, baseline: 'rename, bare (no API)' },
@@ -247,11 +262,24 @@ try {
       },
     },
     { name: 'logical x3', setUp: feeds(3, () => new LogicalChangeFeed({ connection })) },
-    ...(standby ? [{ name: 'standby x3 (decoded on the standby)', setUp: feeds(3, () => new LogicalChangeFeed({ connection, decodeFrom: { connectionString: standby!.url } })) }] : []),
+    ...(standby
+      ? [
+          {
+            name: 'standby x3 (decoded on the standby)',
+            setUp: feeds(
+              3,
+              () => new LogicalChangeFeed({ connection, decodeFrom: { connectionString: standby!.url } }),
+            ),
+          },
+        ]
+      : []),
     {
       name: 'triggers x1',
       setUp: async () => {
-        const stop = await feeds(1, () => new NotifyChangeFeed({ connection, install: () => installTriggers(database.sql) }))();
+        const stop = await feeds(
+          1,
+          () => new NotifyChangeFeed({ connection, install: () => installTriggers(database.sql) }),
+        )();
         return async () => {
           await stop();
           await removeTriggers(database.sql);
@@ -260,21 +288,38 @@ try {
     },
   ];
 
-  if (only) modes.splice(0, modes.length, ...modes.filter((mode, i) => i === 0 || only.split('|').some((part) => mode.name.includes(part))));
+  if (only)
+    modes.splice(
+      0,
+      modes.length,
+      ...modes.filter((mode, i) => i === 0 || only.split('|').some((part) => mode.name.includes(part))),
+    );
 
   /** `instancesMs`: this process's CPU, where the instances' feeds run (pgbench is a process of its own). */
   type Figures = { cpuMs: number[]; standbyMs: number[]; instancesMs: number[]; walBytes: number[]; peak: number[] };
-  const figures = new Map<string, Figures>(modes.map((mode) => [mode.name, { cpuMs: [], standbyMs: [], instancesMs: [], walBytes: [], peak: [] }]));
+  const figures = new Map<string, Figures>(
+    modes.map((mode) => [mode.name, { cpuMs: [], standbyMs: [], instancesMs: [], walBytes: [], peak: [] }]),
+  );
   for (let round = 0; round < rounds; round++) {
     const order = round % 2 === 0 ? modes : [...modes].reverse();
     for (const mode of order) {
       const tearDown = await mode.setUp();
       try {
         await database.sql.exec('CHECKPOINT');
-        const [cpuBefore, walBefore, standbyBefore, instancesBefore] = [postgresTicks(), await walLsn(), standby ? postgresTicks(standby.dataDir) : 0, process.cpuUsage()];
+        const [cpuBefore, walBefore, standbyBefore, instancesBefore] = [
+          postgresTicks(),
+          await walLsn(),
+          standby ? postgresTicks(standby.dataDir) : 0,
+          process.cpuUsage(),
+        ];
         const fixed = pgbench(['-c', '4', '-j', '1', '-R', String(rate), '-T', String(seconds)], mode.script);
         await new Promise((resolve) => setTimeout(resolve, 500));
-        const [cpuAfter, walAfter, standbyAfter, instances] = [postgresTicks(), await walLsn(), standby ? postgresTicks(standby.dataDir) : 0, process.cpuUsage(instancesBefore)];
+        const [cpuAfter, walAfter, standbyAfter, instances] = [
+          postgresTicks(),
+          await walLsn(),
+          standby ? postgresTicks(standby.dataDir) : 0,
+          process.cpuUsage(instancesBefore),
+        ];
         const peak = pgbench(['-c', '16', '-j', '2', '-T', String(seconds)], mode.script);
         const row = figures.get(mode.name)!;
         row.cpuMs.push((((cpuAfter - cpuBefore) / ticks) * 1000) / fixed.transactions);
@@ -282,7 +327,9 @@ try {
         row.instancesMs.push((instances.user + instances.system) / 1000 / fixed.transactions);
         row.walBytes.push(Number(walAfter - walBefore) / fixed.transactions);
         row.peak.push(peak.tps);
-        console.log(`round ${round + 1} ${mode.name}: ${row.cpuMs.at(-1)!.toFixed(2)} ms CPU a transaction${standby ? ` (the standby ${row.standbyMs.at(-1)!.toFixed(2)} ms)` : ''}, the instances ${row.instancesMs.at(-1)!.toFixed(2)} ms, ${Math.round(row.walBytes.at(-1)!)} WAL bytes, ${Math.round(peak.tps)}/s peak`);
+        console.log(
+          `round ${round + 1} ${mode.name}: ${row.cpuMs.at(-1)!.toFixed(2)} ms CPU a transaction${standby ? ` (the standby ${row.standbyMs.at(-1)!.toFixed(2)} ms)` : ''}, the instances ${row.instancesMs.at(-1)!.toFixed(2)} ms, ${Math.round(row.walBytes.at(-1)!)} WAL bytes, ${Math.round(peak.tps)}/s peak`,
+        );
       } finally {
         await tearDown();
       }
@@ -307,7 +354,10 @@ try {
     const writer = new pg.Client({ connectionString: url });
     await writer.connect();
     const load = new Promise<void>((resolve) => {
-      const child = spawn(...pgbenchCommand(['-c', '2', '-j', '1', '-R', String(rate), '-T', String(Math.ceil(samples / 20) + 5)]), { stdio: 'ignore' });
+      const child = spawn(
+        ...pgbenchCommand(['-c', '2', '-j', '1', '-R', String(rate), '-T', String(Math.ceil(samples / 20) + 5)]),
+        { stdio: 'ignore' },
+      );
       child.on('exit', () => resolve());
     });
     const times: number[] = [];
@@ -318,7 +368,13 @@ try {
       // A name it never had: an update that changes nothing is not a change.
       await writer.query(`UPDATE "Organization" SET name = $2 WHERE "parentId" = $1`, [id, `Renamed by ${name} ${i}`]);
       const committed = performance.now();
-      times.push((await within(arrived, 10_000, `the change of ${id} did not arrive (${received} changes received, the feed ${feed.live ? 'live' : 'not live'})`)) - committed);
+      times.push(
+        (await within(
+          arrived,
+          10_000,
+          `the change of ${id} did not arrive (${received} changes received, the feed ${feed.live ? 'live' : 'not live'})`,
+        )) - committed,
+      );
       waiting.delete(id);
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
@@ -329,16 +385,28 @@ try {
   };
   const logicalTimes = await staleness('logical', new LogicalChangeFeed({ connection }));
   // From the COMMIT on the primary, the standby's replay included.
-  const standbyTimes = standby ? await staleness('decoded on the standby', new LogicalChangeFeed({ connection, decodeFrom: { connectionString: standby.url } })) : undefined;
-  const triggerTimes = await staleness('triggers', new NotifyChangeFeed({ connection, install: () => installTriggers(database.sql) }));
+  const standbyTimes = standby
+    ? await staleness(
+        'decoded on the standby',
+        new LogicalChangeFeed({ connection, decodeFrom: { connectionString: standby.url } }),
+      )
+    : undefined;
+  const triggerTimes = await staleness(
+    'triggers',
+    new NotifyChangeFeed({ connection, install: () => installTriggers(database.sql) }),
+  );
   await removeTriggers(database.sql);
 
   const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
   const base = figures.get('bare (no API)')!;
   // --rounds 0: the staleness alone.
   if (rounds > 0) {
-    console.log(`\nmedians of ${rounds} rounds, ${seconds} s each; fixed rate ${rate}/s with 4 writers, peak with 16 (2 cores shared with pgbench)`);
-    console.log(`| row | ${standby ? 'primary' : 'PostgreSQL'} CPU a transaction | x bare (rounds' spread) |${standby ? ' the standby\'s CPU a transaction |' : ''} the instances' CPU a transaction | WAL bytes a transaction | peak transactions/s | x bare |`);
+    console.log(
+      `\nmedians of ${rounds} rounds, ${seconds} s each; fixed rate ${rate}/s with 4 writers, peak with 16 (2 cores shared with pgbench)`,
+    );
+    console.log(
+      `| row | ${standby ? 'primary' : 'PostgreSQL'} CPU a transaction | x bare (rounds' spread) |${standby ? " the standby's CPU a transaction |" : ''} the instances' CPU a transaction | WAL bytes a transaction | peak transactions/s | x bare |`,
+    );
     console.log(`|---|---|---|${standby ? '---|' : ''}---|---|---|---|`);
     // Each round's ratio to that round's bare row: the spread of the rounds, not of the medians.
     const spread = (row: number[], bare: number[]) => {
@@ -352,10 +420,17 @@ try {
       );
     }
   }
-  const pct = (values: number[], p: number) => values[Math.min(values.length - 1, Math.floor((values.length * p) / 100))]!;
+  const pct = (values: number[], p: number) =>
+    values[Math.min(values.length - 1, Math.floor((values.length * p) / 100))]!;
   console.log(`\nstaleness after COMMIT under ${rate} sign-ins/s, ${samples} changes each:`);
-  for (const [name, times] of [['logical', logicalTimes], ...(standbyTimes ? [['decoded on the standby', standbyTimes] as const] : []), ['triggers', triggerTimes]] as const) {
-    console.log(`| ${name} | median ${median(times).toFixed(1)} ms | p99 ${pct(times, 99).toFixed(1)} ms | worst ${times.at(-1)!.toFixed(1)} ms |`);
+  for (const [name, times] of [
+    ['logical', logicalTimes],
+    ...(standbyTimes ? [['decoded on the standby', standbyTimes] as const] : []),
+    ['triggers', triggerTimes],
+  ] as const) {
+    console.log(
+      `| ${name} | median ${median(times).toFixed(1)} ms | p99 ${pct(times, 99).toFixed(1)} ms | worst ${times.at(-1)!.toFixed(1)} ms |`,
+    );
   }
 } finally {
   await database.close();

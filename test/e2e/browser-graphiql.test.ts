@@ -14,14 +14,16 @@ import { testMode, useTestDatabase } from '../helpers/database.js';
  * Skipped with a warning when Chromium is absent; a failure under CI=true.
  */
 function chromiumBinary(): string | undefined {
-  for (const candidate of ['/usr/bin/chromium', '/usr/bin/chromium-browser']) if (existsSync(candidate)) return candidate;
+  for (const candidate of ['/usr/bin/chromium', '/usr/bin/chromium-browser'])
+    if (existsSync(candidate)) return candidate;
   const found = spawnSync('sh', ['-c', 'command -v chromium'], { encoding: 'utf8' });
   return found.status === 0 && found.stdout.trim() ? found.stdout.trim() : undefined;
 }
 
 const executable = chromiumBinary();
 const inCi = process.env.CI === 'true' || process.env.CI === '1';
-if (!executable && !inCi) console.warn('browser-graphiql: no Chromium on this machine; its test is skipped (apt-get install chromium)');
+if (!executable && !inCi)
+  console.warn('browser-graphiql: no Chromium on this machine; its test is skipped (apt-get install chromium)');
 export const ARTIFACTS = path.resolve(import.meta.dirname, '..', 'artifacts');
 
 describe.skipIf(!executable && !inCi)(`GraphiQL in a browser (${testMode})`, () => {
@@ -43,7 +45,10 @@ describe.skipIf(!executable && !inCi)(`GraphiQL in a browser (${testMode})`, () 
     const child = await createChild(database(), built.parent);
     const token = await tokenFor(built.parent, built, { ttlSeconds: 600 });
     // Development: GraphiQL's headers tab holds the token, as `npm start` has it.
-    server = await startServer(database(), { env: { NODE_ENV: 'development', LIVE_MIN_INTERVAL_MS: '200' }, graphiqlHeaders: JSON.stringify({ Authorization: `Bearer ${token}` }) });
+    server = await startServer(database(), {
+      env: { NODE_ENV: 'development', LIVE_MIN_INTERVAL_MS: '200' },
+      graphiqlHeaders: JSON.stringify({ Authorization: `Bearer ${token}` }),
+    });
     const page = await browser!.newPage({ viewport: { width: 1400, height: 900 } });
     await page.goto(`${server.url}/graphql`);
     await page.locator('.graphiql-execute-button').waitFor({ timeout: 30_000 });

@@ -23,13 +23,17 @@ describe('every command explains itself with --help', () => {
     ['db:diff', 'usage: npm run db:diff'],
   ];
   // As an operator runs them (npm run), from the build: the first builds if a source changed.
-  it.each(commands)('npm run %s -- --help prints its usage and exits 0, touching nothing', async (command, usage) => {
-    // No database is reachable: a command that tried to open one would fail instead.
-    const env = { ...process.env, DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none', DATA_DIR: '/nonexistent' };
-    const { stdout } = await run('npm', ['run', '-s', command, '--', '--help'], { cwd: root, env, timeout: 180_000 });
-    expect(stdout.startsWith(usage), stdout).toBe(true);
-    expect(stdout.split('\n').length).toBeGreaterThan(2);
-  }, 200_000);
+  it.each(commands)(
+    'npm run %s -- --help prints its usage and exits 0, touching nothing',
+    async (command, usage) => {
+      // No database is reachable: a command that tried to open one would fail instead.
+      const env = { ...process.env, DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none', DATA_DIR: '/nonexistent' };
+      const { stdout } = await run('npm', ['run', '-s', command, '--', '--help'], { cwd: root, env, timeout: 180_000 });
+      expect(stdout.startsWith(usage), stdout).toBe(true);
+      expect(stdout.split('\n').length).toBeGreaterThan(2);
+    },
+    200_000,
+  );
 
   it('the built commands run from dist/, not from the TypeScript sources', async () => {
     const scripts = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')).scripts as Record<string, string>;
@@ -52,17 +56,28 @@ describe(`the seed and token commands (${testMode})`, () => {
     };
     delete (env as Record<string, unknown>)[ownDatabase ? 'DATA_DIR' : 'DATABASE_URL'];
     try {
-            const seeded = await run(process.execPath, ['dist/cli/seed.js', '--orgs', '2', '--children', '5', '--seed', '5', '--json'], {
-        cwd: root,
-        env,
-      });
+      const seeded = await run(
+        process.execPath,
+        ['dist/cli/seed.js', '--orgs', '2', '--children', '5', '--seed', '5', '--json'],
+        {
+          cwd: root,
+          env,
+        },
+      );
       const summary = JSON.parse(seeded.stdout) as {
-        organizations: { parent: { userID: string; email: string; publicKey: string }; children: number; alertLevel: string }[];
+        organizations: {
+          parent: { userID: string; email: string; publicKey: string };
+          children: number;
+          alertLevel: string;
+        }[];
       };
       expect(summary.organizations).toHaveLength(2);
       expect(summary.organizations.map((o) => o.alertLevel)).toEqual(['healthy', 'low']);
       const parent = summary.organizations[1]!.parent;
-      const minted = await run(process.execPath, ['dist/cli/token.js', parent.email, '--ttl', '2h'], { cwd: root, env });
+      const minted = await run(process.execPath, ['dist/cli/token.js', parent.email, '--ttl', '2h'], {
+        cwd: root,
+        env,
+      });
       const token = minted.stdout.trim();
       expect(decodeProtectedHeader(token).kid).toBe(parent.publicKey);
 
@@ -77,7 +92,10 @@ describe(`the seed and token commands (${testMode})`, () => {
         if (!ownDatabase) await db.close();
       }
 
-      const unknown = await run(process.execPath, ['dist/cli/token.js', 'nobody@example.org'], { cwd: root, env }).catch((e) => e);
+      const unknown = await run(process.execPath, ['dist/cli/token.js', 'nobody@example.org'], {
+        cwd: root,
+        env,
+      }).catch((e) => e);
       expect(unknown.code).toBe(1);
       expect(unknown.stderr).toMatch(/no account with userID or email "nobody@example.org"/);
 
@@ -85,7 +103,9 @@ describe(`the seed and token commands (${testMode})`, () => {
       const listed = (await run(process.execPath, ['dist/cli/token.js', '--list'], { cwd: root, env })).stdout;
       for (const org of summary.organizations) {
         expect(listed).toContain(`(${org.alertLevel})`);
-        expect(listed).toContain(`parent ${org.parent.email}  ${org.parent.userID}  public key ${org.parent.publicKey}`);
+        expect(listed).toContain(
+          `parent ${org.parent.email}  ${org.parent.userID}  public key ${org.parent.publicKey}`,
+        );
       }
       expect(listed.match(/^ {2}child {2}\S+@/gm)).toHaveLength(2);
       const help = await run(process.execPath, ['dist/cli/token.js', '--help'], { cwd: root, env });
@@ -99,13 +119,16 @@ describe(`the seed and token commands (${testMode})`, () => {
 });
 
 describe('token beside a server running on the embedded database', () => {
-  it('lists and mints through the server\'s database while it serves; commands that write are still refused', async () => {
+  it("lists and mints through the server's database while it serves; commands that write are still refused", async () => {
     const dataDir = mkdtempSync(path.join(tmpdir(), 'cli-beside-'));
-    const server = start('dist/main.js', baseEnv({ DATA_DIR: dataDir, SEED_DEMO_ON_START: 'true', NODE_ENV: 'development' }));
+    const server = start(
+      'dist/main.js',
+      baseEnv({ DATA_DIR: dataDir, SEED_DEMO_ON_START: 'true', NODE_ENV: 'development' }),
+    );
     try {
       const base = await listening(server);
       const env = baseEnv({ DATA_DIR: dataDir });
-            const first = /^ {2}parent (\S+@\S+) {2}(USR_\S+)/m;
+      const first = /^ {2}parent (\S+@\S+) {2}(USR_\S+)/m;
       // Requests in flight while the command reads.
       let serving = true;
       const answered: number[] = [];
@@ -129,7 +152,9 @@ describe('token beside a server running on the embedded database', () => {
       expect(profile.status).toBe(200);
       expect(((await profile.json()) as { data: { user: { userID: string } } }).data.user.userID).toBe(userID);
       expect((await fetch(`${base}/readyz`)).status).toBe(200);
-      const seeding = await run(process.execPath, ['dist/cli/seed.js', '--orgs', '1'], { cwd: root, env }).catch((e) => e);
+      const seeding = await run(process.execPath, ['dist/cli/seed.js', '--orgs', '1'], { cwd: root, env }).catch(
+        (e) => e,
+      );
       expect(seeding.code).toBe(1);
       expect(seeding.stderr).toMatch(/is in use by the server/);
     } finally {

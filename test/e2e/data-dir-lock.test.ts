@@ -24,20 +24,33 @@ describe('the data folder lock under contention', () => {
         const folder = path.join(root, `${by}-${trial}`);
         mkdirSync(folder);
         // Odd trials: a dead owner's record is there (a crash, kill -9).
-        if (trial % 2) writeFileSync(path.join(folder, '.owner'), JSON.stringify({ pid: deadPid(), host: hostname(), what: 'the server', since: new Date().toISOString() }));
+        if (trial % 2)
+          writeFileSync(
+            path.join(folder, '.owner'),
+            JSON.stringify({ pid: deadPid(), host: hostname(), what: 'the server', since: new Date().toISOString() }),
+          );
         return folder;
       });
-      const contenders = Array.from({ length: 4 }, () => run('test/helpers/lock-contender.mjs', baseEnv({}), [by], { stdin: true }));
+      const contenders = Array.from({ length: 4 }, () =>
+        run('test/helpers/lock-contender.mjs', baseEnv({}), [by], { stdin: true }),
+      );
       try {
         // Each contender's next line, once it has printed it.
         const seen = contenders.map(() => 0);
-        const next = (index: number) => printed(contenders[index]!, new RegExp(`^(?:[^\\n]*\\n){${seen[index]!}}([^\\n]*)\\n`)).then((line) => { seen[index]! += 1; return line; });
+        const next = (index: number) =>
+          printed(contenders[index]!, new RegExp(`^(?:[^\\n]*\\n){${seen[index]!}}([^\\n]*)\\n`)).then((line) => {
+            seen[index]! += 1;
+            return line;
+          });
         const all = () => Promise.all(contenders.map((_, index) => next(index)));
         expect(await all()).toEqual(['ready', 'ready', 'ready', 'ready']);
         for (const [trial, folder] of folders.entries()) {
           for (const contender of contenders) contender.child.stdin!.write(`take ${folder}\n`);
           const verdicts = await all();
-          expect(verdicts.filter((line) => !/^(owner|refused)$/.test(line)), verdicts.join('\n')).toEqual([]);
+          expect(
+            verdicts.filter((line) => !/^(owner|refused)$/.test(line)),
+            verdicts.join('\n'),
+          ).toEqual([]);
           const owners = verdicts.filter((line) => line === 'owner').length;
           expect(owners, `trial ${trial}${trial % 2 ? ' (stale)' : ' (fresh)'}: ${owners} owners`).toBe(1);
           for (const contender of contenders) contender.child.stdin!.write('release\n');

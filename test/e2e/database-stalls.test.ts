@@ -19,7 +19,12 @@ describe.skipIf(testMode !== 'postgres')(`database stalls (${testMode})`, () => 
     const viaProxy = new URL(url);
     viaProxy.port = String(proxy.port);
     const statementTimeoutMs = 1500;
-    const db = await openDatabase({ url: viaProxy.toString(), connectTimeoutMs: 1000, statementTimeoutMs, poolSize: 3 });
+    const db = await openDatabase({
+      url: viaProxy.toString(),
+      connectTimeoutMs: 1000,
+      statementTimeoutMs,
+      poolSize: 3,
+    });
     const server = await startServer(db);
     try {
       const org = await createOrganization(database());
@@ -30,7 +35,9 @@ describe.skipIf(testMode !== 'postgres')(`database stalls (${testMode})`, () => 
       server.app.deps.cache.clear();
       const started = Date.now();
       const answers = await Promise.all(
-        ['/auth/child-accounts', '/auth/user-profile', '/parent/credit-analysis', '/auth/child-accounts?search=x'].map((path) => rest(server, path, { token })),
+        ['/auth/child-accounts', '/auth/user-profile', '/parent/credit-analysis', '/auth/child-accounts?search=x'].map(
+          (path) => rest(server, path, { token }),
+        ),
       );
       const elapsed = Date.now() - started;
       expect(answers.map((a) => a.status)).toEqual([503, 503, 503, 503]);
@@ -53,7 +60,12 @@ describe.skipIf(testMode !== 'postgres')(`database stalls (${testMode})`, () => 
     }
   });
 
-  type FeedTiming = { heartbeatMs: number; staleAfterMs?: number; heartbeatTimeoutMs: number; connectTimeoutMs?: number };
+  type FeedTiming = {
+    heartbeatMs: number;
+    staleAfterMs?: number;
+    heartbeatTimeoutMs: number;
+    connectTimeoutMs?: number;
+  };
   /** Both sources of changes, and how each one's check is recognised among a connection's queries. */
   const sources = [
     {
@@ -75,14 +87,24 @@ describe.skipIf(testMode !== 'postgres')(`database stalls (${testMode})`, () => 
     const url = new URL(database().url!);
     const proxy = await startStallingProxy({ host: url.hostname, port: Number(url.port) });
     const states: boolean[] = [];
-    const connection = { host: url.hostname, port: proxy.port, user: decodeURIComponent(url.username), password: decodeURIComponent(url.password), database: url.pathname.slice(1) };
+    const connection = {
+      host: url.hostname,
+      port: proxy.port,
+      user: decodeURIComponent(url.username),
+      password: decodeURIComponent(url.password),
+      database: url.pathname.slice(1),
+    };
     const feed = source.open(connection, timing, (live) => states.push(live));
     return { proxy, feed, states };
   }
 
   for (const source of sources) {
     it(`${source.name} unanswered past staleAfterMs is not live (the cache is bypassed) before its connection is given up`, async () => {
-      const { proxy, feed, states } = await feedThroughProxy(source, { heartbeatMs: 50, staleAfterMs: 300, heartbeatTimeoutMs: 30_000 });
+      const { proxy, feed, states } = await feedThroughProxy(source, {
+        heartbeatMs: 50,
+        staleAfterMs: 300,
+        heartbeatTimeoutMs: 30_000,
+      });
       try {
         await feed.started();
         expect(feed.live).toBe(true);
@@ -103,12 +125,19 @@ describe.skipIf(testMode !== 'postgres')(`database stalls (${testMode})`, () => 
       // The checks each connection is sent.
       const sent = new Map<pg.Client, number>();
       const original = pg.Client.prototype.query;
-      const query = vi.spyOn(pg.Client.prototype, 'query').mockImplementation(function (this: pg.Client, ...args: unknown[]) {
-        const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string } | undefined)?.text ?? '';
+      const query = vi.spyOn(pg.Client.prototype, 'query').mockImplementation(function (
+        this: pg.Client,
+        ...args: unknown[]
+      ) {
+        const text = typeof args[0] === 'string' ? args[0] : ((args[0] as { text?: string } | undefined)?.text ?? '');
         if (source.check(text)) sent.set(this, (sent.get(this) ?? 0) + 1);
         return (original as (...a: unknown[]) => never).apply(this, args);
       });
-      const { proxy, feed, states } = await feedThroughProxy(source, { heartbeatMs: 50, heartbeatTimeoutMs: 1000, connectTimeoutMs: 500 });
+      const { proxy, feed, states } = await feedThroughProxy(source, {
+        heartbeatMs: 50,
+        heartbeatTimeoutMs: 1000,
+        connectTimeoutMs: 500,
+      });
       try {
         await feed.started();
         expect(feed.live).toBe(true);
@@ -117,7 +146,10 @@ describe.skipIf(testMode !== 'postgres')(`database stalls (${testMode})`, () => 
         proxy.stall();
         await new Promise((resolve) => setTimeout(resolve, 2500));
         // 50 checks would have been sent at one every 50 ms; one is, and it is never answered.
-        for (const [client, count] of sent) expect(count - (before.get(client) ?? 0), 'checks sent on one connection while frozen').toBeLessThanOrEqual(1);
+        for (const [client, count] of sent)
+          expect(count - (before.get(client) ?? 0), 'checks sent on one connection while frozen').toBeLessThanOrEqual(
+            1,
+          );
         expect(feed.live).toBe(false);
         expect(states).toEqual([true, false]);
         proxy.resume();
@@ -132,7 +164,7 @@ describe.skipIf(testMode !== 'postgres')(`database stalls (${testMode})`, () => 
     });
   }
 
-  it('a second instance waits for a long migration of the first, past the requests\' statement timeout, and both come up', async () => {
+  it("a second instance waits for a long migration of the first, past the requests' statement timeout, and both come up", async () => {
     const empty = await createEmptyDatabase();
     const slow: LocalMigration = { name: '99999999999999_slow', checksum: 'slow', script: 'SELECT pg_sleep(4);' };
     const migrations = [...readMigrations(), slow];
@@ -151,7 +183,9 @@ describe.skipIf(testMode !== 'postgres')(`database stalls (${testMode})`, () => 
       try {
         await holder.sql.withConnection(async (connection) => {
           await connection.query('SELECT pg_advisory_lock(72707369)');
-          await expect(migrate(second.sql, migrations, { lockTimeoutMs: 1000 })).rejects.toThrow(/MIGRATION_LOCK_TIMEOUT_MS/);
+          await expect(migrate(second.sql, migrations, { lockTimeoutMs: 1000 })).rejects.toThrow(
+            /MIGRATION_LOCK_TIMEOUT_MS/,
+          );
           await connection.query('SELECT pg_advisory_unlock(72707369)');
         });
       } finally {

@@ -30,19 +30,40 @@ const from = (n: number) => ({ 'x-forwarded-for': `10.3.${n >> 8}.${n & 255}` })
 const ORGANIZATIONS = 16;
 const CHILDREN = 300;
 /** What the seeded accounts' states answer besides 200: locked, inactive or deleted accounts, depleted credits. */
-const ACCOUNT_REFUSALS = new Set(['ACCOUNT_INACTIVE', 'ACCOUNT_LOCKED', 'ACCOUNT_DELETED', 'CREDITS_DEPLETED', 'FORBIDDEN']);
+const ACCOUNT_REFUSALS = new Set([
+  'ACCOUNT_INACTIVE',
+  'ACCOUNT_LOCKED',
+  'ACCOUNT_DELETED',
+  'CREDITS_DEPLETED',
+  'FORBIDDEN',
+]);
 
 type Caller = { token: string; parent: boolean; active: boolean };
 
 /** Seeds the organizations; returns a token for each of their accounts. */
 async function seedCallers(database: Pick<Database, 'prisma' | 'sql'>): Promise<Caller[]> {
-  const organizations = await seed(database, { organizations: ORGANIZATIONS, childrenPerOrganization: CHILDREN, seed: 5, now: new Date() });
+  const organizations = await seed(database, {
+    organizations: ORGANIZATIONS,
+    childrenPerOrganization: CHILDREN,
+    seed: 5,
+    now: new Date(),
+  });
   const callers: Caller[] = [];
   for (const organization of organizations) {
-    const { jwtSecret } = await database.prisma.organization.findUniqueOrThrow({ where: { parentId: organization.parent.userID } });
-    const accounts = await database.sql.query<{ id: string; type: string; status: string }>('SELECT id, type, status FROM "Account" WHERE id = $1 OR "parentId" = $1', [organization.parent.userID]);
+    const { jwtSecret } = await database.prisma.organization.findUniqueOrThrow({
+      where: { parentId: organization.parent.userID },
+    });
+    const accounts = await database.sql.query<{ id: string; type: string; status: string }>(
+      'SELECT id, type, status FROM "Account" WHERE id = $1 OR "parentId" = $1',
+      [organization.parent.userID],
+    );
     for (const account of accounts) {
-      const token = await mintAccessToken({ secret: jwtSecret, kid: organization.parent.publicKey, subject: account.id, ttlSeconds: 3600 });
+      const token = await mintAccessToken({
+        secret: jwtSecret,
+        kid: organization.parent.publicKey,
+        subject: account.id,
+        ttlSeconds: 3600,
+      });
       callers.push({ token, parent: account.type === 'parent', active: account.status === 'active' });
     }
   }
@@ -100,7 +121,9 @@ describe(`the memory budget on a real server (${testMode})`, () => {
     const { memory } = loadConfig(env, { containerLimitBytes: undefined, heapLimitBytes: Number.MAX_SAFE_INTEGER });
     expect(callers.length).toBeGreaterThan(memory.rateLimitKeys);
     // As `npm start` runs it: the build, with V8's old space from the budget.
-    const server: Run = run('dist/main.js', env, [], { nodeArgs: ['--max-semi-space-size=8', `--max-old-space-size=${memory.oldSpaceMiB}`] });
+    const server: Run = run('dist/main.js', env, [], {
+      nodeArgs: ['--max-semi-space-size=8', `--max-old-space-size=${memory.oldSpaceMiB}`],
+    });
     const alive = () => server.child.exitCode === null && server.child.signalCode === null;
     try {
       const url = await listening(server);
@@ -116,7 +139,12 @@ describe(`the memory budget on a real server (${testMode})`, () => {
         const answer = await fetch(`${url}/graphql`, {
           method: 'POST',
           signal: controller.signal,
-          headers: { authorization: `Bearer ${caller.token}`, 'content-type': 'application/json', accept: 'text/event-stream', ...from(sender) },
+          headers: {
+            authorization: `Bearer ${caller.token}`,
+            'content-type': 'application/json',
+            accept: 'text/event-stream',
+            ...from(sender),
+          },
           body: JSON.stringify({ query: 'subscription { organizationChanged { organizationName } }' }),
         });
         const reader = answer.body!.getReader();
@@ -126,15 +154,23 @@ describe(`the memory budget on a real server (${testMode})`, () => {
           if (done) break;
           text += new TextDecoder().decode(value);
         }
-        const key = answer.status !== 200 ? `${answer.status}` : /"code":"([A-Z_]+)"/.exec(text)?.[1] ?? (text.includes('organizationName') ? 'open' : text.slice(0, 200));
+        const key =
+          answer.status !== 200
+            ? `${answer.status}`
+            : (/"code":"([A-Z_]+)"/.exec(text)?.[1] ??
+              (text.includes('organizationName') ? 'open' : text.slice(0, 200)));
         streamOutcomes.set(key, (streamOutcomes.get(key) ?? 0) + 1);
       };
       const subscribers = callers.filter((caller) => caller.active).slice(0, memory.maxStreams + 60);
-      for (let i = 0; i < subscribers.length; i += 25) await Promise.all(subscribers.slice(i, i + 25).map((caller, sender) => subscribe(caller, sender)));
+      for (let i = 0; i < subscribers.length; i += 25)
+        await Promise.all(subscribers.slice(i, i + 25).map((caller, sender) => subscribe(caller, sender)));
       expect(alive()).toBe(true);
-      expect(streamOutcomes.get('TOO_MANY_SUBSCRIPTIONS'), JSON.stringify([...streamOutcomes])).toBeGreaterThanOrEqual(50);
+      expect(streamOutcomes.get('TOO_MANY_SUBSCRIPTIONS'), JSON.stringify([...streamOutcomes])).toBeGreaterThanOrEqual(
+        50,
+      );
       expect(streamOutcomes.get('open')).toBeLessThanOrEqual(memory.maxStreams);
-      for (const key of streamOutcomes.keys()) expect(['open', 'TOO_MANY_SUBSCRIPTIONS', 'SERVICE_UNAVAILABLE', ...ACCOUNT_REFUSALS]).toContain(key);
+      for (const key of streamOutcomes.keys())
+        expect(['open', 'TOO_MANY_SUBSCRIPTIONS', 'SERVICE_UNAVAILABLE', ...ACCOUNT_REFUSALS]).toContain(key);
 
       // Every caller, 64 at a time: its profile (REST), and its GraphQL answer twice (the second one
       // kept); a parent its child list. More than the entity cache, the kept answers and the rate
@@ -142,13 +178,15 @@ describe(`the memory budget on a real server (${testMode})`, () => {
       const GRAPHQL = '{ me { id email } organization { organizationName } }';
       const CHILD_LIST = '{ childAccounts(limit: 50) { stats { total } edges { node { id email } } } }';
       const work = callers.flatMap((caller) => [
-        (sender: number) => fetch(`${url}/auth/user-profile`, { headers: { authorization: `Bearer ${caller.token}`, ...from(sender) } }),
-        ...[0, 1].map(() => (sender: number) =>
-          fetch(`${url}/graphql`, {
-            method: 'POST',
-            headers: { authorization: `Bearer ${caller.token}`, 'content-type': 'application/json', ...from(sender) },
-            body: JSON.stringify({ query: caller.parent ? CHILD_LIST : GRAPHQL }),
-          }),
+        (sender: number) =>
+          fetch(`${url}/auth/user-profile`, { headers: { authorization: `Bearer ${caller.token}`, ...from(sender) } }),
+        ...[0, 1].map(
+          () => (sender: number) =>
+            fetch(`${url}/graphql`, {
+              method: 'POST',
+              headers: { authorization: `Bearer ${caller.token}`, 'content-type': 'application/json', ...from(sender) },
+              body: JSON.stringify({ query: caller.parent ? CHILD_LIST : GRAPHQL }),
+            }),
         ),
       ]);
       let next = 0;
@@ -168,7 +206,11 @@ describe(`the memory budget on a real server (${testMode})`, () => {
       const seen = JSON.stringify([...outcomes]);
       expect(alive(), server.output()).toBe(true);
       // An account's state is refused 403 on REST and in GraphQL's error list (200).
-      const documented = ['200', '503 SERVICE_UNAVAILABLE', ...[...ACCOUNT_REFUSALS].flatMap((code) => [`403 ${code}`, `200 ${code}`])];
+      const documented = [
+        '200',
+        '503 SERVICE_UNAVAILABLE',
+        ...[...ACCOUNT_REFUSALS].flatMap((code) => [`403 ${code}`, `200 ${code}`]),
+      ];
       for (const key of outcomes.keys()) expect(documented, seen).toContain(key);
       expect(outcomes.get('200') ?? 0, seen).toBeGreaterThan(work.length / 2);
 
@@ -180,7 +222,9 @@ describe(`the memory budget on a real server (${testMode})`, () => {
       }
       expect(gauge('api_memory_share_used_bytes{share="entityCache"}')).toBeGreaterThan(memory.shares.entityCache / 2);
       // Its keys are split between the two limits; the one per credential is on, and full.
-      expect(gauge('api_memory_share_used_bytes{share="rateLimiter"}')).toBe(Math.floor(memory.rateLimitKeys / 2) * RATE_LIMIT_KEY_BYTES);
+      expect(gauge('api_memory_share_used_bytes{share="rateLimiter"}')).toBe(
+        Math.floor(memory.rateLimitKeys / 2) * RATE_LIMIT_KEY_BYTES,
+      );
       expect(gauge('api_memory_share_used_bytes{share="answerCache"}')).toBeGreaterThan(0);
       expect((await fetch(`${url}/healthz`)).status).toBe(200);
 
@@ -191,19 +235,30 @@ describe(`the memory budget on a real server (${testMode})`, () => {
         Array.from({ length: memory.maxRequests }, async (_, sender) => {
           const socket = connect(Number(port), '127.0.0.1');
           await once(socket, 'connect');
-          socket.write(`POST /graphql HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: ${from(sender)['x-forwarded-for']}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"query":`);
+          socket.write(
+            `POST /graphql HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: ${from(sender)['x-forwarded-for']}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"query":`,
+          );
           return socket;
         }),
       );
-      const inProgress = async () => metricValue(await (await fetch(`${url}/metrics`)).text(), 'api_memory_requests_in_progress');
-      for (let i = 0; i < 100 && (await inProgress()) < memory.maxRequests; i++) await new Promise((resolve) => setTimeout(resolve, 50));
-      const busy = await fetch(`${url}/auth/user-profile`, { headers: { authorization: `Bearer ${callers[0]!.token}` } });
+      const inProgress = async () =>
+        metricValue(await (await fetch(`${url}/metrics`)).text(), 'api_memory_requests_in_progress');
+      for (let i = 0; i < 100 && (await inProgress()) < memory.maxRequests; i++)
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      const busy = await fetch(`${url}/auth/user-profile`, {
+        headers: { authorization: `Bearer ${callers[0]!.token}` },
+      });
       expect(busy.status).toBe(503);
       expect(busy.headers.get('retry-after')).toBe('1');
-      expect(await busy.json()).toMatchObject({ success: false, error: { code: 'SERVICE_UNAVAILABLE', message: expect.stringMatching(/busy/) } });
+      expect(await busy.json()).toMatchObject({
+        success: false,
+        error: { code: 'SERVICE_UNAVAILABLE', message: expect.stringMatching(/busy/) },
+      });
       for (const socket of held) socket.destroy();
       for (let i = 0; i < 100 && (await inProgress()) > 0; i++) await new Promise((resolve) => setTimeout(resolve, 50));
-      expect((await fetch(`${url}/auth/user-profile`, { headers: { authorization: `Bearer ${callers[0]!.token}` } })).status).not.toBe(503);
+      expect(
+        (await fetch(`${url}/auth/user-profile`, { headers: { authorization: `Bearer ${callers[0]!.token}` } })).status,
+      ).not.toBe(503);
       for (const controller of streams) controller.abort();
       server.child.kill('SIGTERM');
       expect((await server.exited).code, server.output()).toBe(0);
@@ -213,18 +268,33 @@ describe(`the memory budget on a real server (${testMode})`, () => {
   }, 240_000);
 
   it('a start whose bounds cannot fit the budget fails with one line naming them', async () => {
-    const started = run('dist/main.js', baseEnv({ MEMORY_BUDGET_MB: '200', CACHE_MAX_BYTES: '100000000', LIVE_MAX_STREAMS: '3000' }));
+    const started = run(
+      'dist/main.js',
+      baseEnv({ MEMORY_BUDGET_MB: '200', CACHE_MAX_BYTES: '100000000', LIVE_MAX_STREAMS: '3000' }),
+    );
     const { code } = await started.exited;
     expect(code).toBe(2);
-    expectOneLine(started.output(), /^config: MEMORY_BUDGET_MB: CACHE_MAX_BYTES 95 MiB \(81 MiB of it outside the heap\), LIVE_MAX_STREAMS 3000 \(29 MiB\) need \d+ MiB of heap .* accounts for \d+ MiB of the heap beside 81 MiB of cache records: lower them, or raise MEMORY_BUDGET_MB to at least \d+$/);
+    expectOneLine(
+      started.output(),
+      /^config: MEMORY_BUDGET_MB: CACHE_MAX_BYTES 95 MiB \(81 MiB of it outside the heap\), LIVE_MAX_STREAMS 3000 \(29 MiB\) need \d+ MiB of heap .* accounts for \d+ MiB of the heap beside 81 MiB of cache records: lower them, or raise MEMORY_BUDGET_MB to at least \d+$/,
+    );
     // The least it names is enough.
     const least = /at least (\d+)/.exec(started.output())![1]!;
-    expect(() => loadConfig({ MEMORY_BUDGET_MB: least, CACHE_MAX_BYTES: '100000000', LIVE_MAX_STREAMS: '3000' })).not.toThrow();
-    expect(() => loadConfig({ MEMORY_BUDGET_MB: String(Number(least) - 1), CACHE_MAX_BYTES: '100000000', LIVE_MAX_STREAMS: '3000' })).toThrow(/lower them/);
+    expect(() =>
+      loadConfig({ MEMORY_BUDGET_MB: least, CACHE_MAX_BYTES: '100000000', LIVE_MAX_STREAMS: '3000' }),
+    ).not.toThrow();
+    expect(() =>
+      loadConfig({
+        MEMORY_BUDGET_MB: String(Number(least) - 1),
+        CACHE_MAX_BYTES: '100000000',
+        LIVE_MAX_STREAMS: '3000',
+      }),
+    ).toThrow(/lower them/);
   });
 
   // The figure does not depend on the database (the benchmark opens its own embedded one).
-  // Traced, every stream sampled (its server and subscription spans stay open): the figure the budget counts when tracing is on.
+  // Traced, every stream sampled (its server and subscription spans stay open): the figure the budget counts
+  // when tracing is on.
   for (const [traced, bound] of [
     [false, STREAM_BYTES],
     [true, TRACED_STREAM_BYTES],
@@ -235,13 +305,22 @@ describe(`the memory budget on a real server (${testMode})`, () => {
       // Traced: exported nowhere (a closed port), as a collector that is down; each export given
       // up on in half a second, not the exporter's default 10 (the figure waits for the queue to
       // hand every span on, which took a minute otherwise).
-      if (traced) Object.assign(env, { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9', OTEL_EXPORTER_OTLP_TIMEOUT: '500', OTEL_BSP_SCHEDULE_DELAY: '100' });
-      const { stdout, stderr } = await promisify(execFile)(process.execPath, ['--import', 'tsx', 'test/bench/live.ts', '--streams', '1000', '--organizations', '25', '--heap-only'], {
-        cwd: root,
-        encoding: 'utf8',
-        timeout: 240_000,
-        env,
-      });
+      if (traced)
+        Object.assign(env, {
+          OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9',
+          OTEL_EXPORTER_OTLP_TIMEOUT: '500',
+          OTEL_BSP_SCHEDULE_DELAY: '100',
+        });
+      const { stdout, stderr } = await promisify(execFile)(
+        process.execPath,
+        ['--import', 'tsx', 'test/bench/live.ts', '--streams', '1000', '--organizations', '25', '--heap-only'],
+        {
+          cwd: root,
+          encoding: 'utf8',
+          timeout: 240_000,
+          env,
+        },
+      );
       // What the clients said of a stream that failed, if one did.
       const output = `${stdout}${stderr}`;
       const perStream = Number(/heap: (-?\d+) bytes a stream/.exec(output)?.[1]);

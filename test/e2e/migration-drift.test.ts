@@ -35,7 +35,10 @@ describe('schema.prisma and the migrations', () => {
         writeFileSync(path.join(dir, m.name, 'migration.sql'), m.script);
       }
       mkdirSync(path.join(dir, '29990101000000_extra'));
-      writeFileSync(path.join(dir, '29990101000000_extra', 'migration.sql'), 'CREATE INDEX "extra_idx" ON "Account"("email");');
+      writeFileSync(
+        path.join(dir, '29990101000000_extra', 'migration.sql'),
+        'CREATE INDEX "extra_idx" ON "Account"("email");',
+      );
       writeFileSync(path.join(dir, 'migration_lock.toml'), 'provider = "postgresql"\n');
       const result = diffMigrationsToSchema({ migrations: dir });
       expect(result.drift).toBe(true);

@@ -17,7 +17,10 @@ const binDir = postgresBinDir();
 const redis = redisBinary();
 const inCi = process.env.CI === 'true' || process.env.CI === '1';
 const runnable = testMode === 'postgres' && Boolean(binDir) && (Boolean(redis) || inCi);
-if (testMode === 'postgres' && !redis && !inCi) console.warn('multi-instance: no redis-server or valkey-server on this machine; skipped (apt-get install redis-server)');
+if (testMode === 'postgres' && !redis && !inCi)
+  console.warn(
+    'multi-instance: no redis-server or valkey-server on this machine; skipped (apt-get install redis-server)',
+  );
 
 type Instance = { run: Run; base: string };
 
@@ -66,8 +69,11 @@ describe.skipIf(!runnable)(`several instances behind a balancer (${testMode})`, 
     const empty = await createEmptyDatabase();
     try {
       const instances = await Promise.all([0, 1, 2].map(() => start(envFor(empty.url!, { DATABASE_REPLICA_URL: '' }))));
-      for (const instance of instances) await expect.poll(async () => (await fetch(`${instance.base}/readyz`)).status, { timeout: 30_000 }).toBe(200);
-      const rows = await empty.sql.query<{ migration_name: string }>('SELECT migration_name FROM "_prisma_migrations" WHERE finished_at IS NOT NULL');
+      for (const instance of instances)
+        await expect.poll(async () => (await fetch(`${instance.base}/readyz`)).status, { timeout: 30_000 }).toBe(200);
+      const rows = await empty.sql.query<{ migration_name: string }>(
+        'SELECT migration_name FROM "_prisma_migrations" WHERE finished_at IS NOT NULL',
+      );
       expect(new Set(rows.map((r) => r.migration_name)).size).toBe(rows.length);
       for (const instance of instances) expect(await stop(instance)).toBe(0);
     } finally {
@@ -75,34 +81,77 @@ describe.skipIf(!runnable)(`several instances behind a balancer (${testMode})`, 
     }
   }, 120_000);
 
-  it('a sign-in shows on every instance; a status change, a lock, a depleted balance, a rotated secret are never stale whatever the replica\'s lag; one credential is limited in total', async () => {
+  it("a sign-in shows on every instance; a status change, a lock, a depleted balance, a rotated secret are never stale whatever the replica's lag; one credential is limited in total", async () => {
     const org = await createOrganization(primary);
-    const [signingIn, locked, depleted] = [await createChild(primary, org.parent), await createChild(primary, org.parent), await createChild(primary, org.parent)];
-    const tokens = { signingIn: await tokenFor(signingIn, org), locked: await tokenFor(locked, org), depleted: await tokenFor(depleted, org), parent: await tokenFor(org.parent, org) };
-    const instances = await Promise.all([0, 1, 2].map(() => start(envFor(primary.url!, { RATE_LIMIT_PER_CREDENTIAL: '1000', RATE_LIMIT_PER_ADDRESS: '0' }))));
+    const [signingIn, locked, depleted] = [
+      await createChild(primary, org.parent),
+      await createChild(primary, org.parent),
+      await createChild(primary, org.parent),
+    ];
+    const tokens = {
+      signingIn: await tokenFor(signingIn, org),
+      locked: await tokenFor(locked, org),
+      depleted: await tokenFor(depleted, org),
+      parent: await tokenFor(org.parent, org),
+    };
+    const instances = await Promise.all(
+      [0, 1, 2].map(() =>
+        start(envFor(primary.url!, { RATE_LIMIT_PER_CREDENTIAL: '1000', RATE_LIMIT_PER_ADDRESS: '0' })),
+      ),
+    );
     try {
-      const profile = async (instance: Instance, token: string) => (await fetch(`${instance.base}/auth/user-profile`, { headers: { authorization: `Bearer ${token}` } })).json() as Promise<any>;
+      const profile = async (instance: Instance, token: string) =>
+        (
+          await fetch(`${instance.base}/auth/user-profile`, { headers: { authorization: `Bearer ${token}` } })
+        ).json() as Promise<any>;
       const me = async (instance: Instance, token: string) =>
-        (await (await fetch(`${instance.base}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: JSON.stringify({ query: '{ me { signInCount } }' }) })).json()) as any;
+        (await (
+          await fetch(`${instance.base}/graphql`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+            body: JSON.stringify({ query: '{ me { signInCount } }' }),
+          })
+        ).json()) as any;
       // Every instance has them all cached first: what follows must replace cached answers.
-      for (const instance of instances) for (const token of Object.values(tokens)) expect((await profile(instance, token)).success).toBe(true);
+      for (const instance of instances)
+        for (const token of Object.values(tokens)) expect((await profile(instance, token)).success).toBe(true);
       await replica.pauseReplay();
       try {
         await primary.sql.query(SIGN_IN_SQL, [signingIn.id]);
         for (const instance of instances) {
-          await expect.poll(async () => (await profile(instance, tokens.signingIn)).data.user.signInCount, { timeout: 5000 }).toBe(1);
-          await expect.poll(async () => (await me(instance, tokens.signingIn)).data?.me?.signInCount, { timeout: 5000 }).toBe(1);
+          await expect
+            .poll(async () => (await profile(instance, tokens.signingIn)).data.user.signInCount, { timeout: 5000 })
+            .toBe(1);
+          await expect
+            .poll(async () => (await me(instance, tokens.signingIn)).data?.me?.signInCount, { timeout: 5000 })
+            .toBe(1);
         }
         await primary.sql.query(`UPDATE "Account" SET status = 'inactive' WHERE id = $1`, [signingIn.id]);
-        await primary.sql.query(`UPDATE "Account" SET status = 'locked', "lockedUntil" = now() + interval '1 hour' WHERE id = $1`, [locked.id]);
+        await primary.sql.query(
+          `UPDATE "Account" SET status = 'locked', "lockedUntil" = now() + interval '1 hour' WHERE id = $1`,
+          [locked.id],
+        );
         for (const instance of instances) {
-          await expect.poll(async () => (await profile(instance, tokens.signingIn)).error?.code, { timeout: 5000 }).toBe('ACCOUNT_INACTIVE');
-          await expect.poll(async () => (await profile(instance, tokens.locked)).error?.code, { timeout: 5000 }).toBe('ACCOUNT_INACTIVE');
+          await expect
+            .poll(async () => (await profile(instance, tokens.signingIn)).error?.code, { timeout: 5000 })
+            .toBe('ACCOUNT_INACTIVE');
+          await expect
+            .poll(async () => (await profile(instance, tokens.locked)).error?.code, { timeout: 5000 })
+            .toBe('ACCOUNT_INACTIVE');
         }
         await primary.sql.query(`UPDATE "Organization" SET "creditBalance" = 0 WHERE "parentId" = $1`, [org.parent.id]);
-        for (const instance of instances) await expect.poll(async () => (await profile(instance, tokens.depleted)).error?.code, { timeout: 5000 }).toBe('CREDITS_DEPLETED');
-        await primary.sql.query(`UPDATE "Organization" SET "jwtSecret" = $2 WHERE "parentId" = $1`, [org.parent.id, `rotated-${'s'.repeat(40)}`]);
-        for (const instance of instances) await expect.poll(async () => (await profile(instance, tokens.parent)).error?.code, { timeout: 5000 }).toBe('UNAUTHORIZED');
+        for (const instance of instances)
+          await expect
+            .poll(async () => (await profile(instance, tokens.depleted)).error?.code, { timeout: 5000 })
+            .toBe('CREDITS_DEPLETED');
+        await primary.sql.query(`UPDATE "Organization" SET "jwtSecret" = $2 WHERE "parentId" = $1`, [
+          org.parent.id,
+          `rotated-${'s'.repeat(40)}`,
+        ]);
+        for (const instance of instances)
+          await expect
+            .poll(async () => (await profile(instance, tokens.parent)).error?.code, { timeout: 5000 })
+            .toBe('UNAUTHORIZED');
       } finally {
         await replica.resumeReplay();
       }
@@ -110,12 +159,18 @@ describe.skipIf(!runnable)(`several instances behind a balancer (${testMode})`, 
       for (const instance of instances) await stop(instance);
     }
     // The limit in total: 9 allowed for one credential, its requests spread over three instances.
-    const limited = await Promise.all([0, 1, 2].map(() => start(envFor(primary.url!, { RATE_LIMIT_PER_CREDENTIAL: '9', RATE_LIMIT_PER_ADDRESS: '0' }))));
+    const limited = await Promise.all(
+      [0, 1, 2].map(() => start(envFor(primary.url!, { RATE_LIMIT_PER_CREDENTIAL: '9', RATE_LIMIT_PER_ADDRESS: '0' }))),
+    );
     try {
       const fresh = await createOrganization(primary);
       const other = await tokenFor(fresh.parent, fresh);
       const statuses: number[] = [];
-      for (let i = 0; i < 12; i++) statuses.push((await fetch(`${limited[i % 3]!.base}/auth/user-profile`, { headers: { authorization: `Bearer ${other}` } })).status);
+      for (let i = 0; i < 12; i++)
+        statuses.push(
+          (await fetch(`${limited[i % 3]!.base}/auth/user-profile`, { headers: { authorization: `Bearer ${other}` } }))
+            .status,
+        );
       expect(statuses).toEqual([...Array(9).fill(200), 429, 429, 429]);
     } finally {
       for (const instance of limited) await stop(instance);
@@ -161,7 +216,9 @@ describe.skipIf(!runnable)(`several instances behind a balancer (${testMode})`, 
         }
         const instance = pool[turn++ % pool.length]!;
         try {
-          const response = await fetch(`${instance.base}/auth/organization-details`, { headers: { 'x-public-key': org.parent.publicKey } });
+          const response = await fetch(`${instance.base}/auth/organization-details`, {
+            headers: { 'x-public-key': org.parent.publicKey },
+          });
           await response.arrayBuffer();
           if (response.status === 200) outcomes.answered += 1;
           else outcomes.failed.push(`status ${response.status}`);
@@ -178,7 +235,9 @@ describe.skipIf(!runnable)(`several instances behind a balancer (${testMode})`, 
         expect(await stop(instances[i]!)).toBe(0);
         instances[i] = await start(envFor(primary.url!));
         watch(instances[i]!);
-        await expect.poll(async () => (await fetch(`${instances[i]!.base}/readyz`)).status, { timeout: 30_000 }).toBe(200);
+        await expect
+          .poll(async () => (await fetch(`${instances[i]!.base}/readyz`)).status, { timeout: 30_000 })
+          .toBe(200);
         await new Promise((resolve) => setTimeout(resolve, 300));
       }
     } finally {
@@ -190,7 +249,10 @@ describe.skipIf(!runnable)(`several instances behind a balancer (${testMode})`, 
     expect(outcomes.failed).toEqual([]);
     expect(outcomes.answered).toBeGreaterThan(100);
     // Every answered retrieval was counted once, across the instances and their restarts.
-    const [row] = await primary.sql.query<{ n: string }>(`SELECT "detailsRetrievalCount"::text AS n FROM "Organization" WHERE "parentId" = $1`, [org.parent.id]);
+    const [row] = await primary.sql.query<{ n: string }>(
+      `SELECT "detailsRetrievalCount"::text AS n FROM "Organization" WHERE "parentId" = $1`,
+      [org.parent.id],
+    );
     expect(Number(row!.n)).toBe(outcomes.answered);
   }, 180_000);
 });

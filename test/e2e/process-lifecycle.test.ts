@@ -15,7 +15,6 @@ import { baseEnv, expectOneLine, listening, printed, run } from '../helpers/proc
  */
 const IN_FLIGHT = 40;
 
-
 describe(`process lifecycle (${testMode})`, () => {
   const folders: string[] = [];
   const folder = () => {
@@ -70,7 +69,9 @@ describe(`process lifecycle (${testMode})`, () => {
     const server = run('dist/main.js', baseEnv({ DATA_DIR: dataDir, SHUTDOWN_TIMEOUT_MS: '15000' }));
     const base = await listening(server);
     const { port } = new URL(base);
-    const slow = connect(Number(port), '127.0.0.1', () => slow.write('GET /auth/user-profile HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: '));
+    const slow = connect(Number(port), '127.0.0.1', () =>
+      slow.write('GET /auth/user-profile HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: '),
+    );
     slow.on('error', () => undefined);
     const slowClosed = new Promise<void>((resolve) => slow.on('close', () => resolve()));
     await new Promise((resolve) => setTimeout(resolve, 300));
@@ -118,7 +119,12 @@ describe(`process lifecycle (${testMode})`, () => {
 
   it('SIGTERM: readiness is 503 at once, the listener keeps serving for SHUTDOWN_DELAY_MS, then the process exits 0', async () => {
     const own = testMode === 'postgres' ? await createTestDatabase() : undefined;
-    const server = run('dist/main.js', baseEnv(own ? { DATABASE_URL: own.url, SHUTDOWN_DELAY_MS: '2000' } : { DATA_DIR: folder(), SHUTDOWN_DELAY_MS: '2000' }));
+    const server = run(
+      'dist/main.js',
+      baseEnv(
+        own ? { DATABASE_URL: own.url, SHUTDOWN_DELAY_MS: '2000' } : { DATA_DIR: folder(), SHUTDOWN_DELAY_MS: '2000' },
+      ),
+    );
     try {
       const base = await listening(server);
       expect((await fetch(`${base}/readyz`)).status).toBe(200);
@@ -147,7 +153,10 @@ describe(`process lifecycle (${testMode})`, () => {
   it('SIGTERM as soon as it says it listens (the demo banner still being written) drains and exits 0', async () => {
     const own: TestDatabase | undefined = testMode === 'postgres' ? await createTestDatabase() : undefined;
     const env = { SHUTDOWN_DELAY_MS: '0', SEED_DEMO_ON_START: 'true', LOG_LEVEL: 'info' };
-    const server = run('dist/main.js', baseEnv(own ? { DATABASE_URL: own.url, ...env } : { DATA_DIR: folder(), ...env }));
+    const server = run(
+      'dist/main.js',
+      baseEnv(own ? { DATABASE_URL: own.url, ...env } : { DATA_DIR: folder(), ...env }),
+    );
     try {
       // A client or an orchestrator may signal it once it has said so: the banner's organizations
       // come from a query after that line, and a signal then must not find Node's default (death).
@@ -167,7 +176,11 @@ describe(`process lifecycle (${testMode})`, () => {
   it('past the shutdown deadline the retrieval counter is still flushed: no answered retrieval is lost', async () => {
     const own: TestDatabase | undefined = testMode === 'postgres' ? await createTestDatabase() : undefined;
     const dataDir = folder();
-    const env = baseEnv(own ? { DATABASE_URL: own.url, SHUTDOWN_TIMEOUT_MS: '6000', SHUTDOWN_DELAY_MS: '0', SEED_DEMO_ON_START: 'true' } : { DATA_DIR: dataDir, SHUTDOWN_TIMEOUT_MS: '6000', SHUTDOWN_DELAY_MS: '0', SEED_DEMO_ON_START: 'true' });
+    const env = baseEnv(
+      own
+        ? { DATABASE_URL: own.url, SHUTDOWN_TIMEOUT_MS: '6000', SHUTDOWN_DELAY_MS: '0', SEED_DEMO_ON_START: 'true' }
+        : { DATA_DIR: dataDir, SHUTDOWN_TIMEOUT_MS: '6000', SHUTDOWN_DELAY_MS: '0', SEED_DEMO_ON_START: 'true' },
+    );
     const server = run('dist/main.js', env);
     try {
       const base = await listening(server);
@@ -191,13 +204,18 @@ describe(`process lifecycle (${testMode})`, () => {
       // One request that never completes keeps the shutdown waiting until its deadline; ten
       // others complete just before it, so that their retrievals are still unwritten then.
       // Warm: the first GraphQL request builds what later ones reuse.
-      await fetch(`${base}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-public-key': key }, body });
+      await fetch(`${base}/graphql`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-public-key': key },
+        body,
+      });
       const stuck = await open();
       const late = await Promise.all(Array.from({ length: 10 }, open));
       // Accepted and begun by the server before the signal (a connection still in the kernel's
       // backlog when the listener closes is reset, as with any server): eleven requests in flight,
       // and the scrape that counts them.
-      const inFlight = async () => Number(/^api_http_requests_in_flight (\d+)$/m.exec(await (await fetch(`${base}/metrics`)).text())?.[1]);
+      const inFlight = async () =>
+        Number(/^api_http_requests_in_flight (\d+)$/m.exec(await (await fetch(`${base}/metrics`)).text())?.[1]);
       await expect.poll(inFlight, { timeout: 10_000, interval: 20 }).toBeGreaterThanOrEqual(12);
       server.child.kill('SIGTERM');
       // The rest of the bodies while the shutdown waits on them (the listener closed, the stuck
@@ -207,7 +225,10 @@ describe(`process lifecycle (${testMode})`, () => {
       const answers = await Promise.all(late.map((l) => l.answer));
       const exit = await server.exited;
       stuck.socket.destroy();
-      expect(exit.code, `exit ${exit.code}; stuck got: ${(await stuck.answer).slice(0, 300)} | output: ${server.output().slice(-600)}`).toBe(1);
+      expect(
+        exit.code,
+        `exit ${exit.code}; stuck got: ${(await stuck.answer).slice(0, 300)} | output: ${server.output().slice(-600)}`,
+      ).toBe(1);
       const answered = answers.filter((a) => a.startsWith('HTTP/1.1 200')).length;
       // They were answered before the deadline cut the connections (else the test proves nothing).
       expect(answered, answers.map((a) => a.slice(0, 30)).join('|')).toBe(10);
@@ -244,7 +265,10 @@ describe(`process lifecycle (${testMode})`, () => {
     ] as const) {
       const second = run(script, env, [...args]);
       expect((await second.exited).code).toBe(1);
-      expectOneLine(second.output(), new RegExp(`^${command}: .* is in use by the server \\(pid ${pid}\\): stop it, or use DATABASE_URL$`));
+      expectOneLine(
+        second.output(),
+        new RegExp(`^${command}: .* is in use by the server \\(pid ${pid}\\): stop it, or use DATABASE_URL$`),
+      );
     }
     const another = run('dist/main.js', baseEnv({ DATA_DIR: dataDir }));
     expect((await another.exited).code).toBe(1);
@@ -258,7 +282,10 @@ describe(`process lifecycle (${testMode})`, () => {
   });
 
   it('stderr closed by its reader: lines are dropped, the process stays idle, SIGTERM still ends it in time', async () => {
-    const server = run('dist/main.js', baseEnv({ DATA_DIR: folder(), LOG_LEVEL: 'info', SHUTDOWN_DELAY_MS: '0', SHUTDOWN_TIMEOUT_MS: '5000' }));
+    const server = run(
+      'dist/main.js',
+      baseEnv({ DATA_DIR: folder(), LOG_LEVEL: 'info', SHUTDOWN_DELAY_MS: '0', SHUTDOWN_TIMEOUT_MS: '5000' }),
+    );
     try {
       const base = await listening(server);
       // The reader goes away (a log shipper restarting, `| head -1`): the next line written fails.
@@ -293,7 +320,14 @@ describe(`process lifecycle (${testMode})`, () => {
   it(`SIGTERM: ${IN_FLIGHT} requests in flight all complete, the counter is flushed, the process exits 0`, async () => {
     const dataDir = folder();
     const own = testMode === 'postgres' ? await createTestDatabase() : undefined;
-    const server = run('dist/main.js', baseEnv({ ...(own ? { DATABASE_URL: own.url } : { DATA_DIR: dataDir }), LOG_LEVEL: 'info', SEED_DEMO_ON_START: 'true' }));
+    const server = run(
+      'dist/main.js',
+      baseEnv({
+        ...(own ? { DATABASE_URL: own.url } : { DATA_DIR: dataDir }),
+        LOG_LEVEL: 'info',
+        SEED_DEMO_ON_START: 'true',
+      }),
+    );
     try {
       const base = await listening(server);
       const token = await printed(server, /parent token \(24 h\): (\S+)/);
@@ -305,24 +339,33 @@ describe(`process lifecycle (${testMode})`, () => {
       const head = `POST /graphql HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nAuthorization: Bearer ${token}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n`;
       const half = Math.floor(body.length / 2);
       const sockets = await Promise.all(
-        Array.from({ length: IN_FLIGHT }, () =>
-          new Promise<{ socket: Socket; answer: Promise<string> }>((resolve, reject) => {
-            const socket = connect(Number(port), '127.0.0.1', () => {
-              socket.write(head + body.slice(0, half));
-              resolve({ socket, answer });
-            });
-            let received = '';
-            const answer = new Promise<string>((done) => {
-              socket.on('data', (chunk) => { received += chunk; });
-              socket.on('close', () => done(received));
-              socket.on('error', () => done(received));
-            });
-            socket.on('error', reject);
-          }),
+        Array.from(
+          { length: IN_FLIGHT },
+          () =>
+            new Promise<{ socket: Socket; answer: Promise<string> }>((resolve, reject) => {
+              const socket = connect(Number(port), '127.0.0.1', () => {
+                socket.write(head + body.slice(0, half));
+                resolve({ socket, answer });
+              });
+              let received = '';
+              const answer = new Promise<string>((done) => {
+                socket.on('data', (chunk) => {
+                  received += chunk;
+                });
+                socket.on('close', () => done(received));
+                socket.on('error', () => done(received));
+              });
+              socket.on('error', reject);
+            }),
         ),
       );
       // Every one of them counted in progress by the server before the signal.
-      await expect.poll(async () => metricValue(await (await fetch(`${base}/metrics`)).text(), 'api_memory_requests_in_progress'), { timeout: 30_000, interval: 50 }).toBe(IN_FLIGHT);
+      await expect
+        .poll(
+          async () => metricValue(await (await fetch(`${base}/metrics`)).text(), 'api_memory_requests_in_progress'),
+          { timeout: 30_000, interval: 50 },
+        )
+        .toBe(IN_FLIGHT);
       server.child.kill('SIGTERM');
       await printed(server, /(SIGTERM: shutting down)/);
       for (const { socket } of sockets) socket.write(body.slice(half));
@@ -347,7 +390,10 @@ describe(`process lifecycle (${testMode})`, () => {
 
   it('an unhandled rejection is logged and survived; an uncaught exception is logged and ends the process with status 1', async () => {
     const dir = folder();
-    const survived = run('test/helpers/faulty-main.mjs', baseEnv({ DATA_DIR: path.join(dir, 'a'), FAULT: 'rejection', LOG_LEVEL: 'error', LOG_FORMAT: 'json' }));
+    const survived = run(
+      'test/helpers/faulty-main.mjs',
+      baseEnv({ DATA_DIR: path.join(dir, 'a'), FAULT: 'rejection', LOG_LEVEL: 'error', LOG_FORMAT: 'json' }),
+    );
     try {
       const base = await listening(survived);
       await expect.poll(() => survived.output(), { timeout: 10_000 }).toContain('unhandled rejection');
@@ -357,7 +403,10 @@ describe(`process lifecycle (${testMode})`, () => {
     } finally {
       survived.child.kill('SIGKILL');
     }
-    const ended = run('test/helpers/faulty-main.mjs', baseEnv({ DATA_DIR: path.join(dir, 'b'), FAULT: 'exception', LOG_LEVEL: 'error', LOG_FORMAT: 'json' }));
+    const ended = run(
+      'test/helpers/faulty-main.mjs',
+      baseEnv({ DATA_DIR: path.join(dir, 'b'), FAULT: 'exception', LOG_LEVEL: 'error', LOG_FORMAT: 'json' }),
+    );
     try {
       const exit = await ended.exited;
       expect(exit.code).toBe(1);
@@ -367,5 +416,4 @@ describe(`process lifecycle (${testMode})`, () => {
       ended.child.kill('SIGKILL');
     }
   }, 60_000);
-
 });

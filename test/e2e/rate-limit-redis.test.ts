@@ -13,7 +13,10 @@ import { redisBinary, startRedis, type RedisServer } from '../helpers/redis-serv
  */
 const binary = redisBinary();
 const inCi = process.env.CI === 'true' || process.env.CI === '1';
-if (!binary && !inCi) console.warn('rate-limit-redis: no redis-server or valkey-server on this machine; its tests are skipped (apt-get install redis-server)');
+if (!binary && !inCi)
+  console.warn(
+    'rate-limit-redis: no redis-server or valkey-server on this machine; its tests are skipped (apt-get install redis-server)',
+  );
 
 describe.skipIf(!binary && !inCi)(`the shared rate-limit store on Redis (${testMode})`, () => {
   const database = useTestDatabase();
@@ -26,23 +29,33 @@ describe.skipIf(!binary && !inCi)(`the shared rate-limit store on Redis (${testM
     await redis?.stop();
   });
 
-  const limited = (perCredential: number) => ({ RATE_LIMIT_STORE: 'redis', REDIS_URL: redis.url, RATE_LIMIT_PER_CREDENTIAL: String(perCredential), RATE_LIMIT_PER_ADDRESS: '0' });
+  const limited = (perCredential: number) => ({
+    RATE_LIMIT_STORE: 'redis',
+    REDIS_URL: redis.url,
+    RATE_LIMIT_PER_CREDENTIAL: String(perCredential),
+    RATE_LIMIT_PER_ADDRESS: '0',
+  });
 
   async function instances(count: number, env: Record<string, string>): Promise<TestServer[]> {
     const servers = [];
     for (let i = 0; i < count; i++) servers.push(await startServer(database(), { env }));
     // Connected before the first request, as a running instance is.
-    for (const server of servers) await expect.poll(async () => (await server.app.metricsText()).text, { timeout: 5000 }).toMatch(/^api_rate_limit_store_up 1$/m);
+    for (const server of servers)
+      await expect
+        .poll(async () => (await server.app.metricsText()).text, { timeout: 5000 })
+        .toMatch(/^api_rate_limit_store_up 1$/m);
     return servers;
   }
 
-  it('RATE_LIMIT_STORE=redis needs REDIS_URL, and the URL\'s password is masked', () => {
+  it("RATE_LIMIT_STORE=redis needs REDIS_URL, and the URL's password is masked", () => {
     expect(() => loadConfig({ RATE_LIMIT_STORE: 'redis' })).toThrow(ConfigError);
     expect(() => loadConfig({ RATE_LIMIT_STORE: 'redis', REDIS_URL: 'http://x' })).toThrow(ConfigError);
-    expect(loadConfig({ RATE_LIMIT_STORE: 'redis', REDIS_URL: 'redis://:pw@cache:6379' }).rateLimit.redisUrl).toBe('redis://:pw@cache:6379');
+    expect(loadConfig({ RATE_LIMIT_STORE: 'redis', REDIS_URL: 'redis://:pw@cache:6379' }).rateLimit.redisUrl).toBe(
+      'redis://:pw@cache:6379',
+    );
   });
 
-  it('one credential\'s requests spread over three instances are limited at the configured rate in total', async () => {
+  it("one credential's requests spread over three instances are limited at the configured rate in total", async () => {
     const org = await createOrganization(database());
     const token = await tokenFor(org.parent, org);
     const servers = await instances(3, limited(12));
@@ -77,8 +90,12 @@ describe.skipIf(!binary && !inCi)(`the shared rate-limit store on Redis (${testM
       // Back: a fresh credential's requests on two instances are counted together again (in
       // memory each instance would say 4 remaining).
       const other = await tokenFor(org.parent, org, { ttlSeconds: 7200 });
-      expect((await rest(server!, '/auth/user-profile', { token: other })).headers.get('ratelimit-remaining')).toBe('4');
-      expect((await rest(second!, '/auth/user-profile', { token: other })).headers.get('ratelimit-remaining')).toBe('3');
+      expect((await rest(server!, '/auth/user-profile', { token: other })).headers.get('ratelimit-remaining')).toBe(
+        '4',
+      );
+      expect((await rest(second!, '/auth/user-profile', { token: other })).headers.get('ratelimit-remaining')).toBe(
+        '3',
+      );
     } finally {
       redis.resume();
       await server!.close();
@@ -92,9 +109,13 @@ describe.skipIf(!binary && !inCi)(`the shared rate-limit store on Redis (${testM
     const token = await tokenFor(org.parent, org);
     const server = await startServer(database(), { env: { ...limited(3), REDIS_URL: spare.url } });
     try {
-      await expect.poll(async () => (await server.app.metricsText()).text, { timeout: 5000 }).toMatch(/^api_rate_limit_store_up 1$/m);
+      await expect
+        .poll(async () => (await server.app.metricsText()).text, { timeout: 5000 })
+        .toMatch(/^api_rate_limit_store_up 1$/m);
       await spare.stop();
-      await expect.poll(async () => (await server.app.metricsText()).text, { timeout: 5000 }).toMatch(/^api_rate_limit_store_up 0$/m);
+      await expect
+        .poll(async () => (await server.app.metricsText()).text, { timeout: 5000 })
+        .toMatch(/^api_rate_limit_store_up 0$/m);
       const statuses: number[] = [];
       for (let i = 0; i < 5; i++) statuses.push((await rest(server, '/auth/user-profile', { token })).status);
       expect(statuses).toEqual([200, 200, 200, 429, 429]);

@@ -38,10 +38,18 @@ describe.skipIf(!ownCluster)(`read replica (${testMode})`, () => {
       await client.end();
     }
   };
-  const readyz = async (server: TestServer) => (await rest(server, '/readyz')).body as { status: string; replicas: { usable: boolean; lagMs?: number }[] };
+  const readyz = async (server: TestServer) =>
+    (await rest(server, '/readyz')).body as { status: string; replicas: { usable: boolean; lagMs?: number }[] };
 
   async function serverWith(maxLagMs: number, env: Record<string, string> = {}) {
-    const server = await startServer(database(), { env: { DATABASE_URL: database().url!, DATABASE_REPLICA_URL: replicaUrl, REPLICA_MAX_LAG_MS: String(maxLagMs), ...env } });
+    const server = await startServer(database(), {
+      env: {
+        DATABASE_URL: database().url!,
+        DATABASE_REPLICA_URL: replicaUrl,
+        REPLICA_MAX_LAG_MS: String(maxLagMs),
+        ...env,
+      },
+    });
     await expect.poll(async () => (await readyz(server)).replicas?.[0]?.usable, { timeout: 15_000 }).toBe(true);
     return server;
   }
@@ -52,7 +60,13 @@ describe.skipIf(!ownCluster)(`read replica (${testMode})`, () => {
       const org = await createOrganization(database());
       await createChild(database(), org.parent, { username: 'early-bird' });
       const token = await tokenFor(org.parent, org);
-      await expect.poll(async () => (await onReplica('SELECT count(*)::int AS n FROM "Account" WHERE username = $1', ['early-bird']))[0].n, { timeout: 10_000 }).toBe(1);
+      await expect
+        .poll(
+          async () =>
+            (await onReplica('SELECT count(*)::int AS n FROM "Account" WHERE username = $1', ['early-bird']))[0].n,
+          { timeout: 10_000 },
+        )
+        .toBe(1);
       await replica.pauseReplay();
       try {
         await createChild(database(), org.parent, { username: 'late-arrival' });
@@ -61,13 +75,27 @@ describe.skipIf(!ownCluster)(`read replica (${testMode})`, () => {
         // The replica has not replayed it: the search, read there, does not list it yet.
         expect(search.body.data.data.accounts).toEqual([]);
         // The first page is the primary's (through the cache): it lists it at once.
-        await expect.poll(async () => (await rest(server, '/auth/child-accounts', { token })).body.data.data.accounts.map((a: { username: string }) => a.username), { timeout: 5000 }).toContain('late-arrival');
+        await expect
+          .poll(
+            async () =>
+              (await rest(server, '/auth/child-accounts', { token })).body.data.data.accounts.map(
+                (a: { username: string }) => a.username,
+              ),
+            { timeout: 5000 },
+          )
+          .toContain('late-arrival');
         // A status change is never served stale, whatever the replica's lag.
         await database().prisma.account.update({ where: { id: org.parent.id }, data: { status: 'inactive' } });
-        await expect.poll(async () => (await rest(server, '/auth/child-accounts?search=late', { token })).status, { timeout: 5000 }).toBe(403);
+        await expect
+          .poll(async () => (await rest(server, '/auth/child-accounts?search=late', { token })).status, {
+            timeout: 5000,
+          })
+          .toBe(403);
         expectError(await rest(server, '/auth/user-profile', { token }), 403, 'ACCOUNT_INACTIVE');
         const metrics = (await server.app.metricsText()).text;
-        expect(Number(/^api_db_stale_tolerant_reads_total\{target="replica"\} (\d+)$/m.exec(metrics)?.[1])).toBeGreaterThan(0);
+        expect(
+          Number(/^api_db_stale_tolerant_reads_total\{target="replica"\} (\d+)$/m.exec(metrics)?.[1]),
+        ).toBeGreaterThan(0);
       } finally {
         await replica.resumeReplay();
       }
@@ -131,10 +159,21 @@ describe.skipIf(!ownCluster)(`read replica (${testMode})`, () => {
       [org.parent.id],
     );
     const token = await tokenFor(org.parent, org);
-    await expect.poll(async () => (await onReplica('SELECT count(*)::int AS n FROM "Account" WHERE "parentId" = $1', [org.parent.id]))[0].n, { timeout: 10_000 }).toBe(20000);
+    await expect
+      .poll(
+        async () =>
+          (await onReplica('SELECT count(*)::int AS n FROM "Account" WHERE "parentId" = $1', [org.parent.id]))[0].n,
+        { timeout: 10_000 },
+      )
+      .toBe(20000);
     const server = await serverWith(600_000, { SEARCH_TIMEOUT_MS: '5' });
     try {
-      const primaryReads = async () => Number(/^api_db_stale_tolerant_reads_total\{target="primary"\} (\d+)$/m.exec((await server.app.metricsText()).text)?.[1] ?? 0);
+      const primaryReads = async () =>
+        Number(
+          /^api_db_stale_tolerant_reads_total\{target="primary"\} (\d+)$/m.exec(
+            (await server.app.metricsText()).text,
+          )?.[1] ?? 0,
+        );
       const before = await primaryReads();
       const refused = await rest(server, '/auth/child-accounts?search=qz', { token });
       expectError(refused, 503, 'SERVICE_UNAVAILABLE');

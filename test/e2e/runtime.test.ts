@@ -19,7 +19,8 @@ describe('the Node.js release', () => {
     const major = process.versions.node.split('.')[0]!;
     const expected = process.env['EXPECT_NODE_MAJOR'];
     if (expected) expect(process.version).toMatch(new RegExp(`^v${expected}\\.`));
-    const engines = (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { engines: { node: string } }).engines.node;
+    const engines = (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { engines: { node: string } })
+      .engines.node;
     expect(engines.split('||').map((range) => range.trim().replace(/^\^/, '').split('.')[0])).toContain(major);
   });
 

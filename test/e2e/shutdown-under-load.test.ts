@@ -15,11 +15,17 @@ import { baseEnv, listening, run } from '../helpers/processes.js';
 type Outcome = 'answered' | 'refused' | 'reset on a used connection' | 'reset on a new connection';
 
 /** One GET on a keep-alive agent. */
-function get(agent: Agent, base: string, target: string): Promise<{ outcome: Outcome; status?: number; close?: boolean }> {
+function get(
+  agent: Agent,
+  base: string,
+  target: string,
+): Promise<{ outcome: Outcome; status?: number; close?: boolean }> {
   return new Promise((resolve) => {
     const sent = request(`${base}${target}`, { agent }, (response) => {
       response.resume();
-      response.on('end', () => resolve({ outcome: 'answered', status: response.statusCode, close: response.headers.connection === 'close' }));
+      response.on('end', () =>
+        resolve({ outcome: 'answered', status: response.statusCode, close: response.headers.connection === 'close' }),
+      );
       response.on('error', () => resolve({ outcome: 'reset on a used connection' }));
     });
     sent.setTimeout(10_000, () => sent.destroy(new Error('timed out')));
@@ -41,11 +47,21 @@ describe(`shutdown under load (${testMode})`, () => {
     for (const dir of folders) rmSync(dir, { recursive: true, force: true });
   });
 
-  async function start(): Promise<{ base: string; stop: () => void; exited: Promise<{ code: number | null }>; own?: TestDatabase }> {
+  async function start(): Promise<{
+    base: string;
+    stop: () => void;
+    exited: Promise<{ code: number | null }>;
+    own?: TestDatabase;
+  }> {
     const own = testMode === 'postgres' ? await createTestDatabase() : undefined;
     const dataDir = mkdtempSync(path.join(tmpdir(), 'shutdown-'));
     folders.push(dataDir);
-    const server = run('dist/main.js', baseEnv(own ? { DATABASE_URL: own.url, SHUTDOWN_DELAY_MS: '1000' } : { DATA_DIR: dataDir, SHUTDOWN_DELAY_MS: '1000' }));
+    const server = run(
+      'dist/main.js',
+      baseEnv(
+        own ? { DATABASE_URL: own.url, SHUTDOWN_DELAY_MS: '1000' } : { DATA_DIR: dataDir, SHUTDOWN_DELAY_MS: '1000' },
+      ),
+    );
     const base = await listening(server);
     return { base, stop: () => server.child.kill('SIGTERM'), exited: server.exited, own };
   }
@@ -53,7 +69,12 @@ describe(`shutdown under load (${testMode})`, () => {
   it('50 keep-alive clients that keep sending through the whole shutdown: no connection the server accepted is reset', async () => {
     const server = await start();
     try {
-      const counts: Record<Outcome, number> = { answered: 0, refused: 0, 'reset on a used connection': 0, 'reset on a new connection': 0 };
+      const counts: Record<Outcome, number> = {
+        answered: 0,
+        refused: 0,
+        'reset on a used connection': 0,
+        'reset on a new connection': 0,
+      };
       let closing = 0;
       let signalled = false;
       const client = async () => {

@@ -27,12 +27,30 @@ const QUERY = `query Dashboard($search: String) { me { userID } childAccounts(se
 type Seeded = { token: string; publicKey: string; jwtSecret: string; emails: string[]; paginationSecret: string };
 
 async function seedOrganization(database: Pick<Database, 'prisma' | 'sql'>): Promise<Omit<Seeded, 'paginationSecret'>> {
-  const [organization] = await seed(database, { organizations: 1, childrenPerOrganization: 20, seed: 7, now: new Date() });
+  const [organization] = await seed(database, {
+    organizations: 1,
+    childrenPerOrganization: 20,
+    seed: 7,
+    now: new Date(),
+  });
   const parentId = organization!.parent.userID;
   const { jwtSecret } = await database.prisma.organization.findUniqueOrThrow({ where: { parentId } });
-  const accounts = await database.sql.query<{ email: string }>('SELECT email FROM "Account" WHERE id = $1 OR "parentId" = $1', [parentId]);
-  const token = await mintAccessToken({ secret: jwtSecret, kid: organization!.parent.publicKey, subject: parentId, ttlSeconds: 3600 });
-  return { token, publicKey: organization!.parent.publicKey, jwtSecret, emails: accounts.map((account) => account.email) };
+  const accounts = await database.sql.query<{ email: string }>(
+    'SELECT email FROM "Account" WHERE id = $1 OR "parentId" = $1',
+    [parentId],
+  );
+  const token = await mintAccessToken({
+    secret: jwtSecret,
+    kid: organization!.parent.publicKey,
+    subject: parentId,
+    ttlSeconds: 3600,
+  });
+  return {
+    token,
+    publicKey: organization!.parent.publicKey,
+    jwtSecret,
+    emails: accounts.map((account) => account.email),
+  };
 }
 
 describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
@@ -78,13 +96,28 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
       if (left.child.exitCode === null) left.child.kill('SIGKILL');
       await left.exited;
     }
-    const server = run('dist/main.js', baseEnv({ ...where, PAGINATION_SECRET: seeded.paginationSecret, LOG_LEVEL: 'info', LOG_FORMAT: 'json', SHUTDOWN_DELAY_MS: '0', OTEL_BSP_SCHEDULE_DELAY: '100', ...otel }));
+    const server = run(
+      'dist/main.js',
+      baseEnv({
+        ...where,
+        PAGINATION_SECRET: seeded.paginationSecret,
+        LOG_LEVEL: 'info',
+        LOG_FORMAT: 'json',
+        SHUTDOWN_DELAY_MS: '0',
+        OTEL_BSP_SCHEDULE_DELAY: '100',
+        ...otel,
+      }),
+    );
     servers.push(server);
     return { base: await listening(server), server };
   }
 
   it('a traced request of each door arrives as one trace under the caller, spans nested, logs joined, no secret in any of it', async () => {
-    const { base, server } = await start({ OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_SERVICE_NAME: 'credits-api-under-test' });
+    const { base, server } = await start({
+      OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+      OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+      OTEL_SERVICE_NAME: 'credits-api-under-test',
+    });
     const auth = { authorization: `Bearer ${seeded.token}` };
 
     // The lean door: a JSON operation by POST, its search term in the variables.
@@ -103,17 +136,24 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
     const fullAnswer = await fetch(`${base}/graphql`, {
       method: 'POST',
       headers: { ...auth, 'content-type': 'application/graphql', accept: 'application/json', traceparent: full.header },
-      body: QUERY.replace('query Dashboard($search: String)', 'query Literal').replace('$search', JSON.stringify(`${SEARCH}-full`)),
+      body: QUERY.replace('query Dashboard($search: String)', 'query Literal').replace(
+        '$search',
+        JSON.stringify(`${SEARCH}-full`),
+      ),
     });
     expect(fullAnswer.status).toBe(200);
     expect(((await fullAnswer.json()) as { errors?: unknown }).errors).toBeUndefined();
 
     // REST, the search term in the query string; and the export, a span of its own.
     const rest = traceparent();
-    const restAnswer = await fetch(`${base}/auth/child-accounts?search=${SEARCH}-rest&limit=5`, { headers: { ...auth, traceparent: rest.header } });
+    const restAnswer = await fetch(`${base}/auth/child-accounts?search=${SEARCH}-rest&limit=5`, {
+      headers: { ...auth, traceparent: rest.header },
+    });
     expect(restAnswer.status).toBe(200);
     const exported = traceparent();
-    const exportAnswer = await fetch(`${base}${EXPORT_PATH}?format=ndjson&search=${SEARCH}`, { headers: { ...auth, traceparent: exported.header } });
+    const exportAnswer = await fetch(`${base}${EXPORT_PATH}?format=ndjson&search=${SEARCH}`, {
+      headers: { ...auth, traceparent: exported.header },
+    });
     expect(exportAnswer.status).toBe(200);
     await exportAnswer.text();
 
@@ -122,7 +162,12 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
     const abort = new AbortController();
     const stream = await fetch(`${base}/graphql`, {
       method: 'POST',
-      headers: { ...auth, 'content-type': 'application/json', accept: 'text/event-stream', traceparent: streamed.header },
+      headers: {
+        ...auth,
+        'content-type': 'application/json',
+        accept: 'text/event-stream',
+        traceparent: streamed.header,
+      },
       body: JSON.stringify({ query: 'subscription Live { creditAnalysisChanged { creditBalance } }' }),
       signal: abort.signal,
     });
@@ -137,7 +182,11 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
       { ...full, method: 'POST', route: '/graphql', operation: 'query Literal', answer: 'execution' },
       { ...rest, method: 'GET', route: '/auth/child-accounts', operation: undefined, answer: undefined },
     ]) {
-      const spans = await receiver.trace(traceId, (received) => received.some((span) => span.kind === 2) && received.some((span) => span.name.startsWith('pg.query')));
+      const spans = await receiver.trace(
+        traceId,
+        (received) =>
+          received.some((span) => span.kind === 2) && received.some((span) => span.name.startsWith('pg.query')),
+      );
       // One server span, the caller's span its parent.
       const servers = spans.filter((span) => span.kind === 2);
       expect(servers, route).toHaveLength(1);
@@ -147,12 +196,20 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
       expect(attribute(request, 'http.route')).toBe(route);
       expect(attribute(request, 'http.response.status_code')).toBe(200);
       expect(attribute(request, 'url.path')).toBe(route);
-      expect(Number(attribute(request, 'app.cache.hits')) + Number(attribute(request, 'app.cache.misses'))).toBeGreaterThan(0);
+      expect(
+        Number(attribute(request, 'app.cache.hits')) + Number(attribute(request, 'app.cache.misses')),
+      ).toBeGreaterThan(0);
       // Every other span of the trace is under the server span.
-      for (const span of spans) if (span !== request) expect(ancestors(spans, span).map((parent) => parent.spanId), span.name).toContain(request.spanId);
+      for (const span of spans)
+        if (span !== request)
+          expect(
+            ancestors(spans, span).map((parent) => parent.spanId),
+            span.name,
+          ).toContain(request.spanId);
       const statements = spans.filter((span) => span.name.startsWith('pg.query'));
       expect(statements.length).toBeGreaterThan(0);
-      for (const statement of statements) expect(String(attribute(statement, 'db.query.text'))).toMatch(/^(SELECT|WITH)/i);
+      for (const statement of statements)
+        expect(String(attribute(statement, 'db.query.text'))).toMatch(/^(SELECT|WITH)/i);
       if (operation) {
         // The operation's span under the request's, and the statements under the operation's.
         const graphql = spans.find((span) => span.name === operation);
@@ -162,20 +219,31 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
         expect(attribute(graphql!, 'graphql.operation.name')).toBe(operation.split(' ')[1]);
         expect(attribute(graphql!, 'app.graphql.answer')).toBe(answer);
         expect(attribute(graphql!, 'app.graphql.fields')).toBe('childAccounts,creditAnalysis,me');
-        // The caller is verified before the operation runs (its reads are the request's); the operation's own reads are under it.
-        expect(statements.filter((statement) => ancestors(spans, statement).includes(graphql!)).length).toBeGreaterThan(0);
+        // The caller is verified before the operation runs (its reads are the request's); the operation's own
+        // reads are under it.
+        expect(statements.filter((statement) => ancestors(spans, statement).includes(graphql!)).length).toBeGreaterThan(
+          0,
+        );
       }
     }
 
     // The export's span, under the request's, its reads under it.
-    const exportSpans = await receiver.trace(exported.traceId, (received) => received.some((span) => span.name === 'export child accounts'));
+    const exportSpans = await receiver.trace(exported.traceId, (received) =>
+      received.some((span) => span.name === 'export child accounts'),
+    );
     const exportSpan = exportSpans.find((span) => span.name === 'export child accounts')!;
     expect(exportSpans.find((span) => span.spanId === exportSpan.parentSpanId)?.kind).toBe(2);
     expect(attribute(exportSpan, 'app.export.format')).toBe('ndjson');
-    expect(exportSpans.filter((span) => span.name.startsWith('pg.query') && ancestors(exportSpans, span).includes(exportSpan)).length).toBeGreaterThan(0);
+    expect(
+      exportSpans.filter(
+        (span) => span.name.startsWith('pg.query') && ancestors(exportSpans, span).includes(exportSpan),
+      ).length,
+    ).toBeGreaterThan(0);
 
     // The stream's span, ended when the client left.
-    const streamSpans = await receiver.trace(streamed.traceId, (received) => received.some((span) => span.name === 'subscription Live'));
+    const streamSpans = await receiver.trace(streamed.traceId, (received) =>
+      received.some((span) => span.name === 'subscription Live'),
+    );
     const streamSpan = streamSpans.find((span) => span.name === 'subscription Live')!;
     expect(attribute(streamSpan, 'app.graphql.answer')).toBe('stream');
     expect(streamSpans.find((span) => span.spanId === streamSpan.parentSpanId)?.kind).toBe(2);
@@ -185,7 +253,15 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
 
     // No credential, secret, email or search term anywhere in what was exported.
     const exportedText = receiver.text();
-    for (const secret of [seeded.token, seeded.token.split('.')[2]!, seeded.jwtSecret, seeded.publicKey, seeded.paginationSecret, SEARCH, ...seeded.emails]) {
+    for (const secret of [
+      seeded.token,
+      seeded.token.split('.')[2]!,
+      seeded.jwtSecret,
+      seeded.publicKey,
+      seeded.paginationSecret,
+      SEARCH,
+      ...seeded.emails,
+    ]) {
       expect(exportedText.includes(secret), `a span carries ${secret.slice(0, 12)}…`).toBe(false);
     }
 
@@ -196,22 +272,33 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
       .split('\n')
       .find((text) => text.includes(lean.traceId) && text.includes('"message":"request"'));
     expect(line, server.output().slice(0, 3000)).toBeDefined();
-    expect(JSON.parse(line!)).toMatchObject({ trace_id: lean.traceId, span_id: leanRequest.spanId, route: '/graphql', status: 200 });
+    expect(JSON.parse(line!)).toMatchObject({
+      trace_id: lean.traceId,
+      span_id: leanRequest.spanId,
+      route: '/graphql',
+      status: 200,
+    });
 
     // The spans sent are counted: handed to the queue, and exported.
     const scrape = traceparent();
     const metrics = await (await fetch(`${base}/metrics`, { headers: { traceparent: scrape.header } })).text();
     expect(metricValue(metrics, 'api_trace_spans_total{outcome="exported"}')).toBeGreaterThan(0);
-    expect(metricValue(metrics, 'api_trace_spans_ended_total')).toBeGreaterThanOrEqual(metricValue(metrics, 'api_trace_spans_total{outcome="exported"}'));
+    expect(metricValue(metrics, 'api_trace_spans_ended_total')).toBeGreaterThanOrEqual(
+      metricValue(metrics, 'api_trace_spans_total{outcome="exported"}'),
+    );
     expect(metricValue(metrics, 'api_trace_spans_total{outcome="failed"}')).toBe(0);
 
     // A request its caller did not sample: nothing of it is exported. And an answer that counts a
     // retrieval, whose count is written after the request (at the latest when the process stops).
     const unsampled = traceparent();
-    const skipped = await fetch(`${base}/auth/organization-details`, { headers: { ...auth, traceparent: unsampled.header.replace(/-01$/, '-00') } });
+    const skipped = await fetch(`${base}/auth/organization-details`, {
+      headers: { ...auth, traceparent: unsampled.header.replace(/-01$/, '-00') },
+    });
     expect(skipped.status).toBe(200);
     const counted = traceparent();
-    expect((await fetch(`${base}/auth/organization-details`, { headers: { ...auth, traceparent: counted.header } })).status).toBe(200);
+    expect(
+      (await fetch(`${base}/auth/organization-details`, { headers: { ...auth, traceparent: counted.header } })).status,
+    ).toBe(200);
     await receiver.trace(counted.traceId, (received) => received.some((span) => span.kind === 2));
 
     // The last spans are sent at shutdown, and the process exits 0.
@@ -220,16 +307,27 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
     expect(receiver.spans.filter((span) => span.traceId === unsampled.traceId)).toEqual([]);
     // Every span belongs to a request's trace: work outside requests (the retrieval count's write) starts none.
     const traces = new Set([lean, full, rest, exported, streamed, scrape, counted].map((context) => context.traceId));
-    expect(receiver.spans.filter((span) => !traces.has(span.traceId)).map((span) => `${span.name} ${span.traceId} ${span.parentSpanId}`)).toEqual([]);
+    expect(
+      receiver.spans
+        .filter((span) => !traces.has(span.traceId))
+        .map((span) => `${span.name} ${span.traceId} ${span.parentSpanId}`),
+    ).toEqual([]);
   }, 120_000);
 
   it('answers from a compiled plan and from the kept answers say so in their operation span', async () => {
-    const { base, server } = await start({ OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' });
+    const { base, server } = await start({
+      OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+      OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+    });
     const ask = async (query: string) => {
       const context = traceparent();
       const response = await fetch(`${base}/graphql`, {
         method: 'POST',
-        headers: { authorization: `Bearer ${seeded.token}`, 'content-type': 'application/json', traceparent: context.header },
+        headers: {
+          authorization: `Bearer ${seeded.token}`,
+          'content-type': 'application/json',
+          traceparent: context.header,
+        },
         body: JSON.stringify({ query }),
       });
       expect(response.status).toBe(200);
@@ -241,14 +339,28 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
     for (let i = 0; i < 30; i++) {
       const traceId = await ask(`query Page { childAccounts(limit: ${1 + (i % 5)}) { stats { total } } }`);
       const spans = await receiver.trace(traceId, (received) => received.some((span) => span.name === 'query Page'));
-      sources.add(String(attribute(spans.find((span) => span.name === 'query Page')!, 'app.graphql.answer')));
+      sources.add(
+        String(
+          attribute(
+            spans.find((span) => span.name === 'query Page')!,
+            'app.graphql.answer',
+          ),
+        ),
+      );
     }
     expect(sources).toContain('execution');
     // The same question again and again: served from the kept answers once the cache holds it.
     for (let i = 0; i < 5; i++) {
       const traceId = await ask('query Me { me { userID } }');
       const spans = await receiver.trace(traceId, (received) => received.some((span) => span.name === 'query Me'));
-      sources.add(String(attribute(spans.find((span) => span.name === 'query Me')!, 'app.graphql.answer')));
+      sources.add(
+        String(
+          attribute(
+            spans.find((span) => span.name === 'query Me')!,
+            'app.graphql.answer',
+          ),
+        ),
+      );
     }
     expect(sources).toContain('kept');
     server.child.kill('SIGTERM');
@@ -262,18 +374,34 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
       for (let i = 0; i < 32; i += 8) accumulated = (accumulated ^ parseInt(traceId.slice(i, i + 8), 16)) >>> 0;
       return accumulated < Math.floor(ratio * 0xffffffff);
     };
-    const roots = (from: number) => receiver.spans.slice(from).filter((span) => span.kind === 2 && span.parentSpanId === undefined);
-    const ask = (base: string, headers: Record<string, string> = {}) => fetch(`${base}/healthz`, { headers }).then((response) => response.text());
+    const roots = (from: number) =>
+      receiver.spans.slice(from).filter((span) => span.kind === 2 && span.parentSpanId === undefined);
+    const ask = (base: string, headers: Record<string, string> = {}) =>
+      fetch(`${base}/healthz`, { headers }).then((response) => response.text());
 
-    // traceidratio ignores the caller's flag and samples by the trace id; its own roots take the id their sampling was decided on.
-    const ratio = await start({ OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.5' });
+    // traceidratio ignores the caller's flag and samples by the trace id; its own roots take the id their
+    // sampling was decided on.
+    const ratio = await start({
+      OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+      OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+      OTEL_TRACES_SAMPLER: 'traceidratio',
+      OTEL_TRACES_SAMPLER_ARG: '0.5',
+    });
     const from = receiver.spans.length;
-    const callers = Array.from({ length: 40 }, (_, i) => traceparent()).map((caller, i) => ({ ...caller, header: i % 2 ? caller.header : caller.header.replace(/-01$/, '-00') }));
+    const callers = Array.from({ length: 40 }, (_, i) => traceparent()).map((caller, i) => ({
+      ...caller,
+      header: i % 2 ? caller.header : caller.header.replace(/-01$/, '-00'),
+    }));
     for (const caller of callers) await ask(ratio.base, { traceparent: caller.header });
     for (let i = 0; i < 60; i++) await ask(ratio.base);
     ratio.server.child.kill('SIGTERM');
     expect((await ratio.server.exited).code).toBe(0);
-    const traced = new Set(receiver.spans.slice(from).filter((span) => span.kind === 2).map((span) => span.traceId));
+    const traced = new Set(
+      receiver.spans
+        .slice(from)
+        .filter((span) => span.kind === 2)
+        .map((span) => span.traceId),
+    );
     for (const caller of callers) expect(traced.has(caller.traceId), caller.header).toBe(selected(caller.traceId, 0.5));
     const own = roots(from);
     expect(own.length).toBeGreaterThan(10);
@@ -281,7 +409,12 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
     for (const span of own) expect(selected(span.traceId, 0.5), span.traceId).toBe(true);
 
     // parentbased_traceidratio at 0: its own requests never, a caller's sampled trace always.
-    const parentBased = await start({ OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0' });
+    const parentBased = await start({
+      OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+      OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+      OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+      OTEL_TRACES_SAMPLER_ARG: '0',
+    });
     const before = receiver.spans.length;
     const caller = traceparent();
     for (let i = 0; i < 20; i++) await ask(parentBased.base);
@@ -310,7 +443,10 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
     let failed = 0;
     for (let i = 0; i < 100 && !(failed > 0); i++) {
       await new Promise((resolve) => setTimeout(resolve, 100));
-      failed = metricValue(await (await fetch(`${down.base}/metrics`)).text(), 'api_trace_spans_total{outcome="failed"}');
+      failed = metricValue(
+        await (await fetch(`${down.base}/metrics`)).text(),
+        'api_trace_spans_total{outcome="failed"}',
+      );
     }
     expect(failed).toBeGreaterThan(0);
     expect(down.server.output()).toContain('spans could not be exported to the OpenTelemetry collector');

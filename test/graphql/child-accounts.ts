@@ -55,11 +55,14 @@ describe(`GraphQL childAccounts (${testMode})`, () => {
   });
 
   const ordered = () =>
-    [...children].sort((a, b) => b.createdAt.getTime() - a.createdAt.getTime() || (b.id < a.id ? -1 : b.id > a.id ? 1 : 0));
+    [...children].sort(
+      (a, b) => b.createdAt.getTime() - a.createdAt.getTime() || (b.id < a.id ? -1 : b.id > a.id ? 1 : 0),
+    );
 
   async function page(variables: Record<string, unknown>) {
     const result = await server().graphql<Page>(QUERY, { token, variables });
-    if (result.errors) throw Object.assign(new Error(result.errors[0]!.message), { code: result.errors[0]!.extensions?.code });
+    if (result.errors)
+      throw Object.assign(new Error(result.errors[0]!.message), { code: result.errors[0]!.extensions?.code });
     return result.data!.childAccounts;
   }
 
@@ -108,7 +111,9 @@ describe(`GraphQL childAccounts (${testMode})`, () => {
 
   it('search is a case-insensitive substring of username or email, trimmed; % and _ match themselves', async () => {
     const expectSearch = async (search: string, predicate: (c: (typeof children)[number]) => boolean) => {
-      const expected = ordered().filter(predicate).map((c) => c.username);
+      const expected = ordered()
+        .filter(predicate)
+        .map((c) => c.username);
       expect(await walk({ search, limit: 100 })).toEqual(expected);
       expect((await page({ search, limit: 1 })).stats!.total).toBe(expected.length);
     };
@@ -126,13 +131,28 @@ describe(`GraphQL childAccounts (${testMode})`, () => {
     const from = Date.parse('2026-05-01T00:00:00.000Z');
     const to = Date.parse('2026-05-31T23:59:59.999Z');
     const inRange = (c: (typeof children)[number]) => c.createdAt.getTime() >= from && c.createdAt.getTime() <= to;
-    expect(await walk({ startDate: start, endDate: end, limit: 100 })).toEqual(ordered().filter(inRange).map((c) => c.username));
-    const combined = await walk({ startDate: String(from), endDate: '2026-05-31T23:59:59.999Z', search: 'mail', limit: 9 });
-    expect(combined).toEqual(ordered().filter((c) => inRange(c) && c.email.toLowerCase().includes('mail')).map((c) => c.username));
+    expect(await walk({ startDate: start, endDate: end, limit: 100 })).toEqual(
+      ordered()
+        .filter(inRange)
+        .map((c) => c.username),
+    );
+    const combined = await walk({
+      startDate: String(from),
+      endDate: '2026-05-31T23:59:59.999Z',
+      search: 'mail',
+      limit: 9,
+    });
+    expect(combined).toEqual(
+      ordered()
+        .filter((c) => inRange(c) && c.email.toLowerCase().includes('mail'))
+        .map((c) => c.username),
+    );
     const exact = ordered()[10]!;
     const single = await page({ startDate: exact.createdAt.toISOString(), endDate: String(exact.createdAt.getTime()) });
     expect(single.edges.map((e) => e.node.registered)).toEqual(
-      ordered().filter((c) => c.createdAt.getTime() === exact.createdAt.getTime()).map((c) => c.createdAt.toISOString()),
+      ordered()
+        .filter((c) => c.createdAt.getTime() === exact.createdAt.getTime())
+        .map((c) => c.createdAt.toISOString()),
     );
   });
 
@@ -147,7 +167,13 @@ describe(`GraphQL childAccounts (${testMode})`, () => {
       createdAt: new Date(now.getTime() - (i + 1) * 60 * 60 * 1000),
     }));
     await database().prisma.account.createMany({
-      data: mine.map((c) => ({ ...c, type: 'child' as const, parentId: own.parent.id, publicKey: `APK_${c.id.slice(4)}_x`, updatedAt: c.createdAt })),
+      data: mine.map((c) => ({
+        ...c,
+        type: 'child' as const,
+        parentId: own.parent.id,
+        publicKey: `APK_${c.id.slice(4)}_x`,
+        updatedAt: c.createdAt,
+      })),
     });
     const ownPage = async (variables: Record<string, unknown>) => {
       const result = await server().graphql<Page>(QUERY, { token: ownToken, variables });
@@ -178,12 +204,28 @@ describe(`GraphQL childAccounts (${testMode})`, () => {
     const [body, mac] = cursor.split('.') as [string, string];
     const forged = Buffer.from(JSON.stringify([Date.now(), 'USR_x'])).toString('base64url');
     const other = await createOrganization(database());
-    const foreignPage = await server().graphql<Page>(QUERY, { token: await tokenFor(other.parent, other, { now }), variables: { limit: 1 } });
+    const foreignPage = await server().graphql<Page>(QUERY, {
+      token: await tokenFor(other.parent, other, { now }),
+      variables: { limit: 1 },
+    });
     expect(foreignPage.errors).toBeUndefined();
     await createChild(database(), other.parent);
     await createChild(database(), other.parent);
-    const foreign = (await server().graphql<Page>(QUERY, { token: await tokenFor(other.parent, other, { now }), variables: { limit: 1 } })).data!.childAccounts.pageInfo.endCursor!;
-    for (const bad of [`${forged}.${mac}`, `${body}.${mac.slice(0, -2)}AA`, `${body}`, 'garbage', `${cursor}.x`, foreign, 'x'.repeat(2000)]) {
+    const foreign = (
+      await server().graphql<Page>(QUERY, {
+        token: await tokenFor(other.parent, other, { now }),
+        variables: { limit: 1 },
+      })
+    ).data!.childAccounts.pageInfo.endCursor!;
+    for (const bad of [
+      `${forged}.${mac}`,
+      `${body}.${mac.slice(0, -2)}AA`,
+      `${body}`,
+      'garbage',
+      `${cursor}.x`,
+      foreign,
+      'x'.repeat(2000),
+    ]) {
       await expect(page({ after: bad }), bad.slice(0, 30)).rejects.toMatchObject({ code: 'INVALID_PAGINATION_TOKEN' });
     }
   });

@@ -98,8 +98,20 @@ describe(`GraphQL me (${testMode})`, () => {
       billableChildAccounts: 0,
       totalChildAccounts: 2,
       packagesHistory: [
-        expect.objectContaining({ packageType: 'SCALE', purchaseDate: '2025-02-01T00:00:00.000Z', creditsAdded: 120000, freeUsersAdded: 15000, price: 100 }),
-        expect.objectContaining({ packageType: 'STARTER', purchaseDate: '2024-02-01T00:00:00.000Z', creditsAdded: 10000, freeUsersAdded: 1000, price: 10 }),
+        expect.objectContaining({
+          packageType: 'SCALE',
+          purchaseDate: '2025-02-01T00:00:00.000Z',
+          creditsAdded: 120000,
+          freeUsersAdded: 15000,
+          price: 100,
+        }),
+        expect.objectContaining({
+          packageType: 'STARTER',
+          purchaseDate: '2024-02-01T00:00:00.000Z',
+          creditsAdded: 10000,
+          freeUsersAdded: 1000,
+          price: 10,
+        }),
       ],
       accountBalance: 123.45,
       availableBalance: 67.89,
@@ -126,15 +138,30 @@ describe(`GraphQL me (${testMode})`, () => {
     const a = await createOrganization(database());
     const b = await createOrganization(database());
     const total = async (built: typeof a) =>
-      (await server().graphql<{ me: { totalChildAccounts: number } }>('{ me { ... on ParentAccount { totalChildAccounts } } }', {
-        token: await tokenFor(built.parent, built),
-      })).data!.me.totalChildAccounts;
+      (
+        await server().graphql<{ me: { totalChildAccounts: number } }>(
+          '{ me { ... on ParentAccount { totalChildAccounts } } }',
+          {
+            token: await tokenFor(built.parent, built),
+          },
+        )
+      ).data!.me.totalChildAccounts;
     await database().prisma.account.createMany({
-      data: Array.from({ length: 30 }, (_, i) => ({ id: `USR_move${i}`, type: 'child' as const, parentId: a.parent.id, username: `m${i}`, email: `m${i}@x.example`, publicKey: `APK_move${i}_1` })),
+      data: Array.from({ length: 30 }, (_, i) => ({
+        id: `USR_move${i}`,
+        type: 'child' as const,
+        parentId: a.parent.id,
+        username: `m${i}`,
+        email: `m${i}@x.example`,
+        publicKey: `APK_move${i}_1`,
+      })),
     });
     expect(await total(a)).toBe(30);
     await database().sql.query(`DELETE FROM "Account" WHERE id IN ('USR_move0', 'USR_move1')`);
-    await database().sql.query(`UPDATE "Account" SET "parentId" = $1 WHERE id IN ('USR_move2', 'USR_move3', 'USR_move4')`, [b.parent.id]);
+    await database().sql.query(
+      `UPDATE "Account" SET "parentId" = $1 WHERE id IN ('USR_move2', 'USR_move3', 'USR_move4')`,
+      [b.parent.id],
+    );
     await database().sql.query(`UPDATE "Account" SET "lastLogin" = now() WHERE "parentId" = $1`, [a.parent.id]);
     expect([await total(a), await total(b)]).toEqual([25, 3]);
     const counted = await database().prisma.account.count({ where: { parentId: a.parent.id } });

@@ -21,7 +21,12 @@ describe(`GraphQL organization and creditAnalysis (${testMode})`, () => {
 
   it('organization: every field for the parent, as stored', async () => {
     const built = await createOrganization(database(), {
-      organization: { providerASsoEnabled: true, providerASsoClientId: 'cid', domainRestrictionEnabled: true, emailVerificationRequired: false },
+      organization: {
+        providerASsoEnabled: true,
+        providerASsoClientId: 'cid',
+        domainRestrictionEnabled: true,
+        emailVerificationRequired: false,
+      },
     });
     const { data, errors } = await server().graphql<{ organization: unknown }>(
       `{ organization { organizationName organizationUrl authUrls { signin signup verify reset update resend successful }
@@ -33,7 +38,15 @@ describe(`GraphQL organization and creditAnalysis (${testMode})`, () => {
     expect(data!.organization).toEqual({
       organizationName: o.name,
       organizationUrl: o.url,
-      authUrls: { signin: o.signinUrl, signup: o.signupUrl, verify: o.verifyUrl, reset: o.resetUrl, update: o.updateUrl, resend: o.resendUrl, successful: o.successfulUrl },
+      authUrls: {
+        signin: o.signinUrl,
+        signup: o.signupUrl,
+        verify: o.verifyUrl,
+        reset: o.resetUrl,
+        update: o.updateUrl,
+        resend: o.resendUrl,
+        successful: o.successfulUrl,
+      },
       domainRestrictionEnabled: true,
       emailVerificationRequired: false,
       providerASsoConfig: { enabled: true, clientId: 'cid' },
@@ -48,8 +61,14 @@ describe(`GraphQL organization and creditAnalysis (${testMode})`, () => {
     const childToken = await tokenFor(child, built, { now });
     const results = await Promise.all(
       Array.from({ length: 200 }, (_, i) =>
-        server().graphql('{ organization { organizationName } }',
-          i % 3 === 0 ? { token: parentToken } : i % 3 === 1 ? { token: childToken } : { publicKey: built.parent.publicKey }),
+        server().graphql(
+          '{ organization { organizationName } }',
+          i % 3 === 0
+            ? { token: parentToken }
+            : i % 3 === 1
+              ? { token: childToken }
+              : { publicKey: built.parent.publicKey },
+        ),
       ),
     );
     expect(results.every((r) => r.errors === undefined)).toBe(true);
@@ -73,7 +92,9 @@ describe(`GraphQL organization and creditAnalysis (${testMode})`, () => {
         include: { packagePurchases: { orderBy: { purchasedAt: 'desc' } }, parent: true },
       });
       const usage = await database().prisma.monthlyUsage.findUniqueOrThrow({
-        where: { organizationId_month: { organizationId: organization.parentId, month: new Date('2026-06-01T00:00:00.000Z') } },
+        where: {
+          organizationId_month: { organizationId: organization.parentId, month: new Date('2026-06-01T00:00:00.000Z') },
+        },
       });
       const children = await database().prisma.account.count({ where: { parentId: organization.parentId } });
       const social = usage.providerAAuths + usage.providerBAuths + usage.providerCAuths + usage.providerDAuths;
@@ -95,7 +116,13 @@ describe(`GraphQL organization and creditAnalysis (${testMode})`, () => {
           childSignups: usage.childSignups,
           signIns: usage.signIns,
           emailVerifications: usage.emailVerifications,
-          socialSignIns: { providerA: usage.providerAAuths, providerB: usage.providerBAuths, providerC: usage.providerCAuths, providerD: usage.providerDAuths, total: social },
+          socialSignIns: {
+            providerA: usage.providerAAuths,
+            providerB: usage.providerBAuths,
+            providerC: usage.providerCAuths,
+            providerD: usage.providerDAuths,
+            total: social,
+          },
         },
         totalCreditsUsed: used,
         projectedMonthlyUsage: Math.round((used / elapsedDays) * 30) + billable,
@@ -109,20 +136,28 @@ describe(`GraphQL organization and creditAnalysis (${testMode})`, () => {
           transactionId: p.transactionId,
         })),
       });
-      const alerts = (data!.creditAnalysis as { alerts: { low: boolean; critical: boolean; depleted: boolean } }).alerts;
-      expect(alerts).toEqual({
-        healthy: { low: false, critical: false, depleted: false },
-        low: { low: true, critical: false, depleted: false },
-        critical: { low: true, critical: true, depleted: false },
-        depleted: { low: true, critical: true, depleted: true },
-      }[seeded.alertLevel]);
+      const alerts = (data!.creditAnalysis as { alerts: { low: boolean; critical: boolean; depleted: boolean } })
+        .alerts;
+      expect(alerts).toEqual(
+        {
+          healthy: { low: false, critical: false, depleted: false },
+          low: { low: true, critical: false, depleted: false },
+          critical: { low: true, critical: true, depleted: false },
+          depleted: { low: true, critical: true, depleted: true },
+        }[seeded.alertLevel],
+      );
     }
   });
 
   it('an organization with no usage this month and no purchases', async () => {
-    const built = await createOrganization(database(), { purchases: [], organization: { creditBalance: 0, totalFreeUsers: 0 } });
+    const built = await createOrganization(database(), {
+      purchases: [],
+      organization: { creditBalance: 0, totalFreeUsers: 0 },
+    });
     await createChild(database(), built.parent);
-    const { data } = await server().graphql<{ creditAnalysis: Record<string, unknown> }>(ANALYSIS, { token: await tokenFor(built.parent, built, { now }) });
+    const { data } = await server().graphql<{ creditAnalysis: Record<string, unknown> }>(ANALYSIS, {
+      token: await tokenFor(built.parent, built, { now }),
+    });
     expect(data!.creditAnalysis).toMatchObject({
       totalChildAccounts: 1,
       billableUsers: 1,
@@ -136,13 +171,22 @@ describe(`GraphQL organization and creditAnalysis (${testMode})`, () => {
 
   it('a dashboard query makes the same small number of database round trips whatever the page size', async () => {
     const built = await createOrganization(database(), {
-      purchases: [{ type: 'GROWTH', at: new Date('2026-01-01') }, { type: 'STARTER', at: new Date('2026-02-01') }],
+      purchases: [
+        { type: 'GROWTH', at: new Date('2026-01-01') },
+        { type: 'STARTER', at: new Date('2026-02-01') },
+      ],
       usage: [{ month: new Date('2026-06-01T00:00:00.000Z'), signIns: 10 }],
     });
     await database().prisma.account.createMany({
       data: Array.from({ length: 120 }, (_, i) => ({
-        id: `USR_dash${i}`, type: 'child' as const, parentId: built.parent.id, username: `d${i}`, email: `d${i}@x.example`,
-        publicKey: `APK_dash${i}_${i}`, createdAt: new Date(now.getTime() - i * 60_000), lastLogin: new Date(now.getTime() - i * DAY),
+        id: `USR_dash${i}`,
+        type: 'child' as const,
+        parentId: built.parent.id,
+        username: `d${i}`,
+        email: `d${i}@x.example`,
+        publicKey: `APK_dash${i}_${i}`,
+        createdAt: new Date(now.getTime() - i * 60_000),
+        lastLogin: new Date(now.getTime() - i * DAY),
       })),
     });
     const token = await tokenFor(built.parent, built, { now });
@@ -164,7 +208,9 @@ describe(`GraphQL organization and creditAnalysis (${testMode})`, () => {
     for (const limit of [1, 10, 100]) {
       server().app.deps.cache.clear();
       const before = database().queries.count;
-      const { data, errors } = await server().graphql<{ childAccounts: { edges: unknown[] } }>(dashboard(limit), { token });
+      const { data, errors } = await server().graphql<{ childAccounts: { edges: unknown[] } }>(dashboard(limit), {
+        token,
+      });
       expect(errors).toBeUndefined();
       expect(data!.childAccounts.edges).toHaveLength(limit);
       counts.push(database().queries.count - before);
@@ -182,7 +228,8 @@ describe(`GraphQL organization and creditAnalysis (${testMode})`, () => {
     const built = await createOrganization(database());
     const token = await tokenFor(built.parent, built, { now });
     const original = database().prisma.packagePurchase.findMany;
-    database().prisma.packagePurchase.findMany = (() => Promise.reject(new Error('SELECT secret FROM "Organization" exploded'))) as never;
+    database().prisma.packagePurchase.findMany = (() =>
+      Promise.reject(new Error('SELECT secret FROM "Organization" exploded'))) as never;
     try {
       const result = await server().graphql('{ creditAnalysis { creditBalance } }', { token });
       expect(result.errors?.[0]?.extensions?.code).toBe('INTERNAL_ERROR');

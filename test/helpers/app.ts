@@ -15,8 +15,17 @@ export type TestServer = {
   close(): Promise<void>;
   graphql<T = Record<string, unknown>>(
     query: string,
-    options?: { token?: string; publicKey?: string; variables?: Record<string, unknown>; headers?: Record<string, string> },
-  ): Promise<{ status: number; data?: T; errors?: { message: string; path?: string[]; extensions?: { code?: string } }[] }>;
+    options?: {
+      token?: string;
+      publicKey?: string;
+      variables?: Record<string, unknown>;
+      headers?: Record<string, string>;
+    },
+  ): Promise<{
+    status: number;
+    data?: T;
+    errors?: { message: string; path?: string[]; extensions?: { code?: string } }[];
+  }>;
 };
 
 export async function startServer(
@@ -48,8 +57,23 @@ export async function startServer(
     MEMORY_BUDGET_MB: '8192',
     ...options.env,
   });
-  const app = createApp(buildDependencies({ config, database, logger: createLogger(config.logLevel, { format: config.logFormat }), now: options.now, graphiqlHeaders: options.graphiqlHeaders, graphqlDoor: options.graphqlDoor, compileAfter: options.compileAfter, memoryUsed: options.memoryUsed }));
-  const server: Server = createHttpServer(config.limits, (request, response) => app.handle(request, response), options.httpTimeouts);
+  const app = createApp(
+    buildDependencies({
+      config,
+      database,
+      logger: createLogger(config.logLevel, { format: config.logFormat }),
+      now: options.now,
+      graphiqlHeaders: options.graphiqlHeaders,
+      graphqlDoor: options.graphqlDoor,
+      compileAfter: options.compileAfter,
+      memoryUsed: options.memoryUsed,
+    }),
+  );
+  const server: Server = createHttpServer(
+    config.limits,
+    (request, response) => app.handle(request, response),
+    options.httpTimeouts,
+  );
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   // A server that cannot hear them (a database not migrated, stalled or gone) starts all the same.
@@ -118,7 +142,10 @@ export async function rest(
   const documented = documentedPath(path);
   if (documented && (options.method ?? 'GET') === 'GET') {
     const violations = contractViolations(documented, response.status, body);
-    if (violations.length > 0) throw new Error(`GET ${path} answered ${response.status} outside the OpenAPI document:\n${violations.join('\n')}\n${text.slice(0, 2000)}`);
+    if (violations.length > 0)
+      throw new Error(
+        `GET ${path} answered ${response.status} outside the OpenAPI document:\n${violations.join('\n')}\n${text.slice(0, 2000)}`,
+      );
   }
   return { status: response.status, headers: response.headers, text, body };
 }
@@ -129,7 +156,12 @@ export function expectError(result: RestResult, status: number, code: string): v
     throw new Error(`expected ${status} ${code}, got ${result.status} ${result.text}`);
   }
   const keys = Object.keys(result.body).sort().join(',');
-  if (keys !== 'error,success' || result.body.success !== false || typeof result.body.error.message !== 'string' || Object.keys(result.body.error).sort().join(',') !== 'code,message') {
+  if (
+    keys !== 'error,success' ||
+    result.body.success !== false ||
+    typeof result.body.error.message !== 'string' ||
+    Object.keys(result.body.error).sort().join(',') !== 'code,message'
+  ) {
     throw new Error(`not the error envelope: ${result.text}`);
   }
 }
@@ -153,12 +185,18 @@ export function useCapturedLog() {
     text: () => written.join(''),
     lines: async (): Promise<Record<string, unknown>[]> => {
       await new Promise((resolve) => setTimeout(resolve, 20));
-      return written.flatMap((text) => text.split('\n')).filter((line) => line.startsWith('{')).map((line) => JSON.parse(line) as Record<string, unknown>);
+      return written
+        .flatMap((text) => text.split('\n'))
+        .filter((line) => line.startsWith('{'))
+        .map((line) => JSON.parse(line) as Record<string, unknown>);
     },
   };
 }
 
-/** A metric's value in the Prometheus text, by its name with its labels as written (`name{label="v"}`); NaN when absent. */
+/**
+ * A metric's value in the Prometheus text, by its name with its labels as written (`name{label="v"}`); NaN
+ * when absent.
+ */
 export function metricValue(text: string, name: string): number {
   return Number(new RegExp(`^${name.replace(/[{}"]/g, '\\$&')} (\\S+)$`, 'm').exec(text)?.[1]);
 }

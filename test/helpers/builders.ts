@@ -7,7 +7,10 @@ import type { Account, Organization, Prisma } from '../../src/generated/prisma/c
 
 /** Small builders: each test creates exactly the organizations and children it needs. */
 
-const id = () => randomBytes(10).toString('hex').replace(/[^A-Za-z0-9]/g, '');
+const id = () =>
+  randomBytes(10)
+    .toString('hex')
+    .replace(/[^A-Za-z0-9]/g, '');
 let sequence = 0;
 
 export type BuiltOrganization = { parent: Account; organization: Organization };
@@ -125,7 +128,13 @@ export const SIGN_IN_SQL = `WITH child AS (UPDATE "Account" SET "signInCount" = 
  * `count` children registered a second apart from 2025-01-01, named `${prefix}${i}`, emails padded
  * with `padding` characters; 5,000 a statement, each a seed statement (`seedSql`).
  */
-export async function manyChildren(database: Database, built: BuiltOrganization, count: number, prefix = 'bulk', padding = 0): Promise<void> {
+export async function manyChildren(
+  database: Database,
+  built: BuiltOrganization,
+  count: number,
+  prefix = 'bulk',
+  padding = 0,
+): Promise<void> {
   const tag = `${prefix}${built.parent.id.slice(4, 12)}x`;
   for (let from = 0; from < count; from += 5_000) {
     await seedSql(

@@ -22,7 +22,11 @@ export async function createTestDatabase(): Promise<TestDatabase> {
 
 async function createDatabase(migrated: boolean): Promise<TestDatabase> {
   if (testMode === 'pglite') {
-    return openDatabase({ memory: true, snapshot: migrated ? inject('pgliteSnapshot') : undefined, countQueries: true });
+    return openDatabase({
+      memory: true,
+      snapshot: migrated ? inject('pgliteSnapshot') : undefined,
+      countQueries: true,
+    });
   }
   const serverUrl = inject('postgresUrl');
   const prefixed = `${inject('postgresPrefix')}${randomBytes(6).toString('hex')}`;
@@ -107,7 +111,9 @@ export function useOutsideWriter(database: () => TestDatabase): (sql: string, pa
   let client: pg.Client | undefined;
   beforeAll(async () => {
     const { url, socket } = database();
-    client = url ? new pg.Client({ connectionString: url }) : new pg.Client({ host: socket!.host, port: socket!.port, user: 'postgres', database: 'postgres' });
+    client = url
+      ? new pg.Client({ connectionString: url })
+      : new pg.Client({ host: socket!.host, port: socket!.port, user: 'postgres', database: 'postgres' });
     await client.connect();
   });
   afterAll(async () => {

@@ -25,7 +25,14 @@ export type HostileTokenParts = {
   now: number;
 };
 
-export async function hostileTokens({ secret, kid, subject, otherSubject, good, now }: HostileTokenParts): Promise<[string, string][]> {
+export async function hostileTokens({
+  secret,
+  kid,
+  subject,
+  otherSubject,
+  good,
+  now,
+}: HostileTokenParts): Promise<[string, string][]> {
   const b64 = (value: unknown) => base64url.encode(typeof value === 'string' ? value : JSON.stringify(value));
   const [h, p, s] = good.split('.') as [string, string, string];
   const sign = (claims: Record<string, unknown>, header: Record<string, unknown> = {}) =>
@@ -49,19 +56,38 @@ export async function hostileTokens({ secret, kid, subject, otherSubject, good, 
     ['signature of another token', `${h}.${b64({ sub: otherSubject, iat: now, exp: now + 999 })}.${s}`],
     ['alg none', `${b64({ alg: 'none', kid })}.${p}.`],
     ['alg None', `${b64({ alg: 'None', kid })}.${p}.`],
-    ['alg HS384', await new SignJWT({ sub: subject }).setProtectedHeader({ alg: 'HS384', kid }).setIssuedAt(now).setExpirationTime(now + 3600).sign(secretKey(secret))],
+    [
+      'alg HS384',
+      await new SignJWT({ sub: subject })
+        .setProtectedHeader({ alg: 'HS384', kid })
+        .setIssuedAt(now)
+        .setExpirationTime(now + 3600)
+        .sign(secretKey(secret)),
+    ],
     ['alg RS256 header with HMAC signature', `${b64({ alg: 'RS256', kid })}.${p}.${s}`],
     ['kid with SQL', await sign({ sub: subject, iat: now, exp: now + 60 }, { kid: "APK_x_1' OR '1'='1" })],
     ['kid too long', await sign({ sub: subject, iat: now, exp: now + 60 }, { kid: `APK_${'a'.repeat(500)}_1` })],
     ['kid number', await sign({ sub: subject, iat: now, exp: now + 60 }, { kid: 42 })],
     ['kid with path', await sign({ sub: subject, iat: now, exp: now + 60 }, { kid: '../../etc/passwd' })],
-    ['jku header', await sign({ sub: subject, iat: now, exp: now + 60 }, { kid: 'APK_unknown_1', jku: 'http://127.0.0.1:1/jwks' })],
-    ['x5u header', await sign({ sub: subject, iat: now, exp: now + 60 }, { kid: 'APK_unknown_1', x5u: 'http://127.0.0.1:1/cert' })],
-    ['embedded jwk', await sign({ sub: subject, iat: now, exp: now + 60 }, { kid: 'APK_unknown_1', jwk: { kty: 'oct', k: 'AAAA' } })],
-    ['crit header', (() => {
-      const input = `${b64({ alg: 'HS256', kid, crit: ['exp2'], exp2: 1 })}.${b64({ sub: subject, iat: now, exp: now + 60 })}`;
-      return `${input}.${createHmac('sha256', secret).update(input).digest('base64url')}`;
-    })()],
+    [
+      'jku header',
+      await sign({ sub: subject, iat: now, exp: now + 60 }, { kid: 'APK_unknown_1', jku: 'http://127.0.0.1:1/jwks' }),
+    ],
+    [
+      'x5u header',
+      await sign({ sub: subject, iat: now, exp: now + 60 }, { kid: 'APK_unknown_1', x5u: 'http://127.0.0.1:1/cert' }),
+    ],
+    [
+      'embedded jwk',
+      await sign({ sub: subject, iat: now, exp: now + 60 }, { kid: 'APK_unknown_1', jwk: { kty: 'oct', k: 'AAAA' } }),
+    ],
+    [
+      'crit header',
+      (() => {
+        const input = `${b64({ alg: 'HS256', kid, crit: ['exp2'], exp2: 1 })}.${b64({ sub: subject, iat: now, exp: now + 60 })}`;
+        return `${input}.${createHmac('sha256', secret).update(input).digest('base64url')}`;
+      })(),
+    ],
     ['expired', await sign({ sub: subject, iat: now - 100, exp: now - 60 })],
     ['expired within tolerance + 10 s', await sign({ sub: subject, iat: now - 100, exp: now - 15 })],
     ['nbf in the future', await sign({ sub: subject, iat: now, exp: now + 60, nbf: now + 60 })],
@@ -73,7 +99,14 @@ export async function hostileTokens({ secret, kid, subject, otherSubject, good, 
     ['missing exp', await sign({ sub: subject, iat: now })],
     ['missing iat', await sign({ sub: subject, exp: now + 60 })],
     ['missing sub', await sign({ iat: now, exp: now + 60 })],
-    ['wrong secret', await new SignJWT({ sub: subject }).setProtectedHeader({ alg: 'HS256', kid }).setIssuedAt(now).setExpirationTime(now + 3600).sign(secretKey('x'.repeat(40)))],
+    [
+      'wrong secret',
+      await new SignJWT({ sub: subject })
+        .setProtectedHeader({ alg: 'HS256', kid })
+        .setIssuedAt(now)
+        .setExpirationTime(now + 3600)
+        .sign(secretKey('x'.repeat(40))),
+    ],
     ['empty bearer', ''],
     ['garbage', 'garbage'],
     ['unicode', 'tökén.ünïcödé.sïg'],

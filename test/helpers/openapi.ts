@@ -24,15 +24,22 @@ export function contractViolations(path: string, status: number, body: unknown):
   if (!responses) return [`${path} is not in the document`];
   if (!Object.hasOwn(responses, String(status))) return [`${path} does not document status ${status}`];
   // A documented answer without content (304) has no body.
-  if (!(responses as Record<string, { content?: unknown }>)[String(status)]!.content) return body === undefined || body === null || body === '' ? [] : [`${path} ${status} has a body but documents none`];
+  if (!(responses as Record<string, { content?: unknown }>)[String(status)]!.content)
+    return body === undefined || body === null || body === ''
+      ? []
+      : [`${path} ${status} has a body but documents none`];
   const key = `${path} ${status}`;
   let validate = validators.get(key);
   if (!validate) {
-    validate = ajv.compile({ $ref: `${DOCUMENT_ID}#/${pointer('paths', path, 'get', 'responses', String(status), 'content', 'application/json', 'schema')}` });
+    validate = ajv.compile({
+      $ref: `${DOCUMENT_ID}#/${pointer('paths', path, 'get', 'responses', String(status), 'content', 'application/json', 'schema')}`,
+    });
     validators.set(key, validate);
   }
   if (validate(body)) return [];
-  return (validate.errors ?? []).map((e) => `${e.instancePath || '(body)'} ${e.message ?? ''} ${JSON.stringify(e.params)}`);
+  return (validate.errors ?? []).map(
+    (e) => `${e.instancePath || '(body)'} ${e.message ?? ''} ${JSON.stringify(e.params)}`,
+  );
 }
 
 /** The documented path of a request target, if it is one of the four. */

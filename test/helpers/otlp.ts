@@ -4,7 +4,10 @@ import type { AddressInfo } from 'node:net';
 
 /* What the tracing tests receive: an OTLP/HTTP collector in the test, and readers of its spans. */
 
-export type Attribute = { key: string; value: { stringValue?: string; intValue?: string | number; boolValue?: boolean; doubleValue?: number } };
+export type Attribute = {
+  key: string;
+  value: { stringValue?: string; intValue?: string | number; boolValue?: boolean; doubleValue?: number };
+};
 export type ReceivedSpan = {
   traceId: string;
   spanId: string;
@@ -31,10 +34,15 @@ export class Receiver {
         const contentType = request.headers['content-type'] ?? '';
         this.bodies.push({ contentType, body });
         if (request.url === '/v1/traces' && contentType.startsWith('application/json')) {
-          const decoded = JSON.parse(body.toString('utf8')) as { resourceSpans: { scopeSpans: { spans: ReceivedSpan[] }[] }[] };
-          for (const resource of decoded.resourceSpans) for (const scope of resource.scopeSpans) this.spans.push(...scope.spans);
+          const decoded = JSON.parse(body.toString('utf8')) as {
+            resourceSpans: { scopeSpans: { spans: ReceivedSpan[] }[] }[];
+          };
+          for (const resource of decoded.resourceSpans)
+            for (const scope of resource.scopeSpans) this.spans.push(...scope.spans);
         }
-        response.writeHead(200, { 'content-type': contentType.startsWith('application/json') ? 'application/json' : 'application/x-protobuf' });
+        response.writeHead(200, {
+          'content-type': contentType.startsWith('application/json') ? 'application/json' : 'application/x-protobuf',
+        });
         response.end(contentType.startsWith('application/json') ? '{}' : '');
       });
     });
@@ -64,7 +72,10 @@ export class Receiver {
 
 export const attribute = (span: ReceivedSpan, key: string) => {
   const value = span.attributes.find((entry) => entry.key === key)?.value;
-  return value?.stringValue ?? (value?.intValue === undefined ? value?.boolValue ?? value?.doubleValue : Number(value.intValue));
+  return (
+    value?.stringValue ??
+    (value?.intValue === undefined ? (value?.boolValue ?? value?.doubleValue) : Number(value.intValue))
+  );
 };
 
 /** A caller's trace context: a fresh trace id and the caller's own span id, sampled. */
@@ -78,6 +89,11 @@ export function traceparent(): { header: string; traceId: string; parentId: stri
 export function ancestors(spans: ReceivedSpan[], span: ReceivedSpan): ReceivedSpan[] {
   const byId = new Map(spans.map((entry) => [entry.spanId, entry]));
   const chain: ReceivedSpan[] = [];
-  for (let parent = span.parentSpanId && byId.get(span.parentSpanId); parent; parent = parent.parentSpanId ? byId.get(parent.parentSpanId) : undefined) chain.push(parent);
+  for (
+    let parent = span.parentSpanId && byId.get(span.parentSpanId);
+    parent;
+    parent = parent.parentSpanId ? byId.get(parent.parentSpanId) : undefined
+  )
+    chain.push(parent);
   return chain;
 }

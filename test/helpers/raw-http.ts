@@ -48,7 +48,8 @@ export function parseAnswer(raw: Buffer): RawAnswer {
   });
   const header = (name: string) => headers.find(([n]) => n === name)?.[1];
   const lengths = headers.filter(([n]) => n === 'content-length');
-  if (lengths.length > 0 && header('transfer-encoding') !== undefined) throw new Error('both Transfer-Encoding and Content-Length');
+  if (lengths.length > 0 && header('transfer-encoding') !== undefined)
+    throw new Error('both Transfer-Encoding and Content-Length');
   if (lengths.length > 1) throw new Error('Content-Length twice');
   const rest = raw.subarray(end + 4);
   let body: Buffer;
@@ -86,7 +87,10 @@ function dechunk(data: Buffer): Buffer {
 }
 
 /** The same request through Node's own client, whose parser refuses malformed framing. */
-export function strictGet(url: string, headers: Record<string, string>): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
+export function strictGet(
+  url: string,
+  headers: Record<string, string>,
+): Promise<{ status: number; headers: Record<string, unknown>; body: string }> {
   return new Promise((resolve, reject) => {
     const request = httpRequest(url, { headers, agent: false }, (response) => {
       let body = '';

@@ -46,10 +46,29 @@ export async function startRedis(binary: string): Promise<RedisServer> {
   const port = await onFreePort(
     async (port) => {
       let said = '';
-      child = spawn(binary, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--daemonize', 'no'], { stdio: ['ignore', 'pipe', 'pipe'] });
+      child = spawn(
+        binary,
+        [
+          '--port',
+          String(port),
+          '--bind',
+          '127.0.0.1',
+          '--save',
+          '',
+          '--appendonly',
+          'no',
+          '--dir',
+          dir,
+          '--daemonize',
+          'no',
+        ],
+        { stdio: ['ignore', 'pipe', 'pipe'] },
+      );
       child.stdout!.on('data', (chunk) => (said += chunk));
       child.stderr!.on('data', (chunk) => (said += chunk));
-      const exited = new Promise<never>((_, reject) => child.once('exit', () => reject(new Error(`the Redis-protocol server exited: ${said}`))));
+      const exited = new Promise<never>((_, reject) =>
+        child.once('exit', () => reject(new Error(`the Redis-protocol server exited: ${said}`))),
+      );
       exited.catch(() => {});
       await Promise.race([waitForPong(port, Date.now() + 10_000), exited]);
       return port;

@@ -33,7 +33,21 @@ export async function startReplica(binDir: string, primaryUrl: string, primaryDa
   const as = asClusterOwner;
   const primary = new URL(primaryUrl);
   if (existsSync(path.join(binDir, 'pg_basebackup'))) {
-    as(path.join(binDir, 'pg_basebackup'), ['-h', primary.hostname, '-p', primary.port, '-U', 'postgres', '-D', dataDir, '-R', '-X', 'stream', '--no-sync', '--checkpoint=fast']);
+    as(path.join(binDir, 'pg_basebackup'), [
+      '-h',
+      primary.hostname,
+      '-p',
+      primary.port,
+      '-U',
+      'postgres',
+      '-D',
+      dataDir,
+      '-R',
+      '-X',
+      'stream',
+      '--no-sync',
+      '--checkpoint=fast',
+    ]);
   } else {
     if (!primaryDataDir) throw new Error(`${binDir} has no pg_basebackup, and the primary's data folder is not known`);
     await copyRunningCluster(primaryUrl, primaryDataDir, dataDir);
@@ -42,9 +56,16 @@ export async function startReplica(binDir: string, primaryUrl: string, primaryDa
   const log = path.join(dir, 'server.log');
   const start = (settings = '') =>
     as(path.join(binDir, 'pg_ctl'), [
-      '-D', dataDir, '-l', log, '-w', '-t', '60',
+      '-D',
+      dataDir,
+      '-l',
+      log,
+      '-w',
+      '-t',
+      '60',
       // The primary's settings where a standby must match or exceed them (see `startCluster`).
-      '-o', `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c hot_standby=on -c hot_standby_feedback=on -c wal_level=logical -c fsync=off -c max_connections=300 -c max_wal_senders=100 -c max_replication_slots=100 ${settings}`.trim(),
+      '-o',
+      `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c hot_standby=on -c hot_standby_feedback=on -c wal_level=logical -c fsync=off -c max_connections=300 -c max_wal_senders=100 -c max_replication_slots=100 ${settings}`.trim(),
       'start',
     ]);
   // Later starts (a restart) keep the port the first one found free.
@@ -93,7 +114,9 @@ async function copyRunningCluster(primaryUrl: string, from: string, to: string):
     asClusterOwner('sh', [
       '-c',
       `mkdir -p "$2" && chmod 700 "$2" && { tar -C "$1" -cf - --warning=no-file-changed --warning=no-file-removed --ignore-failed-read . ; [ $? -le 1 ]; } | tar -C "$2" -xpf -`,
-      'sh', from, to,
+      'sh',
+      from,
+      to,
     ]);
     const { rows } = await client.query<{ labelfile: string }>('SELECT labelfile FROM pg_backup_stop(true)');
     const primary = new URL(primaryUrl);
@@ -101,7 +124,11 @@ async function copyRunningCluster(primaryUrl: string, from: string, to: string):
     asClusterOwner('sh', [
       '-c',
       `rm -f "$1/postmaster.pid" "$1/postmaster.opts" && rm -rf "$1"/pg_wal/* && printf '%s' "$2" > "$1/backup_label" && touch "$1/standby.signal" && printf "primary_conninfo = 'host=%s port=%s user=postgres'\\n" "$3" "$4" >> "$1/postgresql.auto.conf"`,
-      'sh', to, rows[0]!.labelfile, primary.hostname, primary.port,
+      'sh',
+      to,
+      rows[0]!.labelfile,
+      primary.hostname,
+      primary.port,
     ]);
   } finally {
     await client.end();

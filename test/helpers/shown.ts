@@ -11,7 +11,11 @@ import { expect } from 'vitest';
  * change takes to show on an idle machine (tens of milliseconds; a few seconds where a test
  * stalls the stream).
  */
-export async function shown(ask: () => Promise<{ status: number; body: any }>, shows: (r: { status: number; body: any }) => boolean, noHangMs = 30_000): Promise<void> {
+export async function shown(
+  ask: () => Promise<{ status: number; body: any }>,
+  shows: (r: { status: number; body: any }) => boolean,
+  noHangMs = 30_000,
+): Promise<void> {
   const started = performance.now();
   for (;;) {
     const answer = await ask();

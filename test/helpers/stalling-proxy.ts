@@ -17,7 +17,7 @@ export async function startStallingProxy(target: { host: string; port: number })
     const forward = (from: Socket, to: Socket) =>
       from.on('data', (chunk) => {
         if (cut) return;
-      if (stalled) held.push(() => to.write(chunk));
+        if (stalled) held.push(() => to.write(chunk));
         else to.write(chunk);
       });
     forward(client, upstream);
@@ -53,4 +53,3 @@ export async function startStallingProxy(target: { host: string; port: number })
       }),
   };
 }
-

@@ -11,7 +11,11 @@ export default class SuiteErrors implements Reporter {
   private record(file: string, errors: readonly { message?: string; stack?: string }[]): void {
     const to = process.env.SUITE_ERRORS_FILE;
     if (!to) return;
-    for (const error of errors) appendFileSync(to, `${JSON.stringify({ file: path.resolve(file), error: error.message ?? error.stack ?? 'unknown' })}\n`);
+    for (const error of errors)
+      appendFileSync(
+        to,
+        `${JSON.stringify({ file: path.resolve(file), error: error.message ?? error.stack ?? 'unknown' })}\n`,
+      );
   }
 
   onTestSuiteResult(suite: TestSuite): void {

@@ -56,7 +56,11 @@ describe(`GET ${PATH} (${testMode})`, () => {
     const names: string[] = [];
     let lastKey: string | undefined;
     for (;;) {
-      const result = await rest(server(), `${PATH}?limit=10${lastKey ? `&lastKey=${encodeURIComponent(lastKey)}` : ''}`, { token });
+      const result = await rest(
+        server(),
+        `${PATH}?limit=10${lastKey ? `&lastKey=${encodeURIComponent(lastKey)}` : ''}`,
+        { token },
+      );
       const inner = result.body.data.data;
       names.push(...inner.accounts.map((a: { username: string }) => a.username));
       if (!inner.pagination.hasMore) {
@@ -71,7 +75,12 @@ describe(`GET ${PATH} (${testMode})`, () => {
   it('filters: search and the date bounds, with stats over the matches', async () => {
     const result = await rest(server(), `${PATH}?search=ODD&startDate=2026-05-03&endDate=2026-05-10`, { token });
     const inner = result.body.data.data;
-    expect(inner.accounts.map((a: { username: string }) => a.username)).toEqual(['member9', 'member7', 'member5', 'member3']);
+    expect(inner.accounts.map((a: { username: string }) => a.username)).toEqual([
+      'member9',
+      'member7',
+      'member5',
+      'member3',
+    ]);
     expect(inner.stats.total).toBe(4);
     expect(inner.pagination).toEqual({ limit: 50, hasMore: false });
     const unknownIgnored = await rest(server(), `${PATH}?limit=2&page=7&foo=bar`, { token });
@@ -111,7 +120,7 @@ describe(`GET ${PATH} (${testMode})`, () => {
     expect(result.body.error.message.length).toBeGreaterThan(10);
   });
 
-  it("says which date is wrong", async () => {
+  it('says which date is wrong', async () => {
     const result = await rest(server(), `${PATH}?endDate=2024-02-30`, { token });
     expect(result.body.error.message).toMatch(/^endDate/);
   });
@@ -120,8 +129,13 @@ describe(`GET ${PATH} (${testMode})`, () => {
     const other = await createOrganization(database());
     await createChild(database(), other.parent);
     await createChild(database(), other.parent);
-    const foreign = (await rest(server(), `${PATH}?limit=1`, { token: await tokenFor(other.parent, other, { now }) })).body.data.data.pagination.nextPageToken;
-    expectError(await rest(server(), `${PATH}?lastKey=${encodeURIComponent(foreign)}`, { token }), 400, 'INVALID_PAGINATION_TOKEN');
+    const foreign = (await rest(server(), `${PATH}?limit=1`, { token: await tokenFor(other.parent, other, { now }) }))
+      .body.data.data.pagination.nextPageToken;
+    expectError(
+      await rest(server(), `${PATH}?lastKey=${encodeURIComponent(foreign)}`, { token }),
+      400,
+      'INVALID_PAGINATION_TOKEN',
+    );
   });
 
   it('auth: no token 401 UNAUTHORIZED, a child 401 UNAUTHORIZED_ACCESS', async () => {

@@ -15,13 +15,16 @@ describe(`REST behaviour common to every path (${testMode})`, () => {
     }
   });
 
-  it.each(['POST', 'PUT', 'PATCH', 'DELETE'])('%s on a known path: 405 METHOD_NOT_ALLOWED with Allow: GET, HEAD', async (method) => {
-    for (const path of PATHS) {
-      const result = await rest(server(), path, { method });
-      expectError(result, 405, 'METHOD_NOT_ALLOWED');
-      expect(result.headers.get('allow')).toBe('GET, HEAD');
-    }
-  });
+  it.each(['POST', 'PUT', 'PATCH', 'DELETE'])(
+    '%s on a known path: 405 METHOD_NOT_ALLOWED with Allow: GET, HEAD',
+    async (method) => {
+      for (const path of PATHS) {
+        const result = await rest(server(), path, { method });
+        expectError(result, 405, 'METHOD_NOT_ALLOWED');
+        expect(result.headers.get('allow')).toBe('GET, HEAD');
+      }
+    },
+  );
 
   it('HEAD answers like GET without a body', async () => {
     const org = await createOrganization(database());
@@ -33,7 +36,9 @@ describe(`REST behaviour common to every path (${testMode})`, () => {
       expect(head.text).toBe('');
       expect(head.headers.get('content-type')).toBe(get.headers.get('content-type'));
       // The parent's organization details carry the real secret: no-store, no ETag (http-caching.test.ts).
-      expect(head.headers.get('cache-control')).toBe(path === '/auth/organization-details' ? 'no-store' : 'private, no-cache');
+      expect(head.headers.get('cache-control')).toBe(
+        path === '/auth/organization-details' ? 'no-store' : 'private, no-cache',
+      );
       expect(head.headers.get('etag')).toBe(get.headers.get('etag'));
     }
     const unauthorized = await rest(server(), '/auth/user-profile', { method: 'HEAD' });
@@ -48,7 +53,11 @@ describe(`REST behaviour common to every path (${testMode})`, () => {
     expect(generated.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
     const longId = await rest(server(), '/auth/user-profile', { headers: { 'x-request-id': 'a'.repeat(300) } });
     expect(longId.headers.get('x-request-id')).not.toBe('a'.repeat(300));
-    const graphql = await fetch(`${server().url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-request-id': 'gql-1' }, body: '{"query":"{ __typename }"}' });
+    const graphql = await fetch(`${server().url}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-request-id': 'gql-1' },
+      body: '{"query":"{ __typename }"}',
+    });
     expect(graphql.headers.get('x-request-id')).toBe('gql-1');
   });
 
@@ -58,7 +67,11 @@ describe(`REST behaviour common to every path (${testMode})`, () => {
     expect(simple.headers.get('access-control-allow-credentials')).toBeNull();
     const preflight = await rest(server(), '/auth/child-accounts', {
       method: 'OPTIONS',
-      headers: { origin: 'https://app.example.org', 'access-control-request-method': 'GET', 'access-control-request-headers': 'authorization' },
+      headers: {
+        origin: 'https://app.example.org',
+        'access-control-request-method': 'GET',
+        'access-control-request-headers': 'authorization',
+      },
     });
     expect(preflight.status).toBe(204);
     expect(preflight.headers.get('access-control-allow-methods')).toBe('GET, HEAD');

@@ -14,7 +14,9 @@ describe(`GET ${PATH} (${testMode})`, () => {
   let child: Account;
 
   beforeAll(async () => {
-    org = await createOrganization(database(), { organization: { providerASsoEnabled: true, providerASsoClientId: 'abc' } });
+    org = await createOrganization(database(), {
+      organization: { providerASsoEnabled: true, providerASsoClientId: 'abc' },
+    });
     child = await createChild(database(), org.parent);
   });
 
@@ -30,13 +32,30 @@ describe(`GET ${PATH} (${testMode})`, () => {
       message: expect.any(String),
       organizationName: o.name,
       organizationUrl: o.url,
-      authUrls: { signin: o.signinUrl, signup: o.signupUrl, verify: o.verifyUrl, reset: o.resetUrl, update: o.updateUrl, resend: o.resendUrl, successful: o.successfulUrl },
+      authUrls: {
+        signin: o.signinUrl,
+        signup: o.signupUrl,
+        verify: o.verifyUrl,
+        reset: o.resetUrl,
+        update: o.updateUrl,
+        resend: o.resendUrl,
+        successful: o.successfulUrl,
+      },
       domainRestrictionEnabled: true,
       emailVerificationRequired: false,
       providerASsoConfig: { enabled: true, clientId: 'abc' },
       credentials: { publicKey: org.parent.publicKey, jwtSecret: o.jwtSecret },
     });
-    expect(Object.keys(result.body.data)).toEqual(['message', 'organizationName', 'organizationUrl', 'authUrls', 'domainRestrictionEnabled', 'emailVerificationRequired', 'providerASsoConfig', 'credentials']);
+    expect(Object.keys(result.body.data)).toEqual([
+      'message',
+      'organizationName',
+      'organizationUrl',
+      'authUrls',
+      'domainRestrictionEnabled',
+      'emailVerificationRequired',
+      'providerASsoConfig',
+      'credentials',
+    ]);
   });
 
   it("a child by JWT gets its parent's organization with the secret masked", async () => {
@@ -58,20 +77,29 @@ describe(`GET ${PATH} (${testMode})`, () => {
     ['a key not of the public-key shape', { publicKey: 'USR_abc' }, 400, 'INVALID_PARENT_ACCOUNT'],
     ['a well-formed unknown key', { publicKey: 'APK_unknown_42' }, 404, 'USER_NOT_FOUND'],
     ['an invalid JWT even with a valid key', { token: 'x.y.z', publicKey: 'PARENT' }, 401, 'UNAUTHORIZED'],
-  ])('%s: %i %s', async (_name, options: { token?: string; publicKey?: string; headers?: Record<string, string> }, status, code) => {
-    const publicKey = options.publicKey === 'PARENT' ? org.parent.publicKey : options.publicKey;
-    expectError(await rest(server(), PATH, { ...options, publicKey }), status, code);
-  });
+  ])(
+    '%s: %i %s',
+    async (_name, options: { token?: string; publicKey?: string; headers?: Record<string, string> }, status, code) => {
+      const publicKey = options.publicKey === 'PARENT' ? org.parent.publicKey : options.publicKey;
+      expectError(await rest(server(), PATH, { ...options, publicKey }), status, code);
+    },
+  );
 
   it("a child's key, or an unusable parent's key: 400 INVALID_PARENT_ACCOUNT", async () => {
     expectError(await rest(server(), PATH, { publicKey: child.publicKey }), 400, 'INVALID_PARENT_ACCOUNT');
-    const locked = await createOrganization(database(), { parent: { status: 'locked', lockedUntil: new Date(Date.now() + 60_000) } });
+    const locked = await createOrganization(database(), {
+      parent: { status: 'locked', lockedUntil: new Date(Date.now() + 60_000) },
+    });
     expectError(await rest(server(), PATH, { publicKey: locked.parent.publicKey }), 400, 'INVALID_PARENT_ACCOUNT');
   });
 
   it('an inactive account by JWT: 403 ACCOUNT_INACTIVE', async () => {
     const inactive = await createOrganization(database(), { parent: { status: 'inactive' } });
-    expectError(await rest(server(), PATH, { token: await tokenFor(inactive.parent, inactive) }), 403, 'ACCOUNT_INACTIVE');
+    expectError(
+      await rest(server(), PATH, { token: await tokenFor(inactive.parent, inactive) }),
+      403,
+      'ACCOUNT_INACTIVE',
+    );
   });
 
   it('each answer counts one retrieval; refusals do not', async () => {

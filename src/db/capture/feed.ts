@@ -76,7 +76,11 @@ export function within<T>(work: Promise<T>, timeoutMs: number, what: string): Pr
  */
 export type FeedTiming = { heartbeatMs: number; staleAfterMs: number; heartbeatTimeoutMs: number };
 export function feedTiming(options: Partial<FeedTiming>): FeedTiming {
-  return { heartbeatMs: options.heartbeatMs ?? 500, staleAfterMs: options.staleAfterMs ?? 2000, heartbeatTimeoutMs: options.heartbeatTimeoutMs ?? 5000 };
+  return {
+    heartbeatMs: options.heartbeatMs ?? 500,
+    staleAfterMs: options.staleAfterMs ?? 2000,
+    heartbeatTimeoutMs: options.heartbeatTimeoutMs ?? 5000,
+  };
 }
 
 /**

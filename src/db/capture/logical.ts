@@ -15,7 +15,8 @@ import { parseLsn, PgoutputDecoder, type Malformed } from './pgoutput.js';
  * `SENDER_TIMEOUT_MS`; a server restart drops every temporary slot). So no slot outlives its
  * reader and holds WAL.
  *
- * Freshness: every heartbeat (`feedTiming`, 500 ms by default) the instance writes a logical message of its own into the WAL
+ * Freshness: every heartbeat (`feedTiming`, 500 ms by default) the instance writes a logical message of its
+ * own into the WAL
  * (`pg_logical_emit_message`, outside any transaction) on a second, ordinary connection. The stream
  * delivers in WAL order, so when the message arrives every transaction committed before it was
  * written has been delivered: the feed is live while such a message written less than
@@ -72,7 +73,10 @@ export class TemporarySlotPlugin extends PgoutputPlugin {
     super({ protoVersion: 1, publicationNames: [PUBLICATION], messages: true });
   }
 
-  /** The data event's value: a parsed message, or `Malformed` (typed as the base's return, which the handler widens). */
+  /**
+   * The data event's value: a parsed message, or `Malformed` (typed as the base's return, which the handler
+   * widens).
+   */
   override parse(buffer: Buffer): Pgoutput.Message {
     try {
       return super.parse(buffer);
@@ -92,7 +96,9 @@ export class TemporarySlotPlugin extends PgoutputPlugin {
       clearTimeout(bound);
     }
     const { protoVersion, publicationNames, messages } = this.options;
-    return client.query(`START_REPLICATION SLOT "${slotName}" LOGICAL 0/0 (proto_version '${protoVersion}', publication_names '${publicationNames.join(',')}', messages '${messages}', binary 'true')`);
+    return client.query(
+      `START_REPLICATION SLOT "${slotName}" LOGICAL 0/0 (proto_version '${protoVersion}', publication_names '${publicationNames.join(',')}', messages '${messages}', binary 'true')`,
+    );
   }
 }
 
@@ -106,7 +112,9 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
   private confirmedAt = 0;
   private streaming = false;
   /** `queue`: the heartbeat connection's statements, one at a time (pg deprecates queueing them itself). */
-  private session: { service: LogicalReplicationService; client: pg.Client; decoder: PgoutputDecoder; queue: Promise<unknown> } | undefined;
+  private session:
+    | { service: LogicalReplicationService; client: pg.Client; decoder: PgoutputDecoder; queue: Promise<unknown> }
+    | undefined;
   private nextXid: bigint | undefined;
   /** The highest position the stream has reached: what is acknowledged, so the slot lets WAL go. */
   private position = 0n;
@@ -124,7 +132,11 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
 
   constructor(private readonly options: LogicalFeedOptions) {
     super();
-    ({ heartbeatMs: this.heartbeatMs, staleAfterMs: this.staleAfterMs, heartbeatTimeoutMs: this.heartbeatTimeoutMs } = feedTiming(options));
+    ({
+      heartbeatMs: this.heartbeatMs,
+      staleAfterMs: this.staleAfterMs,
+      heartbeatTimeoutMs: this.heartbeatTimeoutMs,
+    } = feedTiming(options));
     this.connecting = this.connect();
   }
 
@@ -145,7 +157,11 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
     const back = new Promise<void>((resolve) => (heartbeat.back = resolve));
     this.pending.push(heartbeat);
     await within(
-      serially(session, () => session.client.query(`SELECT pg_logical_emit_message(false, '${HEARTBEAT_PREFIX}', $1::text)`, [heartbeat.token])).then(() => back),
+      serially(session, () =>
+        session.client.query(`SELECT pg_logical_emit_message(false, '${HEARTBEAT_PREFIX}', $1::text)`, [
+          heartbeat.token,
+        ]),
+      ).then(() => back),
       timeoutMs,
       'the change stream did not deliver a heartbeat',
     );
@@ -155,7 +171,12 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
     if (this.closed) return;
     const generation = ++this.generation;
     const connectTimeoutMs = this.options.connectTimeoutMs ?? 2000;
-    const client = new pg.Client({ ...this.options.connection, keepAlive: true, connectionTimeoutMillis: connectTimeoutMs, application_name: 'api-cache-heartbeat' });
+    const client = new pg.Client({
+      ...this.options.connection,
+      keepAlive: true,
+      connectionTimeoutMillis: connectTimeoutMs,
+      application_name: 'api-cache-heartbeat',
+    });
     client.on('error', (error) => this.lost(generation, error));
     client.on('end', () => this.lost(generation, new Error('the heartbeat connection ended')));
     const decoder = new PgoutputDecoder(() => this.nextXid);
@@ -174,7 +195,9 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
     );
     this.session = { service, client, decoder, queue: Promise.resolve() };
     service.on('error', (error: Error) => this.lost(generation, error));
-    service.on('data', (_lsn: string, message: Pgoutput.Message | Malformed) => this.receive(generation, decoder, message));
+    service.on('data', (_lsn: string, message: Pgoutput.Message | Malformed) =>
+      this.receive(generation, decoder, message),
+    );
     service.on('heartbeat', (lsn: string, _time: number, shouldRespond: boolean) => {
       this.advance(parseLsn(lsn));
       if (shouldRespond) void service.acknowledge(formatLsn(this.position));
@@ -193,7 +216,13 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
       await client.connect();
       await this.readNextXid(client);
       const plugin = new TemporarySlotPlugin(
-        () => this.lost(generation, new Error(`no replication slot within ${this.options.slotTimeoutMs ?? 30_000} ms: a long transaction is running`)),
+        () =>
+          this.lost(
+            generation,
+            new Error(
+              `no replication slot within ${this.options.slotTimeoutMs ?? 30_000} ms: a long transaction is running`,
+            ),
+          ),
         this.options.slotTimeoutMs ?? 30_000,
         this.options.decodeFrom ? () => this.nudgeStandby(generation) : undefined,
       );
@@ -205,8 +234,15 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
         (error: unknown) => this.lost(generation, error),
       );
       // Started once the first heartbeat is back (live), or the attempt failed, or its bound passed.
-      const ended = subscribed.then(() => {}, () => {});
-      await Promise.race([new Promise<void>((resolve) => (this.confirmed = resolve)), ended, delay(this.heartbeatTimeoutMs + (this.options.slotTimeoutMs ?? 30_000))]);
+      const ended = subscribed.then(
+        () => {},
+        () => {},
+      );
+      await Promise.race([
+        new Promise<void>((resolve) => (this.confirmed = resolve)),
+        ended,
+        delay(this.heartbeatTimeoutMs + (this.options.slotTimeoutMs ?? 30_000)),
+      ]);
       this.confirmed = undefined;
     } catch (error) {
       this.lost(generation, error);
@@ -234,7 +270,9 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
   }
 
   private async readNextXid(client: pg.Client): Promise<void> {
-    const { rows } = await client.query<{ next: string }>(`SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS next`);
+    const { rows } = await client.query<{ next: string }>(
+      `SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS next`,
+    );
     if (rows[0]) this.nextXid = BigInt(rows[0].next);
   }
 
@@ -274,7 +312,10 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
     if (!session || generation !== this.generation || !this.streaming) return;
     const oldest = this.pending[0];
     if (oldest && Date.now() - oldest.sentAt > this.heartbeatTimeoutMs) {
-      this.lost(generation, new Error(`the change stream's heartbeat did not come back within ${this.heartbeatTimeoutMs} ms`));
+      this.lost(
+        generation,
+        new Error(`the change stream's heartbeat did not come back within ${this.heartbeatTimeoutMs} ms`),
+      );
       return;
     }
     if (this.position > 0n) void session.service.acknowledge(formatLsn(this.position));

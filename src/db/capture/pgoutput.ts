@@ -21,7 +21,10 @@ export const BULK_ROWS = 500;
 type Value = Buffer | null | undefined;
 type Tuple = Record<string, Value>;
 
-/** A message the parser could not read (`logical.ts`'s plugin hands it on instead of throwing in the stream's event). */
+/**
+ * A message the parser could not read (`logical.ts`'s plugin hands it on instead of throwing in the stream's
+ * event).
+ */
 export type Malformed = { tag: 'malformed'; error: unknown };
 
 /** Tables and the entity their changes are announced as (the publication's tables). */
@@ -34,8 +37,18 @@ const ENTITIES: Record<string, ChangedEntity> = {
 
 /** An account's activity: what a sign-in changes, which leaves its identity (and its tokens) as they were. */
 const ACCOUNT_ACTIVITY = new Set([
-  'childSignupCount', 'signInCount', 'emailConfirmationCount', 'providerAAuthCount', 'providerBAuthCount',
-  'providerCAuthCount', 'providerDAuthCount', 'lastLogin', 'lastLoginProvider', 'lastLoginAttempt', 'loginAttempts', 'updatedAt',
+  'childSignupCount',
+  'signInCount',
+  'emailConfirmationCount',
+  'providerAAuthCount',
+  'providerBAuthCount',
+  'providerCAuthCount',
+  'providerDAuthCount',
+  'lastLogin',
+  'lastLoginProvider',
+  'lastLoginAttempt',
+  'loginAttempts',
+  'updatedAt',
 ]);
 /** Written by the retrieval counter alone (decisions §3): changes nothing the API caches. */
 const ORGANIZATION_UNANNOUNCED = new Set(['detailsRetrievalCount', 'lastDetailsRetrievalAt']);
@@ -85,7 +98,9 @@ export class PgoutputDecoder {
         return OTHER;
       case 'commit': {
         const version = this.version();
-        const changes: Change[] = this.everything ? [EVERYTHING] : this.changes.map((change) => ({ ...change, version }));
+        const changes: Change[] = this.everything
+          ? [EVERYTHING]
+          : this.changes.map((change) => ({ ...change, version }));
         this.changes = [];
         return { kind: 'commit', changes, endLsn: parseLsn(message.commitEndLsn) };
       }
@@ -111,7 +126,14 @@ export class PgoutputDecoder {
         this.everything = true;
         return OTHER;
       case 'message':
-        return { kind: 'message', prefix: message.prefix, content: Buffer.from(message.content.buffer, message.content.byteOffset, message.content.byteLength).toString('utf8'), lsn: parseLsn(message.messageLsn) };
+        return {
+          kind: 'message',
+          prefix: message.prefix,
+          content: Buffer.from(message.content.buffer, message.content.byteOffset, message.content.byteLength).toString(
+            'utf8',
+          ),
+          lsn: parseLsn(message.messageLsn),
+        };
       default:
         return OTHER; // relation (the parser keeps it), type, origin
     }
@@ -129,7 +151,12 @@ export class PgoutputDecoder {
   }
 
   /** `old`: the whole old row (replica identity FULL), or null when the stream did not send it. */
-  private row(relation: Pgoutput.MessageRelation, op: 'insert' | 'update' | 'delete', old: Tuple | null, next: Tuple | null): void {
+  private row(
+    relation: Pgoutput.MessageRelation,
+    op: 'insert' | 'update' | 'delete',
+    old: Tuple | null,
+    next: Tuple | null,
+  ): void {
     const entity = ENTITIES[relation.name];
     if (entity === undefined) return;
     const text = (tuple: Tuple | null, column: string): string | undefined => {
@@ -145,7 +172,18 @@ export class PgoutputDecoder {
     }
     const change = (id: string | undefined, fields: Partial<RowChange> = {}): void => {
       if (id === undefined) return;
-      this.changes.push({ kind: 'row', entity, id, version: undefined, publicKey: undefined, parentId: undefined, op: undefined, stable: true, lastLogin: undefined, ...fields });
+      this.changes.push({
+        kind: 'row',
+        entity,
+        id,
+        version: undefined,
+        publicKey: undefined,
+        parentId: undefined,
+        op: undefined,
+        stable: true,
+        lastLogin: undefined,
+        ...fields,
+      });
     };
     if (entity === 'purchases' || entity === 'usage') {
       const before = text(old, 'organizationId');
@@ -157,7 +195,10 @@ export class PgoutputDecoder {
     const keyColumn = entity === 'account' ? 'id' : 'parentId';
     if (op !== 'update') {
       const row = op === 'insert' ? next : old;
-      change(text(row, keyColumn), entity === 'account' ? { publicKey: text(row, 'publicKey'), parentId: text(row, 'parentId'), op } : {});
+      change(
+        text(row, keyColumn),
+        entity === 'account' ? { publicKey: text(row, 'publicKey'), parentId: text(row, 'parentId'), op } : {},
+      );
       return;
     }
     if (!next || !old) return;
@@ -197,7 +238,12 @@ export class PgoutputDecoder {
     });
     // Its old keys, as the row they no longer name.
     if (moved || publicKey.before !== publicKey.after) {
-      change(id.before, { publicKey: publicKey.before, parentId: parentId.before, op: moved ? 'delete' : undefined, stable: true });
+      change(id.before, {
+        publicKey: publicKey.before,
+        parentId: parentId.before,
+        op: moved ? 'delete' : undefined,
+        stable: true,
+      });
     }
   }
 }

@@ -39,7 +39,11 @@ async function capability(sql: SqlDriver): Promise<Capability> {
             EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1) AS published`,
     [PUBLICATION],
   );
-  return { walLevel: row?.wal_level ?? 'unknown', replication: row?.replication === true, published: row?.published === true };
+  return {
+    walLevel: row?.wal_level ?? 'unknown',
+    replication: row?.replication === true,
+    published: row?.published === true,
+  };
 }
 
 /** Why the stream cannot be read, or undefined when it can. */
@@ -59,12 +63,30 @@ function unavailable({ walLevel, replication, published }: Capability): string |
  * needs, and the standby invalidates the slot), room for a slot and a sender, the role with
  * REPLICATION, and the publication replayed.
  */
-async function standbyProblem(standby: pg.ClientConfig, sql: SqlDriver, connectTimeoutMs: number): Promise<string | undefined> {
-  const client = new pg.Client({ ...standby, connectionTimeoutMillis: connectTimeoutMs, application_name: 'api-cache-check' });
+async function standbyProblem(
+  standby: pg.ClientConfig,
+  sql: SqlDriver,
+  connectTimeoutMs: number,
+): Promise<string | undefined> {
+  const client = new pg.Client({
+    ...standby,
+    connectionTimeoutMillis: connectTimeoutMs,
+    application_name: 'api-cache-check',
+  });
   client.on('error', () => {});
   try {
     await client.connect();
-    const { rows } = await client.query<{ version: number; recovery: boolean; system: string | null; wal_level: string; feedback: string; slots: number; senders: number; replication: boolean | null; published: boolean }>(
+    const { rows } = await client.query<{
+      version: number;
+      recovery: boolean;
+      system: string | null;
+      wal_level: string;
+      feedback: string;
+      slots: number;
+      senders: number;
+      replication: boolean | null;
+      published: boolean;
+    }>(
       `SELECT current_setting('server_version_num')::int AS version, pg_is_in_recovery() AS recovery,
               (SELECT system_identifier::text FROM pg_control_system()) AS system,
               current_setting('wal_level') AS wal_level, current_setting('hot_standby_feedback') AS feedback,
@@ -74,10 +96,14 @@ async function standbyProblem(standby: pg.ClientConfig, sql: SqlDriver, connectT
       [PUBLICATION],
     );
     const standbyFacts = rows[0]!;
-    if (standbyFacts.version < 160000) return `it runs PostgreSQL ${Math.floor(standbyFacts.version / 10000)}: decoding on a standby needs 16 or later`;
+    if (standbyFacts.version < 160000)
+      return `it runs PostgreSQL ${Math.floor(standbyFacts.version / 10000)}: decoding on a standby needs 16 or later`;
     if (!standbyFacts.recovery) return 'it is not a standby (not in recovery)';
-    const [primary] = await sql.query<{ system: string | null }>(`SELECT system_identifier::text AS system FROM pg_control_system()`);
-    if (primary?.system !== standbyFacts.system) return 'it is not a standby of DATABASE_URL (another system identifier)';
+    const [primary] = await sql.query<{ system: string | null }>(
+      `SELECT system_identifier::text AS system FROM pg_control_system()`,
+    );
+    if (primary?.system !== standbyFacts.system)
+      return 'it is not a standby of DATABASE_URL (another system identifier)';
     const reasons = [
       ...(standbyFacts.wal_level === 'logical' ? [] : [`wal_level is ${standbyFacts.wal_level}, not logical`]),
       ...(standbyFacts.feedback === 'on' ? [] : ['hot_standby_feedback is off']),
@@ -134,7 +160,12 @@ export class PostgresChangeFeed implements ChangeFeed {
     let failures = 0;
     while (!this.closed) {
       try {
-        const why = choice === 'triggers' ? 'CHANGE_SOURCE=triggers' : choice === 'logical' ? undefined : unavailable(await capability(options.sql));
+        const why =
+          choice === 'triggers'
+            ? 'CHANGE_SOURCE=triggers'
+            : choice === 'logical'
+              ? undefined
+              : unavailable(await capability(options.sql));
         const forward: ChangeListener = {
           change: (change: Change) => {
             for (const listener of this.listeners) listener.change(change);
@@ -143,19 +174,41 @@ export class PostgresChangeFeed implements ChangeFeed {
             for (const listener of this.listeners) listener.reset();
           },
         };
-        const common = { connection: options.connection, connectTimeoutMs: options.connectTimeoutMs, heartbeatMs: options.heartbeatMs, staleAfterMs: options.staleAfterMs, heartbeatTimeoutMs: options.heartbeatTimeoutMs, onStateChange: options.onStateChange };
+        const common = {
+          connection: options.connection,
+          connectTimeoutMs: options.connectTimeoutMs,
+          heartbeatMs: options.heartbeatMs,
+          staleAfterMs: options.staleAfterMs,
+          heartbeatTimeoutMs: options.heartbeatTimeoutMs,
+          onStateChange: options.onStateChange,
+        };
         if (why === undefined) {
-          if (await removeTriggers(options.sql)) options.onNotice?.('removed the announcement triggers a server without the replication stream had installed', false);
-          const problem = options.decodeFrom ? await standbyProblem(options.decodeFrom, options.sql, options.connectTimeoutMs ?? 2000) : undefined;
+          if (await removeTriggers(options.sql))
+            options.onNotice?.(
+              'removed the announcement triggers a server without the replication stream had installed',
+              false,
+            );
+          const problem = options.decodeFrom
+            ? await standbyProblem(options.decodeFrom, options.sql, options.connectTimeoutMs ?? 2000)
+            : undefined;
           if (options.decodeFrom && problem === undefined) {
             this.inner = new LogicalChangeFeed({ ...common, decodeFrom: options.decodeFrom });
-            options.onNotice?.(`database changes read from the logical replication stream (publication ${PUBLICATION}), decoded on the standby CHANGE_DECODE_URL names (a temporary slot per instance there)`, false);
+            options.onNotice?.(
+              `database changes read from the logical replication stream (publication ${PUBLICATION}), decoded on the standby CHANGE_DECODE_URL names (a temporary slot per instance there)`,
+              false,
+            );
           } else {
             this.inner = new LogicalChangeFeed(common);
             if (problem !== undefined) {
-              options.onNotice?.(`CHANGE_DECODE_URL cannot decode the stream: ${problem}; decoding on the primary instead (see src/db/capture/README.md)`, true);
+              options.onNotice?.(
+                `CHANGE_DECODE_URL cannot decode the stream: ${problem}; decoding on the primary instead (see src/db/capture/README.md)`,
+                true,
+              );
             } else {
-              options.onNotice?.(`database changes read from the logical replication stream (publication ${PUBLICATION}, a temporary slot per instance)`, false);
+              options.onNotice?.(
+                `database changes read from the logical replication stream (publication ${PUBLICATION}, a temporary slot per instance)`,
+                false,
+              );
             }
           }
         } else {

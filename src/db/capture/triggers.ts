@@ -160,7 +160,11 @@ ${[
   ['purchases', 'PackagePurchase'],
   ['usage', 'MonthlyUsage'],
 ]
-  .flatMap(([entity, table]) => ['insert', 'update', 'delete', 'truncate'].map((op) => `DROP TRIGGER IF EXISTS "api_cache_${entity}_${op}" ON "${table}";`))
+  .flatMap(([entity, table]) =>
+    ['insert', 'update', 'delete', 'truncate'].map(
+      (op) => `DROP TRIGGER IF EXISTS "api_cache_${entity}_${op}" ON "${table}";`,
+    ),
+  )
   .join('\n')}
 DROP FUNCTION IF EXISTS "api_cache_account"();
 DROP FUNCTION IF EXISTS "api_cache_organization"();
@@ -197,7 +201,10 @@ async function underLock(sql: SqlDriver, script: string): Promise<void> {
 export async function installTriggers(sql: SqlDriver): Promise<void> {
   const [row] = await sql.query<{ current: boolean | null; installed: number }>(INSTALLED_SQL);
   if (row?.current === true && row.installed === TRIGGER_NAMES.length) return;
-  await underLock(sql, `${TRIGGERS_SQL}\nCOMMENT ON FUNCTION "api_cache_announce"(text, jsonb) IS '${TRIGGERS_VERSION}';`);
+  await underLock(
+    sql,
+    `${TRIGGERS_SQL}\nCOMMENT ON FUNCTION "api_cache_announce"(text, jsonb) IS '${TRIGGERS_VERSION}';`,
+  );
 }
 
 /** Removes them, when they are there: a server reading the replication stream needs none. */
@@ -264,7 +271,11 @@ export class SessionChangeFeed extends BaseFeed {
 
   /** A statement committed before the call sent its announcements before its answer: the thread has them. */
   async caughtUp(timeoutMs = 5000): Promise<void> {
-    await within(this.ready.then(() => this.barrier()), timeoutMs, 'the embedded database did not hand over its announcements');
+    await within(
+      this.ready.then(() => this.barrier()),
+      timeoutMs,
+      'the embedded database did not hand over its announcements',
+    );
   }
 
   async close(): Promise<void> {
@@ -314,7 +325,11 @@ export class NotifyChangeFeed extends BaseFeed implements ChangeFeed {
 
   constructor(private readonly options: NotifyFeedOptions) {
     super();
-    ({ heartbeatMs: this.heartbeatMs, staleAfterMs: this.staleAfterMs, heartbeatTimeoutMs: this.heartbeatTimeoutMs } = feedTiming(options));
+    ({
+      heartbeatMs: this.heartbeatMs,
+      staleAfterMs: this.staleAfterMs,
+      heartbeatTimeoutMs: this.heartbeatTimeoutMs,
+    } = feedTiming(options));
     this.connecting = this.connect();
   }
 
@@ -381,7 +396,14 @@ export class NotifyChangeFeed extends BaseFeed implements ChangeFeed {
     if (this.checking === client) return;
     this.checking = client;
     const sentAt = Date.now();
-    const bound = setTimeout(() => this.lost(client, new Error(`the change listener's check was not answered within ${this.heartbeatTimeoutMs} ms`)), this.heartbeatTimeoutMs);
+    const bound = setTimeout(
+      () =>
+        this.lost(
+          client,
+          new Error(`the change listener's check was not answered within ${this.heartbeatTimeoutMs} ms`),
+        ),
+      this.heartbeatTimeoutMs,
+    );
     bound.unref();
     try {
       const { rows } = await client.query<{ installed: number }>(COUNT_TRIGGERS_SQL);
