@@ -1,7 +1,7 @@
 import { Server as NetServer } from 'node:net';
 import { buildDependencies } from './dependencies.js';
 import { createApp, type App } from './http/app.js';
-import { Exchange } from './http/exchange.js';
+import { Exchange } from './exchange.js';
 import { createHttpServer, createMetricsServer } from './http/server.js';
 import { MIN_SECRET_BYTES } from './domain/signing-keys.js';
 import { loadConfigOrExit } from './config.js';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { operationId, STORED_OPERATIONS } from '../src/graphql/operations.js';
-import { noneMatch } from '../src/http/exchange.js';
+import { noneMatch } from '../src/exchange.js';
 import { createChild, createOrganization, tokenFor } from './helpers/builders.js';
 import { rest, useServer, type TestServer } from './helpers/app.js';
 import { testMode, useTestDatabase } from './helpers/database.js';

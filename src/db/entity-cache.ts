@@ -6,11 +6,10 @@ import type { SqlDriver } from './sql-driver.js';
 import { estimateBytes } from './estimate-bytes.js';
 import { TagIndex } from './tag-index.js';
 import { FrequencySketch } from './frequency-sketch.js';
-import { RecordRing } from './record-ring.js';
+import { RECORDS_SHARE, RecordRing } from './record-ring.js';
 import { sees, snapshotQuery, type Snapshot, type SnapshotQuery } from './snapshots.js';
 import { ReadSet, type TagRead } from './read-set.js';
 import { droppedBy } from './cache-tags.js';
-import { RECORDS_SHARE } from '../ops/memory-budget.js';
 
 type Entry = { value: unknown; tags: readonly string[]; seen?: Snapshot; amend?: Amend<unknown> };
 

@@ -33,6 +33,9 @@ const INDEX_SHARE = 0.06;
  * budget's records beyond it go to the heap (`ops/memory-budget.ts`).
  */
 export const RING_MAX_BYTES = 2 ** 31 - 1;
+
+/** Of an explicit CACHE_MAX_BYTES, the records' part; the rest is the cache's entries, on the heap. */
+export const RECORDS_SHARE = 0.85;
 /** An index slot: a key hash and an offset, 4 bytes each. */
 const SLOT_BYTES = 8;
 /** The index's slots at most in use (open addressing stays short-probed below it). */

@@ -1,6 +1,6 @@
 import { createSourceEventStream, execute, getOperationAST, type DocumentNode } from 'graphql';
 import type { RequestContext } from '../context.js';
-import { drained, type Exchange } from '../http/exchange.js';
+import { drained, type Exchange } from '../exchange.js';
 import { LiveSubscription, type LiveSink } from '../live/live-updates.js';
 import { serialiseResult } from './http.js';
 import { operationLabel, startDocumentSpan } from './observe.js';

@@ -3,7 +3,7 @@ import { LRUCache } from 'lru-cache';
 import type { Answer } from '../db/answer-cache.js';
 import type { ApiError } from '../errors.js';
 import type { HttpHint } from './pipeline.js';
-import { entityTag, type Exchange } from '../http/exchange.js';
+import { entityTag, type Exchange } from '../exchange.js';
 
 /*
  * GraphQL over HTTP's framing of a single result, as graphql-yoga frames it (its regular result

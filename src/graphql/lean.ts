@@ -1,7 +1,7 @@
 import { getOperationAST, type ExecutionResult } from 'graphql';
 import type { RequestContext } from '../context.js';
 import { answerOf, MAX_ANSWER_KEY_LENGTH, type Answer, type AnswerCache, type Keep } from '../db/answer-cache.js';
-import type { Exchange } from '../http/exchange.js';
+import type { Exchange } from '../exchange.js';
 import { endSpan, recording, startOperationSpan } from '../ops/tracing.js';
 import { regularMediaType, sendAnswer, sendResult, serialiseResult, type RegularMediaType } from './http.js';
 import { resolvePersistedOperation, type GraphQLParams, type PersistedRule } from './persisted.js';

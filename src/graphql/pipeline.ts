@@ -26,7 +26,7 @@ import { DocumentCache, type PlannedQuery } from './documents.js';
 import { RequestCache } from '@pothos/plugin-scope-auth';
 import { createRequestContext, type AppDependencies, type RequestContext } from '../context.js';
 import { ApiError, innermostError, toApiError } from '../errors.js';
-import type { Exchange } from '../http/exchange.js';
+import type { Exchange } from '../exchange.js';
 import type { Logger } from '../logger.js';
 import { endSpan, startOperationSpan, within } from '../ops/tracing.js';
 import { asReference, useCompiledExecution, type ExecutionCounts } from './compiled.js';

@@ -1,6 +1,6 @@
 import { createYoga, useEnvelop, type Plugin } from 'graphql-yoga';
 import type { Config } from '../config.js';
-import { CompressedPayload, drained, type Exchange } from '../http/exchange.js';
+import { CompressedPayload, drained, type Exchange } from '../exchange.js';
 import { revalidatable } from './http.js';
 import { GRAPHIQL_DEFAULT_DOCUMENT } from './operations.js';
 import { resolvePersistedOperation, type PersistedRule } from './persisted.js';

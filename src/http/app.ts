@@ -27,7 +27,7 @@ import { organizationDetails } from '../rest/organization-details.js';
 import { userProfile } from '../rest/user-profile.js';
 import { readBody } from './body.js';
 import { createCorsPolicy } from './cors.js';
-import { Exchange } from './exchange.js';
+import { Exchange } from '../exchange.js';
 import { headChecker } from './request-head.js';
 
 export type App = {

@@ -3,7 +3,7 @@ import type { Duplex } from 'node:stream';
 import type { Config } from '../config.js';
 import { ApiError, BadRequestError, HeaderTooLargeError, ServiceUnavailableError, UriTooLongError } from '../errors.js';
 import { errorEnvelope, refusedMethod, sendRestError } from '../rest/http.js';
-import { Exchange } from './exchange.js';
+import { Exchange } from '../exchange.js';
 
 const DRAIN_AFTER_REFUSAL_BYTES = 4 * 1024 * 1024;
 const DRAIN_AFTER_REFUSAL_MS = 2000;

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import v8 from 'node:v8';
-import { RING_MAX_BYTES } from '../db/record-ring.js';
+import { RECORDS_SHARE, RING_MAX_BYTES } from '../db/record-ring.js';
 
 /*
  * One memory budget, from which every bound that holds memory follows (see `ops/README.md`,
@@ -72,8 +72,6 @@ const inOneRing = (bytes: number) => Math.min(RING_MAX_BYTES, Math.floor(bytes))
 /** The records' part of a budget (without an explicit CACHE_MAX_BYTES). */
 const recordsPart = (budgetBytes: number) =>
   inOneRing(budgetBytes * RECORDS_FRACTION + Math.max(0, budgetBytes - RECORDS_GROWTH_ABOVE_BYTES) * RECORDS_GROWTH);
-/** Of an explicit CACHE_MAX_BYTES, the records' part; the rest is the cache's entries, on the heap. */
-export const RECORDS_SHARE = 0.85;
 
 /** How the accounted part left after the reserves is shared (what explicit bounds leave, in these proportions). */
 const SHARES = { entityCache: 0.45, answerCache: 0.1, streams: 0.25, rateLimiter: 0.12, registrations: 0.08 } as const;

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import { CompressedPayload, type Exchange } from '../http/exchange.js';
+import { CompressedPayload, type Exchange } from '../exchange.js';
 import { openApiDocument } from './openapi.js';
 
 /*

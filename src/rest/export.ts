@@ -1,7 +1,7 @@
 import { requireParent } from '../auth/authorize.js';
 import type { RequestContext } from '../context.js';
 import { ApiError, ExportBusyError, InvalidFormatError, toApiError } from '../errors.js';
-import { drained, type Exchange } from '../http/exchange.js';
+import { drained, type Exchange } from '../exchange.js';
 import { endSpan, startSpan, within, type Span } from '../ops/tracing.js';
 import type { Logger } from '../logger.js';
 import { exportChildAccounts } from '../services/export-child-accounts.js';

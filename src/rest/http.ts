@@ -1,7 +1,7 @@
 import type { RequestContext } from '../context.js';
 import { answerOf, type Answer, type AnswerCache, type Keep } from '../db/answer-cache.js';
 import { ApiError, MethodNotAllowedError, toApiError } from '../errors.js';
-import { entityTag, type Exchange } from '../http/exchange.js';
+import { entityTag, type Exchange } from '../exchange.js';
 import type { Logger } from '../logger.js';
 
 /** decisions §6: `{ success: false, error: { code, message } }` everywhere. */

@@ -2,12 +2,36 @@ import { hash, randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import type { Credentials, TokenMemo } from '../auth/authenticate.js';
-import type { RequestRecord } from '../context.js';
-import { acceptsGzip, CompressedPayload } from './compression.js';
+import { promisify } from 'node:util';
+import { gzip } from 'node:zlib';
+import type { Credentials, TokenMemo } from './auth/authenticate.js';
+import type { RequestRecord } from './context.js';
 
-/** What the transports compress with (`Exchange.sendCompressible`): the exchange offers it. */
-export { CompressedPayload };
+/** Whether an Accept-Encoding value accepts gzip (named, or `*`, without q=0). */
+export function acceptsGzip(acceptEncoding: string | undefined): boolean {
+  if (!acceptEncoding) return false;
+  return acceptEncoding.split(',').some((item) => {
+    const [coding = '', ...parameters] = item.trim().toLowerCase().split(';');
+    if (coding.trim() !== 'gzip' && coding.trim() !== '*') return false;
+    const q = parameters.map((p) => p.trim()).find((p) => p.startsWith('q='));
+    return q === undefined || Number(q.slice(2)) > 0;
+  });
+}
+
+const gzipAsync = promisify(gzip);
+
+/**
+ * A fixed payload (a page, a script), gzipped once off the event loop on first demand and kept
+ * with the exact bytes it compresses.
+ */
+export class CompressedPayload {
+  #gzip: Promise<Buffer> | undefined;
+  constructor(readonly raw: Buffer) {}
+
+  gzip(): Promise<Buffer> {
+    return (this.#gzip ??= gzipAsync(this.raw, { level: 6 }));
+  }
+}
 
 const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
