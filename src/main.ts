@@ -1,8 +1,7 @@
 import { Server as NetServer } from 'node:net';
 import { buildDependencies } from './dependencies.js';
 import { createApp, type App } from './http/app.js';
-import { Exchange } from './exchange.js';
-import { createHttpServer, createMetricsServer } from './http/server.js';
+import { answerStarting, createHttpServer, createMetricsServer } from './http/server.js';
 import { MIN_SECRET_BYTES } from './domain/signing-keys.js';
 import { loadConfigOrExit } from './config.js';
 import type { Database } from './db/database.js';
@@ -10,9 +9,7 @@ import { describeOrganizations, listOrganizations } from './db/accounts.js';
 import { migrate } from './db/migrator.js';
 import { openConfiguredDatabase } from './db/setup.js';
 import type { DemoAccess } from './dev/demo.js';
-import { ServiceUnavailableError } from './errors.js';
 import { createLogger } from './logger.js';
-import { sendRestError } from './rest/http.js';
 import { describeStartFailure, StartFailure } from './ops/start-failure.js';
 import { startTracing, stopTracing } from './ops/tracing.js';
 
@@ -49,14 +46,9 @@ await startTracing(config.tracing, { warn: (message, fields) => logger.warn(mess
 
 // The port first: a port in use is known at once, not after migrating. Until the app is ready,
 // requests are answered 503.
-const server = createHttpServer(config.limits, (request, response) => {
-  if (app) return app.handle(request, response);
-  const exchange = new Exchange(request, response);
-  // Alive while starting (a long migration must not look like a dead process), not ready.
-  if (exchange.path === '/healthz') return exchange.sendJson(200, { status: 'ok' });
-  response.setHeader('Connection', 'close');
-  sendRestError(exchange, new ServiceUnavailableError('The service is starting; try again shortly.'));
-});
+const server = createHttpServer(config.limits, (request, response) =>
+  app ? app.handle(request, response) : answerStarting(request, response),
+);
 await new Promise<void>((resolve) => {
   server.once('error', failStart);
   server.listen(config.port, config.host, () => {

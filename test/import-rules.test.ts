@@ -88,6 +88,16 @@ const RULES: Rule[] = [
     broken: (file, imported) => area(file) === 'domain' && area(imported) !== 'domain' && imported !== 'errors.ts',
   },
   { name: 'the errors import nothing of ours', broken: (file) => file === 'errors.ts' },
+  {
+    name: "auth/ knows no cache's storage format (the records' text, the ring)",
+    broken: (file, imported) =>
+      area(file) === 'auth' &&
+      [path.join('db', 'compact-text.ts'), path.join('db', 'record-ring.ts')].includes(imported),
+  },
+  {
+    name: 'main.ts starts the edge, and reaches no transport',
+    broken: (file, imported) => file === 'main.ts' && TRANSPORTS.has(area(imported)),
+  },
 ];
 
 describe('the import rules', () => {

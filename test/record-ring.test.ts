@@ -1,7 +1,7 @@
 import { describe, expect, it, vi } from 'vitest';
 import { OffsetIndex, RecordRing, RING_INDEX_BYTES, RING_MAX_BYTES } from '../src/db/record-ring.js';
 import { compactAccount, READ_ACCOUNT_COLUMNS, type AccountRow } from '../src/db/accounts.js';
-import { compactToken } from '../src/auth/authenticate.js';
+import { compactToken } from '../src/db/verified-tokens.js';
 import {
   enumOf,
   enumText,

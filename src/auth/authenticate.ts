@@ -7,9 +7,8 @@ import {
   UnauthorizedError,
   UserNotFoundError,
 } from '../errors.js';
-import type { CacheReader, CompactForm } from '../db/entity-cache.js';
-import { FIELD, numberOf, numberText } from '../db/compact-text.js';
-import { verifiedOnce, type TokenMemo } from '../db/verified-tokens.js';
+import type { CacheReader } from '../db/entity-cache.js';
+import { verifiedOnce, type TokenMemo, type VerifiedToken } from '../db/verified-tokens.js';
 import type { AccountRow } from '../db/accounts.js';
 import type { Loaders, OrganizationSettings } from '../db/loaders.js';
 import { bearerToken, isCanonicalJws } from './credentials.js';
@@ -65,32 +64,6 @@ export function isUsable(account: Pick<AccountRow, 'status' | 'lockedUntil'>, no
   if (account.status === 'active') return true;
   return account.status === 'locked' && account.lockedUntil !== null && account.lockedUntil < now;
 }
-
-/** What a verified token established: who, for which organization, and its time claims. */
-type VerifiedToken = { subject: string; parentId: string; exp: number; iat: number; nbf: number | undefined };
-
-/**
- * A verified token as text for the record ring: about 60 bytes rather than an object of five. The
- * subject comes last and is read as the rest of the text, whatever it holds: a signed `sub` may
- * spell the separator, the other values (the key's parent, numbers) cannot.
- */
-export const compactToken: CompactForm<VerifiedToken> = {
-  encode: (token) =>
-    `${token.parentId}${FIELD}${numberText(token.exp)}${FIELD}${numberText(token.iat)}${FIELD}${numberText(token.nbf)}${FIELD}${token.subject}`,
-  decode: (text) => {
-    const exp = text.indexOf(FIELD);
-    const iat = text.indexOf(FIELD, exp + 1);
-    const nbf = text.indexOf(FIELD, iat + 1);
-    const subject = text.indexOf(FIELD, nbf + 1);
-    return {
-      subject: text.slice(subject + 1),
-      parentId: text.slice(0, exp),
-      exp: numberOf(text.slice(exp + 1, iat))!,
-      iat: numberOf(text.slice(iat + 1, nbf))!,
-      nbf: numberOf(text.slice(nbf + 1, subject)) ?? undefined,
-    };
-  },
-};
 
 /** The time rules of `verifyToken`, for a remembered token (same tolerance, same messages). */
 function checkTimes(token: VerifiedToken, now: Date, maxAgeSeconds: number | undefined): void {
@@ -170,13 +143,7 @@ export async function authenticateJwt(credentials: Credentials, deps: AuthDepend
   // it is dropped with the key it was checked with (a rotated secret, a parent whose key or
   // status changed), not by sign-ins. Its time claims are checked on every use; its shape (a
   // canonical compact JWS) only before it is verified, as the exact text verified is the key.
-  const verified = await verifiedOnce(
-    deps.cache,
-    token,
-    credentials.memo,
-    () => verifyToken(token, deps, now),
-    compactToken,
-  );
+  const verified = await verifiedOnce(deps.cache, token, credentials.memo, () => verifyToken(token, deps, now));
   checkTimes(verified, now, deps.jwt.maxAgeSeconds);
 
   const account = await deps.loaders.accountById.load(verified.subject);

@@ -65,16 +65,11 @@ export function filterSql(parentId: string, search: string | undefined, range: {
     n = params.push(`%${escapeLike(search)}%`);
     match = `(username ILIKE $${n} OR email ILIKE $${n})`;
     // The same rows (ILIKE is LIKE on both sides lower-cased), for a scan of most of the parent's
-    // children: ILIKE lower-cases its pattern again for every row, this form once a statement (the
-    // count of an e-mail domain every child has: 0.92 s → 0.61 s at a million), and no trigram
-    // index serves it, so a search most children match is never looked up there. A name that
-    // holds the lower-cased term as it is holds it lower-cased too (lower-casing a lower-case
-    // letter leaves it), so the names are first matched as stored, and lower-cased only when that
-    // fails: most names of a term most children have match at once (the count of `a` or of an
-    // e-mail domain every child has, at a million: 0.31 s → 0.21 s and 0.45 s → 0.21 s).
-    // A term of ASCII characters that are not letters (digits, signs) has no case, and no other
-    // character lower-cases to one of them: the names match it as stored or not at all (the count
-    // of a digit 47 % of a million children have: 0.37 s → 0.21 s).
+    // children: ILIKE lower-cases its pattern again for every row, this form once a statement, and
+    // no trigram index serves it, so a search most children match is never looked up there. A name
+    // that holds the lower-cased term as stored holds it lower-cased too, so the names are first
+    // matched as stored and lower-cased only when that fails. A term of ASCII characters that are
+    // not letters has no case: the names match it as stored or not at all (figures: `test/bench/README.md`, "Figures behind the design").
     const lowered = `lower($${n}::text)`;
     const caseless = /^[\x00-\x40\x5b-\x60\x7b-\x7f]*$/.test(search);
     const asStored = `username LIKE ${lowered} OR email LIKE ${lowered}`;
@@ -98,7 +93,7 @@ export function filterSql(parentId: string, search: string | undefined, range: {
   // A term of one or two characters is itself a gram, and a child has it exactly when ILIKE
   // matches (a name holds the lower-cased term): the index alone tells, and no row found is
   // lower-cased again. Unless the term holds the character that joins the names, which would
-  // match across them. Counting a pair that a third of a million children have: 0.41 s → 0.24 s.
+  // match across them.
   // The ILIKE pattern stays among the statement's parameters, named by a condition the planner
   // folds away (PostgreSQL refuses a parameter a statement does not name).
   const gramWhere =
@@ -286,19 +281,15 @@ export const SEARCH_WALK_ROWS = 500;
 
 /**
  * Below this share of matching children, counting a search reads its matches from an index rather
- * than every child: at a million children, a two-letter term that 5.5 % have counted in 0.19 s
- * instead of 0.68 s, but one that all have in 0.75 s instead of 0.49 s.
+ * than every child: the lookup wins for rare terms and loses for common ones (figures: `test/bench/README.md`, "Figures behind the design").
  */
 const LOOKUP_SHARE = 0.25;
 
 /**
  * Below this share of matching children, a term of one or two characters is counted from the
- * grams index alone (`gramWhere`): at a million children, 0.21-0.25 s for 30-50 % where the scan
- * lower-cases the names the term is not in as stored (0.30-0.41 s), 0.28-0.31 s for all of them
- * where the scan, which finds the term as stored in nearly every name, takes 0.16-0.17 s. Within
- * dates, the index still finds the parent's every match, where the scan reads only the children
- * registered then: there the share is LOOKUP_SHARE (a month of registrations, a third of them
- * matching: 0.20 s through the index, 0.11 s scanned).
+ * grams index alone (`gramWhere`); above it the scan, which finds the term as stored in nearly
+ * every name, is faster. Within dates the index still finds the parent's every match, where the
+ * scan reads only the children registered then: there the share is LOOKUP_SHARE (figures: `test/bench/README.md`, "Figures behind the design").
  */
 const GRAM_COUNT_SHARE = 0.6;
 
@@ -319,9 +310,7 @@ const countedWhere = (filters: ChildFilters, share: MatchShare, params: unknown[
  * few. Looking the matches up in an index (the trigram indexes, or the grams index for a term of
  * one or two characters; both hold the parent) reads only the matches, then sorts them: cheap
  * when they are few. PostgreSQL's estimate of how many a
- * substring matches is too rough to choose between the two (it walked 5,600 rows for a name that
- * 0.4 % of 100,000 children have: 11 ms where the lookup takes 2 ms), so the page chooses by what
- * it sees: it walks at most SEARCH_WALK_ROWS children first, which fills the page when matches
+ * substring matches is too rough to choose between the two, so the page chooses by what it sees: it walks at most SEARCH_WALK_ROWS children first, which fills the page when matches
  * are common; otherwise the matches found there estimate how many the parent has, and the
  * cheaper of a whole walk and the lookup reads the page. When the
  * search's counts are cached, they tell how many match without the walk.
@@ -354,9 +343,8 @@ async function searchPage(
   // bounded to a stretch (and numbering its rows in that order) is planned as the walk it is, on
   // the registration index, stopping when the page is full. Without the bound, PostgreSQL, which
   // estimates a substring's matches far too low, planned reading every child in the dates and
-  // sorting them: a month of a million children's registrations, 42,571, to find 21 of the 737
-  // matches of `q` took 0.12-0.16 s; the walk takes 5 ms. The last row of a stretch is read even
-  // when it does not match: it tells that the walk goes on, and from where.
+  // sorting them. The last row of a stretch is read even when it does not match: it tells that
+  // the walk goes on, and from where.
   const walk = async (expected: number): Promise<ListedRow[]> => {
     const found: ChildRow[] = [];
     let from: Position | undefined;

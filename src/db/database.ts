@@ -50,26 +50,21 @@ export type BoundedReads = Pick<SqlDriver, 'query'> & { close(): Promise<void> }
 
 /**
  * The sessions of bounded reads (`Database.boundedReads`, `Replicas.boundedReader`): the child
- * list's searches, whose statements all name one parent, which an index of Account always finds.
- * A sequential scan reads every organization's rows, and the planner, whose estimate of a
- * substring's matches is rough, took one for a three-letter term 5 % of a million children have:
- * 0.72 s where the trigram indexes take 0.15. Nor do they compile expressions (JIT): a count over a
- * million children spent 20-25 ms compiling and gained nothing back, its time being in lower()
- * and the heap (0.44 s against 0.41). Parallel workers cost what PostgreSQL's default setup cost
- * (1,000) understates by far: starting two took about 20 ms of a statement, and a search with
- * them holds every core of a two-core database. At 20,000, a count over a million children still
- * takes them (0.28 s, not twice that); one over 100,000 does not (40 ms either way, on one core).
- * An `options` parameter in the database URL replaces these (pg takes the URL's over its
- * configuration's).
+ * list's searches, whose statements all name one parent, which an index of Account always finds;
+ * a sequential scan would read every organization's rows, and the planner's rough estimate of a
+ * substring's matches chose one. No JIT: a count's time is in lower() and the heap, not in
+ * expressions. Parallel workers cost far more than PostgreSQL's default setup cost says, and a
+ * search with them holds every core of a small database: at 20,000 only a count over a million
+ * children still takes them (figures: `test/bench/README.md`, "Figures behind the design"). An `options` parameter in the
+ * database URL replaces these (pg takes the URL's over its configuration's).
  */
 export const BOUNDED_READ_SETTINGS = '-c enable_seqscan=off -c jit=off -c parallel_setup_cost=20000';
 
 /**
  * `BOUNDED_READ_SETTINGS`, and for a search's pages (`serial`) no parallel workers: a page reads
  * the registration index in order until it is full, or looks up few enough matches to sort, and
- * gains nothing from workers, while starting two cost about 20 ms a statement at a million
- * children (a rare pair's page: 22 ms, 5 without). The planner, which takes a rare term for 0.5 %
- * of the children, chose them. The counts, which may read every child, keep them.
+ * gains nothing from workers, which the planner chose for rare terms. The counts, which may read
+ * every child, keep them.
  */
 export const boundedReadSettings = (serial = false): string =>
   serial ? `${BOUNDED_READ_SETTINGS} -c max_parallel_workers_per_gather=0` : BOUNDED_READ_SETTINGS;

@@ -3,7 +3,7 @@ import type { Plugin } from '@envelop/core';
 import { ApiError, innermostError, toApiError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import type { RequestRecord } from '../context.js';
-import { endSpan, recording, startOperationSpan, within, type Span } from '../ops/tracing.js';
+import { endSpan, recording, startOperationSpan, inSpan, type Span } from '../ops/tracing.js';
 
 /** Root selections beyond this many are summarised: a label stays short whatever the document. */
 const MAX_LABELLED_FIELDS = 8;
@@ -144,7 +144,7 @@ export function useTracing(): Plugin {
     onExecute({ args, executeFn, setExecuteFn }) {
       const span = startDocumentSpan(args.document, args.operationName, 'execution');
       if (!span) return;
-      setExecuteFn((executeArgs) => within(span, () => executeFn(executeArgs)));
+      setExecuteFn((executeArgs) => inSpan(span, () => executeFn(executeArgs)));
       return {
         onExecuteDone({ result }) {
           endSpan(span, spanFailure(result));
@@ -154,7 +154,7 @@ export function useTracing(): Plugin {
     onSubscribe({ args, subscribeFn, setSubscribeFn }) {
       const span = startDocumentSpan(args.document, args.operationName, 'stream');
       if (!span) return;
-      setSubscribeFn((subscribeArgs) => within(span, () => subscribeFn(subscribeArgs)));
+      setSubscribeFn((subscribeArgs) => inSpan(span, () => subscribeFn(subscribeArgs)));
       return {
         onSubscribeResult({ result }) {
           // A refusal is one result; a stream ends when its iteration does.

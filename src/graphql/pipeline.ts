@@ -28,7 +28,7 @@ import { createRequestContext, type AppDependencies, type RequestContext } from 
 import { ApiError, innermostError, toApiError } from '../errors.js';
 import type { Exchange } from '../exchange.js';
 import type { Logger } from '../logger.js';
-import { endSpan, startOperationSpan, within } from '../ops/tracing.js';
+import { endSpan, startOperationSpan, inSpan } from '../ops/tracing.js';
 import { asReference, useCompiledExecution, type ExecutionCounts } from './compiled.js';
 import { observeErrors, observedIn, operationLabel, spanFailure, useObserve, useTracing } from './observe.js';
 import type { GraphQLParams } from './persisted.js';
@@ -330,7 +330,7 @@ export function createGraphQLPipeline(
     if (observed) observed.operation = planned.label;
     executions.compiled += 1;
     const span = startOperationSpan('query', planned.name, 'plan', planned.label);
-    return Promise.resolve(within(span, () => planned.query.query(undefined, contextValue, variables))).then((raw) => {
+    return Promise.resolve(inSpan(span, () => planned.query.query(undefined, contextValue, variables))).then((raw) => {
       const result = settle(contextValue, asReference(raw));
       endSpan(span, spanFailure(result));
       return result;

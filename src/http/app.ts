@@ -18,7 +18,7 @@ import type { YogaDoor } from '../graphql/yoga.js';
 import type { DocumentCache } from '../graphql/documents.js';
 import { RATE_LIMIT_KEY_BYTES } from '../ops/memory-budget.js';
 import type { MemoryPressure } from '../ops/memory-pressure.js';
-import { endRequestSpan, startRequestSpan, traceFields, within, type RequestOutcome } from '../ops/tracing.js';
+import { endRequestSpan, startRequestSpan, traceFields, inSpan, type RequestOutcome } from '../ops/tracing.js';
 import { childAccounts } from '../rest/child-accounts.js';
 import { creditAnalysis } from '../rest/credit-analysis.js';
 import { DOCS_PATHS, OPENAPI_PATH, serveDocs } from '../rest/docs.js';
@@ -365,7 +365,7 @@ export function createApp(built: Dependencies): App {
           ...(operation ? { operation } : {}),
         });
       });
-      within(span, () => handle(exchange, route)).catch((error: unknown) => {
+      inSpan(span, () => handle(exchange, route)).catch((error: unknown) => {
         if (error instanceof ClientClosedError) {
           logger.debug('client closed the connection before its request was read', { requestId: exchange.requestId });
           return response.destroy();

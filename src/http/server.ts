@@ -83,6 +83,14 @@ export type HttpServer = Server & {
  * within it, the target by MAX_URL_BYTES (414), each header by MAX_HEADER_BYTES and a bearer
  * token by MAX_TOKEN_BYTES.
  */
+/** An answer before the app is ready: alive (a long migration must not look like a dead process), not ready. */
+export function answerStarting(request: IncomingMessage, response: ServerResponse): void {
+  const exchange = new Exchange(request, response);
+  if (exchange.path === '/healthz') return exchange.sendJson(200, { status: 'ok' });
+  response.setHeader('Connection', 'close');
+  sendRestError(exchange, new ServiceUnavailableError('The service is starting; try again shortly.'));
+}
+
 export function createHttpServer(
   limits: Config['limits'],
   handle: (request: IncomingMessage, response: ServerResponse) => void,

@@ -2,7 +2,7 @@ import { createRequire } from 'node:module';
 import type { IncomingMessage } from 'node:http';
 import type { ReadableSpan, SpanExporter } from '@opentelemetry/sdk-trace-base';
 import type { TracingSettings } from './tracing-settings.js';
-import { within as bounded } from '../db/capture/feed.js';
+import { timeBound } from '../db/capture/feed.js';
 import {
   context,
   INVALID_SPAN_CONTEXT,
@@ -223,7 +223,7 @@ export async function stopTracing(): Promise<void> {
   decide = () => false;
   cachedTracer = undefined;
   if (!stop) return;
-  await bounded(stop(), FLUSH_MS, 'the last spans exported').catch(() => undefined);
+  await timeBound(stop(), FLUSH_MS, 'the last spans exported').catch(() => undefined);
 }
 
 let cachedTracer: Tracer | undefined;
@@ -252,7 +252,7 @@ export function startSpan(name: string, attributes: Attributes, kind: SpanKind =
  * carried through every asynchronous step is most of what tracing costs a request
  * (`test/bench/README.md`, "Tracing").
  */
-export function within<T>(span: Span | undefined, work: () => T): T {
+export function inSpan<T>(span: Span | undefined, work: () => T): T {
   return span === undefined ? work() : context.with(trace.setSpan(context.active(), span), work);
 }
 

@@ -2,7 +2,7 @@ import { requireParent } from '../auth/authorize.js';
 import type { RequestContext } from '../context.js';
 import { ApiError, ExportBusyError, InvalidFormatError, toApiError } from '../errors.js';
 import { drained, type Exchange } from '../exchange.js';
-import { endSpan, startSpan, within, type Span } from '../ops/tracing.js';
+import { endSpan, startSpan, inSpan, type Span } from '../ops/tracing.js';
 import type { Logger } from '../logger.js';
 import { exportChildAccounts } from '../services/export-child-accounts.js';
 import type { ChildRow } from '../db/child-list.js';
@@ -96,7 +96,7 @@ export function createExports(limits: ExportLimits & { maxQueryParameters: numbe
       running.add(organizationId);
       // The export's own span, its batches' reads under it, ended with the stream.
       const span = startSpan('export child accounts', { 'app.export.format': format });
-      await within(span, () => stream(exchange, format, batches, span));
+      await inSpan(span, () => stream(exchange, format, batches, span));
     } catch (error) {
       const apiError = toApiError(error);
       if (!(error instanceof ApiError))

@@ -42,6 +42,11 @@ const { values: args } = parseArgs({
     /** Another checkout, built there: its server runs beside this one, each row measured on both in turn. */
     compare: { type: 'string' },
     /**
+     * Settings of the compared server only, `NAME=value,NAME=value`: with `--compare .`, this
+     * checkout with a mechanism switched off (`ANSWER_CACHE_MAX_BYTES=0`) against itself.
+     */
+    'compare-env': { type: 'string' },
+    /**
      * The compared server is this checkout with OpenTelemetry tracing on, sampling this share of
      * the requests (0.1, 1), exporting over OTLP/HTTP to a receiver in this process that reads and
      * discards: each row is measured traced and untraced in turn. Not with --compare.
@@ -362,13 +367,19 @@ try {
       OTEL_TRACES_SAMPLER_ARG: args.tracing,
     });
   }
+  const compareEnv = Object.fromEntries(
+    (args['compare-env'] ?? '')
+      .split(',')
+      .filter(Boolean)
+      .map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]),
+  );
   const compareLabel = args.tracing ? `[traced ${Math.round(Number(args.tracing) * 100)} %]` : '[compare]';
   const startOther = (checkout: string) => {
     const started = spawn(
       process.execPath,
       [...nodeFlags.filter((flag) => !flag.startsWith('--cpu-prof')), path.join(checkout, 'dist', 'main.js')],
       {
-        env: { ...env, ...startEnv, ...tracingEnv, PORT: String(comparePort) },
+        env: { ...env, ...startEnv, ...tracingEnv, ...compareEnv, PORT: String(comparePort) },
         stdio: ['ignore', 'ignore', 'inherit'],
       },
     );

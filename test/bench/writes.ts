@@ -33,7 +33,7 @@ import { readFileSync, writeFileSync, mkdtempSync, chmodSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { within, type ChangeFeed } from '../../src/db/capture/feed.js';
+import { timeBound, type ChangeFeed } from '../../src/db/capture/feed.js';
 import { LogicalChangeFeed } from '../../src/db/capture/logical.js';
 import { installTriggers, NotifyChangeFeed, removeTriggers } from '../../src/db/capture/triggers.js';
 import { openDatabase } from '../../src/db/database.js';
@@ -369,7 +369,7 @@ try {
       await writer.query(`UPDATE "Organization" SET name = $2 WHERE "parentId" = $1`, [id, `Renamed by ${name} ${i}`]);
       const committed = performance.now();
       times.push(
-        (await within(
+        (await timeBound(
           arrived,
           10_000,
           `the change of ${id} did not arrive (${received} changes received, the feed ${feed.live ? 'live' : 'not live'})`,

@@ -62,7 +62,7 @@ export abstract class BaseFeed implements ChangeFeed {
 }
 
 /** `work`, or a rejection naming `what` past `timeoutMs`. */
-export function within<T>(work: Promise<T>, timeoutMs: number, what: string): Promise<T> {
+export function timeBound<T>(work: Promise<T>, timeoutMs: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const bound = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new Error(`${what} within ${timeoutMs} ms`)), timeoutMs);

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { LogicalReplicationService, PgoutputPlugin, type Pgoutput } from 'pg-logical-replication';
-import { BaseFeed, feedTiming, retryLater, within, type ChangeFeed } from './feed.js';
+import { BaseFeed, feedTiming, retryLater, timeBound, type ChangeFeed } from './feed.js';
 import { parseLsn, PgoutputDecoder, type Malformed } from './pgoutput.js';
 
 /*
@@ -150,13 +150,13 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
 
   /** A heartbeat written now and back through the stream: everything committed before it was delivered. */
   async caughtUp(timeoutMs = 5000): Promise<void> {
-    await within(this.started(), timeoutMs, 'the change stream did not start');
+    await timeBound(this.started(), timeoutMs, 'the change stream did not start');
     const session = this.session;
     if (!session || !this.streaming) throw new Error('the change stream is not running');
     const heartbeat: Heartbeat = { token: `${this.instance}:${++this.sequence}`, sentAt: Date.now() };
     const back = new Promise<void>((resolve) => (heartbeat.back = resolve));
     this.pending.push(heartbeat);
-    await within(
+    await timeBound(
       serially(session, () =>
         session.client.query(`SELECT pg_logical_emit_message(false, '${HEARTBEAT_PREFIX}', $1::text)`, [
           heartbeat.token,

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import type { SqlDriver } from '../sql-driver.js';
 import type { Change } from './changes.js';
-import { retryDelay, within, type ChangeFeed, type ChangeListener } from './feed.js';
+import { retryDelay, timeBound, type ChangeFeed, type ChangeListener } from './feed.js';
 import { LogicalChangeFeed, PUBLICATION } from './logical.js';
 import { installTriggers, NotifyChangeFeed, removeTriggers } from './triggers.js';
 
@@ -144,7 +144,7 @@ export class PostgresChangeFeed implements ChangeFeed {
   }
 
   async caughtUp(timeoutMs = 5000): Promise<void> {
-    await within(this.chosen, timeoutMs, 'the change source was not chosen');
+    await timeBound(this.chosen, timeoutMs, 'the change source was not chosen');
     if (!this.inner) throw new Error('the change source is not chosen yet');
     await this.inner.caughtUp(timeoutMs);
   }

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { EventEmitter } from 'node:events';
 import pg from 'pg';
 import type { SqlDriver } from '../sql-driver.js';
-import { BaseFeed, feedTiming, retryDelay, retryLater, within, type ChangeFeed } from './feed.js';
+import { BaseFeed, feedTiming, retryDelay, retryLater, timeBound, type ChangeFeed } from './feed.js';
 
 /*
  * The trigger feed: where logical replication is not available (the embedded database, a
@@ -271,7 +271,7 @@ export class SessionChangeFeed extends BaseFeed {
 
   /** A statement committed before the call sent its announcements before its answer: the thread has them. */
   async caughtUp(timeoutMs = 5000): Promise<void> {
-    await within(
+    await timeBound(
       this.ready.then(() => this.barrier()),
       timeoutMs,
       'the embedded database did not hand over its announcements',
@@ -346,7 +346,7 @@ export class NotifyChangeFeed extends BaseFeed implements ChangeFeed {
   async caughtUp(timeoutMs = 5000): Promise<void> {
     const client = this.client;
     if (!client) throw new Error('the change listener is not connected');
-    await within(client.query('SELECT 1'), timeoutMs, 'the change listener did not answer');
+    await timeBound(client.query('SELECT 1'), timeoutMs, 'the change listener did not answer');
   }
 
   private async connect(): Promise<void> {
