@@ -177,7 +177,6 @@ const environment = z.object({
   /** Unset: the memory budget's share for the entity cache. */
   CACHE_MAX_BYTES: integer(0, 1_099_511_627_776),
   CACHE_TTL_SECONDS: withDefault(integer(1, MAX_TIMER_SECONDS), CACHE_DEFAULTS.ttlMs / 1000),
-  ANSWER_CACHE_MAX_BYTES: integer(0, 1_099_511_627_776),
   /** The process's memory (resident), from which every bound follows; unset: the container's limit, else 250 MB. */
   MEMORY_BUDGET_MB: integer(64, 1_048_576),
   GRAPHIQL: z.enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off']).optional(),
@@ -296,8 +295,6 @@ export type Config = {
   shutdownDelayMs: number;
   /** The entity cache (0 entries or 0 bytes: no cache). */
   cache: { maxEntries: number; maxBytes: number; recordBytes: number; ttlMs: number };
-  /** GraphQL answers kept whole (`db/answer-cache.ts`; 0 bytes: none kept). Dropped with the entity cache's entries. */
-  answerCache: { maxBytes: number; ttlMs: number; borrowSpareEntries: boolean };
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
   /** auto: pretty on a terminal outside production (when pino-pretty is installed), JSON otherwise. */
   logFormat: 'auto' | 'json' | 'pretty';
@@ -366,7 +363,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFa
       e.MEMORY_BUDGET_MB,
       {
         cacheMaxBytes: e.CACHE_MAX_BYTES,
-        answerCacheMaxBytes: e.ANSWER_CACHE_MAX_BYTES,
         maxStreams: e.LIVE_MAX_STREAMS,
         traced: tracing.enabled,
       },
@@ -452,12 +448,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFa
       maxBytes: memory.shares.entityCache,
       recordBytes: memory.recordBytes,
       ttlMs: e.CACHE_TTL_SECONDS * 1000,
-    },
-    // Answers borrow what the entity cache's entries leave unused only when neither bound was set by hand.
-    answerCache: {
-      maxBytes: memory.shares.answerCache,
-      ttlMs: e.CACHE_TTL_SECONDS * 1000,
-      borrowSpareEntries: e.CACHE_MAX_BYTES === undefined && e.ANSWER_CACHE_MAX_BYTES === undefined,
     },
     corsOrigins:
       e.CORS_ORIGINS.trim() === '*'

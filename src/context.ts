@@ -7,7 +7,6 @@ import {
 } from './auth/authenticate.js';
 import { isParentByJwt, secretShownTo } from './auth/authorize.js';
 import type { Config } from './config.js';
-import type { Answer } from './db/answer-cache.js';
 import type { Database } from './db/database.js';
 import { ReadSet, type CacheLookups } from './db/read-set.js';
 import type { EntityCache } from './db/entity-cache.js';
@@ -42,42 +41,34 @@ export type RequestContext = {
   jwtViewer: () => Promise<Viewer>;
   /** The JWT caller, or else the X-Public-Key caller (organization details). */
   organizationViewer: () => Promise<Viewer>;
-  /**
-   * The JWT caller when `viewerKey` already found it verified, recorded as the operation's (as
-   * `jwtViewer` records it); undefined otherwise. With an Authorization header it is also the
-   * organization's viewer (decisions §3).
-   */
-  verifiedJwt: () => Viewer | undefined;
   /** The credentials as sent. */
   credentials: Credentials;
   live: LiveUpdates | undefined;
   /** What this request read (through the cache or around it) and computed from the clock. */
   reads: ReadSet;
-  /** The organizations whose details this request answered (each counted once as a retrieval). */
-  retrieved: ReadonlySet<string>;
   /**
-   * Who the answer is for, when the credentials verify: the account (or public key's parent) and
-   * how it signed in. Answers kept for reuse are kept under it. Not recorded on the request's record.
+   * An answer that shows the caller's organization alone (its details as the caller may see them):
+   * the same for every reader of the organization but its parent by JWT, the one shown the signing
+   * secret. Held once for each of the two in the entity cache under `name` (the path, or the GraphQL
+   * operation and variables), and dropped with what it was computed from. `compute` makes its bytes
+   * in this context (undefined: not to be held, an error). Served held, it records the caller, the
+   * operation's label and the retrieval, as computing it did. Undefined when `compute` gave none.
    */
-  viewerKey: () => Promise<string | undefined>;
-  /**
-   * Who shares an answer that shows the caller's organization alone (its details as the caller may
-   * see them), when the credentials verify (as `viewerKey` verifies them): the parent itself by
-   * JWT, shown the signing secret, or else every other reader of that organization (its children,
-   * the parent by public key), shown it masked. Undefined when the credentials do not verify.
-   * Never equal to a viewer's key.
-   */
-  organizationAudience: () => Promise<string | undefined>;
-  /**
-   * What serving a kept answer does beside sending it, as the operation that computed it did: the
-   * viewer recorded, the label recorded, the retrievals it shows counted.
-   */
-  replay: (answer: Answer, record: RequestRecord) => Promise<void>;
+  sharedAnswer: (name: string, compute: () => Promise<Buffer | undefined>) => Promise<SharedAnswer | undefined>;
   /**
    * A new context for the same request (new loaders, the caller verified again): what a
    * subscription reads each answer with. Its retrievals are not counted (a push is not one).
    */
   renew: () => RequestContext;
+};
+
+/** An organization's answer held for its readers (`RequestContext.sharedAnswer`). */
+export type SharedAnswer = {
+  readonly body: Buffer;
+  /** The request record's operation label, for its log line and metrics. */
+  readonly label: string | undefined;
+  /** The body's entity tag, made the first time a revalidatable answer needs it. */
+  etag?: string;
 };
 
 /** What the answer to a request turned out to be, beyond its status: for its log line and metrics. */
@@ -107,14 +98,9 @@ export type RequestRecord = {
   cacheLookups?: CacheLookups;
 };
 
-/** Who a viewer is, as kept answers and registration budgets are keyed: how it signed in, as whom. */
+/** Who a viewer is, as registration budgets are keyed: how it signed in, as whom. */
 function viewerKeyOf(viewer: Viewer): string {
   return `${viewer.via}:${viewer.kind}:${viewer.account.id}`;
-}
-
-/** The readers an answer showing the organization alone is kept for (`RequestContext.organizationAudience`). */
-function audienceOf(viewer: Viewer): string {
-  return `organization:${viewer.organization.parentId}:${isParentByJwt(viewer) ? 'owner' : 'reader'}`;
 }
 
 /** What a request context is made from: the credentials as sent, the request id, and its record. */
@@ -124,7 +110,7 @@ export type RequestSource = {
   record: RequestRecord;
 };
 
-/** The one context factory: REST and both GraphQL doors make their context here. */
+/** The one context factory: REST and both GraphQL transports make their context here. */
 export function createRequestContext(
   deps: AppDependencies,
   source: RequestSource,
@@ -153,11 +139,10 @@ export function createRequestContext(
     cache,
     loaders,
     now: () => {
-      const now = deps.now();
-      reads.instant(now.getTime());
-      return now;
+      // An answer computed from the clock holds only at this instant.
+      reads.untracked = true;
+      return deps.now();
     },
-    clock: () => ({ now: deps.now(), holdsUntil: reads.clock() }),
     retrievals: {
       record: (organizationId) => {
         if (options.countRetrievals === false || counted.has(organizationId)) return;
@@ -181,27 +166,10 @@ export function createRequestContext(
     },
     now: deps.now,
   };
-  // Each verified once; recorded on the request's record when an operation asks for it (not when
-  // only a kept answer's key is looked for, so that the log says what the operation did).
+  // Each verified once, and recorded on the request's record.
   let jwt: Promise<Viewer> | undefined;
   let organization: Promise<Viewer> | undefined;
-  let jwtAsked: Promise<Viewer> | undefined;
-  let organizationAsked: Promise<Viewer> | undefined;
-  // The caller once `viewerKey` found it verified, for what is decided without waiting again
-  // (`verifiedJwt`), taken from the handler `viewerKey` has anyway.
-  let keyed: Viewer | undefined;
   const hasAuthorization = credentials.authorization !== undefined && credentials.authorization !== null;
-  const jwtCaller = () => (jwt ??= authenticateJwt(credentials, auth));
-  // With an Authorization header only the JWT is tried (decisions §3): the same viewer.
-  const organizationCaller = () =>
-    (organization ??= hasAuthorization ? jwtCaller() : authenticateForOrganization(credentials, auth));
-  // The verified caller, named as `name` names it (and remembered for `verifiedJwt`); undefined when it does
-  // not verify.
-  const keyedAs = (name: (viewer: Viewer) => string): Promise<string | undefined> =>
-    organizationCaller().then(
-      (viewer) => name((keyed = viewer)),
-      () => undefined,
-    );
   const noted = (viewer: Viewer): Viewer => {
     record.caller = viewer.kind;
     record.organizationId = viewer.organization.parentId;
@@ -210,23 +178,35 @@ export function createRequestContext(
     if (secret) record.carriesSecret = secret;
     return viewer;
   };
+  const jwtViewer = () => (jwt ??= authenticateJwt(credentials, auth).then(noted));
+  // With an Authorization header only the JWT is tried (decisions §3): the same viewer.
+  const organizationViewer = () =>
+    (organization ??= hasAuthorization ? jwtViewer() : authenticateForOrganization(credentials, auth).then(noted));
   const context: RequestContext = {
     requestId,
     services,
-    jwtViewer: () => (jwtAsked ??= jwtCaller().then(noted)),
-    organizationViewer: () => (organizationAsked ??= organizationCaller().then(noted)),
-    // Without an Authorization header the caller found is the public key's, not a JWT's.
-    verifiedJwt: () => (hasAuthorization && keyed ? noted(keyed) : undefined),
+    jwtViewer,
+    organizationViewer,
     credentials,
     live: deps.live,
     reads,
-    retrieved: counted,
-    viewerKey: () => keyedAs(viewerKeyOf),
-    organizationAudience: () => keyedAs(audienceOf),
-    replay: async (answer, into) => {
-      await context.organizationViewer();
-      into.operation = answer.label;
-      for (const organizationId of answer.retrievals) services.retrievals.record(organizationId);
+    sharedAnswer: async (name, compute) => {
+      // The label is the record's once the answer is computed.
+      const computed = (body: Buffer | undefined): SharedAnswer | undefined =>
+        body === undefined ? undefined : { body, label: record.operation };
+      const viewer = await organizationViewer().catch(() => undefined);
+      // Credentials that do not verify: the operation says why, and nothing is held.
+      if (viewer === undefined || !deps.cache.live) return computed(await compute());
+      const key = `answer:${viewer.organization.parentId}:${isParentByJwt(viewer) ? 'owner' : 'reader'}:${name}`;
+      const kept = deps.cache.computed<SharedAnswer>(key);
+      if (kept !== undefined) {
+        record.operation = kept.label;
+        services.retrievals.record(viewer.organization.parentId);
+        return kept;
+      }
+      const answer = computed(await compute());
+      if (answer !== undefined) deps.cache.keepComputed(key, answer, reads);
+      return answer;
     },
     renew: renewal(deps, credentials, requestId),
   };

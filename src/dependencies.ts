@@ -1,15 +1,14 @@
 import type { Config } from './config.js';
 import type { AppDependencies } from './context.js';
-import { AnswerCache } from './db/answer-cache.js';
 import type { Database } from './db/database.js';
 import { EntityCache } from './db/entity-cache.js';
 import { Replicas } from './db/replicas.js';
 import { Searches } from './db/search-reads.js';
 import { createEventStreams, type EventStreams } from './graphql/event-stream.js';
-import { createLeanDoor, type LeanDoor } from './graphql/lean.js';
+import { createLeanTransport, type LeanTransport } from './graphql/lean.js';
 import { RegisteredOperations, type PersistedRule } from './graphql/persisted.js';
 import { createGraphQLPipeline, type GraphQLPipeline } from './graphql/pipeline.js';
-import { createYogaDoor, type YogaDoor } from './graphql/yoga.js';
+import { createYogaTransport, type YogaTransport } from './graphql/yoga.js';
 import { RateLimiter } from './http/rate-limit.js';
 import { Readiness } from './http/readiness.js';
 import { LiveUpdates } from './live/live-updates.js';
@@ -28,8 +27,8 @@ export type DependencyOptions = {
   logger: Logger;
   now?: () => Date;
   graphiqlHeaders?: string;
-  /** `full`: every GraphQL request through Yoga (the parity test compares the two doors). */
-  graphqlDoor?: 'lean' | 'full';
+  /** `full`: every GraphQL request through Yoga (the parity test compares the two transports). */
+  graphqlTransport?: 'lean' | 'full';
   /** Executions of a document before it runs compiled (tests: 0 always, Infinity never). */
   compileAfter?: number;
   /** The heap in use as the memory pressure reads it (tests drive the levels with their own). */
@@ -47,18 +46,15 @@ export type Dependencies = {
   replicas: Replicas | undefined;
   /** What each request's context is made from. */
   deps: AppDependencies;
-  answers: AnswerCache;
   pipeline: GraphQLPipeline;
   persisted: PersistedRule & { registered: RegisteredOperations };
-  yoga: YogaDoor;
+  yoga: YogaTransport;
   streams: EventStreams | undefined;
-  lean: LeanDoor | undefined;
+  lean: LeanTransport | undefined;
   limiter: RateLimiter;
   pressure: MemoryPressure;
   readiness: Readiness;
   exports: Exports;
-  /** The clock in epoch milliseconds. */
-  clock: () => number;
   /** Closes everything, in the order `closing` states. */
   close(): Promise<void>;
 };
@@ -118,21 +114,19 @@ export function buildDependencies(options: DependencyOptions): Dependencies {
     now,
     live: new LiveUpdates(feed, config.live),
   };
-  // Answers kept whole, for both transports: dropped with the entity cache's entries they were made from.
-  const answers = new AnswerCache(cache, config.answerCache);
   const pipeline = createGraphQLPipeline(deps, logger, { compileAfter: options.compileAfter });
-  // One rule for both doors: stored operations, and in the default mode the ones clients register.
+  // One rule for both transports: stored operations, and in the default mode the ones clients register.
   const persisted = {
     persistedOnly: config.persistedOperationsOnly,
     registered: new RegisteredOperations(undefined, config.memory.shares.registrations),
   };
-  const yoga = createYogaDoor(pipeline, config, { graphiqlHeaders: options.graphiqlHeaders, persisted });
+  const yoga = createYogaTransport(pipeline, config, { graphiqlHeaders: options.graphiqlHeaders, persisted });
   const streams =
-    options.graphqlDoor === 'full' ? undefined : createEventStreams(pipeline, { stallMs: config.live.stallMs });
+    options.graphqlTransport === 'full' ? undefined : createEventStreams(pipeline, { stallMs: config.live.stallMs });
   const lean =
-    options.graphqlDoor === 'full'
+    options.graphqlTransport === 'full'
       ? undefined
-      : createLeanDoor(pipeline, { graphiql: config.graphiql, persisted, answers, now: clock, streams });
+      : createLeanTransport(pipeline, { graphiql: config.graphiql, persisted, streams });
   const limiter = new RateLimiter(
     config.rateLimit,
     database.pgPool,
@@ -149,7 +143,6 @@ export function buildDependencies(options: DependencyOptions): Dependencies {
     used: options.memoryUsed,
     shrink: (fraction) => {
       cache.shrinkTo(cache.bytes * fraction);
-      answers.shrinkTo(answers.bytes * fraction);
     },
   });
   if (deps.live) deps.live.admits = () => pressure.admitsStream();
@@ -170,7 +163,6 @@ export function buildDependencies(options: DependencyOptions): Dependencies {
     () => replicas?.close(),
     () => searches.close(),
     () => deps.retrievals.close(),
-    () => answers.close(),
     () => cache.close(),
     () => feed.close(),
   ];
@@ -182,7 +174,6 @@ export function buildDependencies(options: DependencyOptions): Dependencies {
     feed,
     replicas,
     deps,
-    answers,
     pipeline,
     persisted,
     yoga,
@@ -192,7 +183,6 @@ export function buildDependencies(options: DependencyOptions): Dependencies {
     pressure,
     readiness,
     exports,
-    clock,
     close: async () => {
       for (const step of closing) await step();
     },

@@ -23,49 +23,79 @@ export class ApiError extends Error {
   }
 }
 
-export class UnauthorizedError extends ApiError {
-  constructor(message = 'A valid access token is required.') {
-    super('UNAUTHORIZED', 401, message);
+/**
+ * The expected errors of one code and status whose message may be given, else the default here:
+ * by class name, its code, status and default message.
+ */
+const EXPECTED = {
+  UnauthorizedError: ['UNAUTHORIZED', 401, 'A valid access token is required.'],
+  UnauthorizedAccessError: ['UNAUTHORIZED_ACCESS', 401, 'Only parent accounts may use this operation.'],
+  AccountInactiveError: ['ACCOUNT_INACTIVE', 403, 'The account is not active.'],
+  CreditsDepletedError: [
+    'CREDITS_DEPLETED',
+    403,
+    "The organization's credits are depleted; access for its users is blocked until credits are added.",
+  ],
+  UserNotFoundError: ['USER_NOT_FOUND', 404, 'The account was not found.'],
+  MissingParentPublicKeyError: [
+    'MISSING_PARENT_PUBLIC_KEY',
+    400,
+    'Send an access token in Authorization or a public key in X-Public-Key.',
+  ],
+  InvalidParentAccountError: [
+    'INVALID_PARENT_ACCOUNT',
+    400,
+    'The public key does not belong to a usable parent account.',
+  ],
+  InvalidLimitError: ['INVALID_LIMIT', 400, 'limit must be a whole number from 1 to 100.'],
+  InvalidPaginationTokenError: [
+    'INVALID_PAGINATION_TOKEN',
+    400,
+    'The pagination token is invalid; start again from the first page.',
+  ],
+  InvalidSearchError: ['INVALID_SEARCH', 400, 'search must be at most 200 characters.'],
+  InvalidMonthsError: ['INVALID_MONTHS', 400, 'months must be a whole number from 1 to 36.'],
+  InternalError: ['INTERNAL_ERROR', 500, 'An unexpected error occurred.'],
+  PayloadTooLargeError: ['PAYLOAD_TOO_LARGE', 413, 'The request body is too large.'],
+  UriTooLongError: ['URI_TOO_LONG', 414, 'The request target (path and query string) is too long.'],
+  BadRequestError: ['BAD_REQUEST', 400, 'The request is malformed.'],
+  InvalidFormatError: ['INVALID_FORMAT', 400, 'format must be csv or ndjson.'],
+} as const;
+
+/** The classes of `EXPECTED`, each named as its key (for the log line). */
+function expectedClasses<K extends string>(
+  table: Record<K, readonly [string, number, string]>,
+): Record<K, new (message?: string) => ApiError> {
+  const classes = {} as Record<K, new (message?: string) => ApiError>;
+  for (const [name, [code, status, fallback]] of Object.entries(table) as [K, readonly [string, number, string]][]) {
+    classes[name] = class extends ApiError {
+      constructor(message = fallback) {
+        super(code, status, message);
+      }
+    };
+    Object.defineProperty(classes[name], 'name', { value: name });
   }
+  return classes;
 }
 
-export class UnauthorizedAccessError extends ApiError {
-  constructor(message = 'Only parent accounts may use this operation.') {
-    super('UNAUTHORIZED_ACCESS', 401, message);
-  }
-}
-
-export class AccountInactiveError extends ApiError {
-  constructor(message = 'The account is not active.') {
-    super('ACCOUNT_INACTIVE', 403, message);
-  }
-}
-
-export class CreditsDepletedError extends ApiError {
-  constructor(
-    message = "The organization's credits are depleted; access for its users is blocked until credits are added.",
-  ) {
-    super('CREDITS_DEPLETED', 403, message);
-  }
-}
-
-export class UserNotFoundError extends ApiError {
-  constructor(message = 'The account was not found.') {
-    super('USER_NOT_FOUND', 404, message);
-  }
-}
-
-export class MissingParentPublicKeyError extends ApiError {
-  constructor(message = 'Send an access token in Authorization or a public key in X-Public-Key.') {
-    super('MISSING_PARENT_PUBLIC_KEY', 400, message);
-  }
-}
-
-export class InvalidParentAccountError extends ApiError {
-  constructor(message = 'The public key does not belong to a usable parent account.') {
-    super('INVALID_PARENT_ACCOUNT', 400, message);
-  }
-}
+export const {
+  UnauthorizedError,
+  UnauthorizedAccessError,
+  AccountInactiveError,
+  CreditsDepletedError,
+  UserNotFoundError,
+  MissingParentPublicKeyError,
+  InvalidParentAccountError,
+  InvalidLimitError,
+  InvalidPaginationTokenError,
+  InvalidSearchError,
+  InvalidMonthsError,
+  InternalError,
+  PayloadTooLargeError,
+  UriTooLongError,
+  BadRequestError,
+  InvalidFormatError,
+} = expectedClasses(EXPECTED);
 
 export class InvalidDateFormatError extends ApiError {
   constructor(message: string) {
@@ -73,39 +103,9 @@ export class InvalidDateFormatError extends ApiError {
   }
 }
 
-export class InvalidLimitError extends ApiError {
-  constructor(message = 'limit must be a whole number from 1 to 100.') {
-    super('INVALID_LIMIT', 400, message);
-  }
-}
-
-export class InvalidPaginationTokenError extends ApiError {
-  constructor(message = 'The pagination token is invalid; start again from the first page.') {
-    super('INVALID_PAGINATION_TOKEN', 400, message);
-  }
-}
-
-export class InvalidSearchError extends ApiError {
-  constructor(message = 'search must be at most 200 characters.') {
-    super('INVALID_SEARCH', 400, message);
-  }
-}
-
-export class InvalidMonthsError extends ApiError {
-  constructor(message = 'months must be a whole number from 1 to 36.') {
-    super('INVALID_MONTHS', 400, message);
-  }
-}
-
 export class ServiceUnavailableError extends ApiError {
   constructor(message = 'The service is temporarily unavailable; try again shortly.', retryAfterSeconds?: number) {
     super('SERVICE_UNAVAILABLE', 503, message, retryAfterSeconds);
-  }
-}
-
-export class InternalError extends ApiError {
-  constructor(message = 'An unexpected error occurred.') {
-    super('INTERNAL_ERROR', 500, message);
   }
 }
 
@@ -158,12 +158,6 @@ export function toApiError(error: unknown): ApiError {
   return new InternalError();
 }
 
-export class PayloadTooLargeError extends ApiError {
-  constructor(message = 'The request body is too large.') {
-    super('PAYLOAD_TOO_LARGE', 413, message);
-  }
-}
-
 export class HeaderTooLargeError extends ApiError {
   constructor(message = 'The request headers are too large.') {
     super('REQUEST_HEADER_FIELDS_TOO_LARGE', 431, message);
@@ -173,19 +167,6 @@ export class HeaderTooLargeError extends ApiError {
     return new HeaderTooLargeError(
       `The ${name.length > 40 || !/^[A-Za-z0-9-]+$/.test(name) ? 'a' : name} header is too long.`,
     );
-  }
-}
-
-export class UriTooLongError extends ApiError {
-  constructor(message = 'The request target (path and query string) is too long.') {
-    super('URI_TOO_LONG', 414, message);
-  }
-}
-
-/** A request the HTTP layer cannot take as it is (a malformed Host header, an unparsable head). */
-export class BadRequestError extends ApiError {
-  constructor(message = 'The request is malformed.') {
-    super('BAD_REQUEST', 400, message);
   }
 }
 
@@ -200,12 +181,6 @@ export class ClientClosedError extends Error {
 export class RateLimitedError extends ApiError {
   constructor(retryAfterSeconds: number, message = `Too many requests; try again in ${retryAfterSeconds} s.`) {
     super('RATE_LIMITED', 429, message, retryAfterSeconds);
-  }
-}
-
-export class InvalidFormatError extends ApiError {
-  constructor(message = 'format must be csv or ndjson.') {
-    super('INVALID_FORMAT', 400, message);
   }
 }
 

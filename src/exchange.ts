@@ -54,7 +54,7 @@ function firstValue(value: string | string[] | undefined): string | undefined {
 }
 
 /**
- * One request while it is answered, handed to REST and to both GraphQL doors: the request id, the
+ * One request while it is answered, handed to REST and to both GraphQL transports: the request id, the
  * target as sent, the credentials read once, the record its log line and metrics are made from,
  * and the headers every answer carries (CORS, rate limits), merged as they are added: `Vary`
  * accumulates, nothing is overwritten by a later layer by accident. Every answer leaves through
@@ -174,7 +174,7 @@ export class Exchange {
   /**
    * The one rule for secrets: an answer whose bytes carry the organization's signing secret (shown
    * to its parent by JWT only) is never written to any cache, a browser's included. It leaves
-   * `no-store`, without an ETag, and is never answered by a 304, whichever door or field made it.
+   * `no-store`, without an ETag, and is never answered by a 304, whichever transport or field made it.
    */
   private carriesSecret(payload: string | Buffer): boolean {
     return payload.length > 0 && this.record.carriesSecret !== undefined && this.record.carriesSecret(payload);

@@ -7,7 +7,7 @@ import { useTestDatabase } from './helpers/database.js';
 
 /*
  * One cache holds what is known of each document text (its parse or parse error, its validation,
- * the lean door's notes and plans), within one bound in bytes, whatever the callers send.
+ * the lean transport's notes and plans), within one bound in bytes, whatever the callers send.
  */
 describe('the GraphQL document cache', () => {
   const database = useTestDatabase();

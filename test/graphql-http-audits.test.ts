@@ -5,7 +5,7 @@ import { testMode, useTestDatabase } from './helpers/database.js';
 
 /*
  * GraphQL over HTTP conformance: graphql-http's server audits (the specification's reference
- * implementation) against /graphql, in development and in production, on the lean door and on
+ * implementation) against /graphql, in development and in production, on the lean transport and on
  * the full server. Every audit, MUST, SHOULD and MAY, passes. Four of them send their variables to
  * `__type`, an introspection field: production runs them with introspection on, and with it off
  * (the production default) exactly those four are refused and nothing else.
@@ -15,7 +15,10 @@ describe(`GraphQL over HTTP audits (${testMode})`, () => {
   const servers = {
     development: useServer(database, { env: { NODE_ENV: 'development', GRAPHIQL: 'true' } }),
     production: useServer(database, { env: { NODE_ENV: 'production', INTROSPECTION: 'true' } }),
-    'full server': useServer(database, { env: { NODE_ENV: 'production', INTROSPECTION: 'true' }, graphqlDoor: 'full' }),
+    'full server': useServer(database, {
+      env: { NODE_ENV: 'production', INTROSPECTION: 'true' },
+      graphqlTransport: 'full',
+    }),
   };
   for (const [name, server] of Object.entries(servers)) {
     it(`passes every audit: ${name}`, async () => {

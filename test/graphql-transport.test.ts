@@ -6,7 +6,7 @@ import { operationId, STORED_OPERATIONS } from '../src/graphql/operations.js';
 
 /*
  * Two servers that must answer alike, sent the same requests: status, headers and body bytes must
- * be equal, and so must the metrics and the request log line they leave. Twice over: the lean door
+ * be equal, and so must the metrics and the request log line they leave. Twice over: the lean transport
  * against Yoga (every GraphQL request through Yoga), and compiled execution (graphql-jit, from the
  * first execution of a document) against the reference executor (graphql-js, never compiled).
  */
@@ -65,15 +65,15 @@ async function graphqlSeries(server: TestServer): Promise<string[]> {
 const env = { NODE_ENV: 'production', LOG_LEVEL: 'info', LOG_FORMAT: 'json', CORS_ORIGINS: 'https://app.example' };
 type ServerOptions = Parameters<typeof useServer>[1];
 
-parity('the lean door and Yoga', { env }, { env, graphqlDoor: 'full' }, { doors: true });
+parity('the lean transport and Yoga', { env }, { env, graphqlTransport: 'full' }, { transports: true });
 parity(
   'compiled execution and the reference executor',
   { env, compileAfter: 0 },
   { env, compileAfter: Infinity },
-  { doors: false },
+  { transports: false },
 );
 
-function parity(title: string, first: ServerOptions, second: ServerOptions, { doors }: { doors: boolean }) {
+function parity(title: string, first: ServerOptions, second: ServerOptions, { transports }: { transports: boolean }) {
   describe(`GraphQL: ${title} answer alike (${testMode})`, () => {
     const database = useTestDatabase();
     const lean = useServer(database, first);
@@ -138,7 +138,7 @@ function parity(title: string, first: ServerOptions, second: ServerOptions, { do
       expect(await graphqlSeries(lean())).toEqual(await graphqlSeries(full()));
     });
 
-    it.runIf(doors)('takes API requests through the lean door and leaves the rest to Yoga', async () => {
+    it.runIf(transports)('takes API requests through the lean transport and leaves the rest to Yoga', async () => {
       const viaYoga = vi.spyOn(lean().app.graphql, 'serve');
       const viaFull = vi.spyOn(full().app.graphql, 'serve');
       await both({ body: JSON.stringify({ query: '{ __typename }' }) }, 'POST');
@@ -370,3 +370,40 @@ function parity(title: string, first: ServerOptions, second: ServerOptions, { do
     });
   });
 }
+
+describe('the lean transport', () => {
+  const database = useTestDatabase();
+  const server = useServer(database);
+
+  it('reads each body by its own bytes: one as long as a body sent before, with other bytes or variables, is its own request', async () => {
+    const own = await createOrganization(database());
+    await createChild(database(), own.parent, { username: 'bytes-1' });
+    await createChild(database(), own.parent, { username: 'bytes-2' });
+    const token = await tokenFor(own.parent, own);
+    const post = async (body: string) =>
+      (await (
+        await fetch(`${server().url}/graphql`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+          body,
+        })
+      ).json()) as { data?: Record<string, any>; errors?: unknown };
+    const [id, email] = [
+      JSON.stringify({ query: '{ me { userID } }' }),
+      JSON.stringify({ query: '{ me { email  } }' }),
+    ];
+    const page = (n: number) =>
+      JSON.stringify({
+        query: 'query Page($n: Int) { childAccounts(first: $n) { edges { node { username } } } }',
+        variables: { n },
+      });
+    expect(email.length).toBe(id.length);
+    expect(page(1).length).toBe(page(2).length);
+    for (let i = 0; i < 3; i++) {
+      expect(await post(id)).toEqual({ data: { me: { userID: own.parent.id } } });
+      expect(await post(email)).toEqual({ data: { me: { email: own.parent.email } } });
+      expect((await post(page(1))).data?.childAccounts.edges).toHaveLength(1);
+      expect((await post(page(2))).data?.childAccounts.edges).toHaveLength(2);
+    }
+  });
+});

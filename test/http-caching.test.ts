@@ -16,7 +16,7 @@ const STRONG_TAG = /^"[A-Za-z0-9_-]{22}"$/;
 describe(`HTTP caching (${testMode})`, () => {
   const database = useTestDatabase();
   const lean = useServer(database);
-  const full = useServer(database, { graphqlDoor: 'full' });
+  const full = useServer(database, { graphqlTransport: 'full' });
   const withOrigins = useServer(database, { env: { CORS_ORIGINS: 'https://app.example' } });
 
   const retrievals = async (server: TestServer, parentId: string) => {
@@ -177,11 +177,11 @@ describe(`HTTP caching (${testMode})`, () => {
     expect(await retrievals(lean(), org.parent.id)).toBe(5n);
   });
 
-  for (const [door, server] of [
+  for (const [transport, server] of [
     ['lean', lean],
     ['Yoga', full],
   ] as const) {
-    it(`GraphQL (${door} door): a GET of a stored operation by id is revalidated; nothing else is kept`, async () => {
+    it(`GraphQL (${transport} transport): a GET of a stored operation by id is revalidated; nothing else is kept`, async () => {
       const org = await createOrganization(database());
       // The child: the stored operation selects the secret, which the child sees masked.
       const token = await tokenFor(await createChild(database(), org.parent), org);
@@ -228,7 +228,7 @@ describe(`HTTP caching (${testMode})`, () => {
       expect(refused.headers.get('etag')).toBeNull();
     });
 
-    it(`GraphQL (${door} door): an answer with the real signing secret is no-store with no ETag, by GET and POST`, async () => {
+    it(`GraphQL (${transport} transport): an answer with the real signing secret is no-store with no ETag, by GET and POST`, async () => {
       const org = await createOrganization(database());
       const token = await tokenFor(org.parent, org);
       const secret = org.organization.jwtSecret;

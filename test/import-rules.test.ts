@@ -78,6 +78,10 @@ const RULES: Rule[] = [
       ((TRANSPORTS.has(area(imported)) && area(imported) !== area(file)) || area(imported) === 'http'),
   },
   {
+    name: 'a transport reaches the data through the services alone: it imports nothing of db/',
+    broken: (file, imported) => TRANSPORTS.has(area(file)) && area(imported) === 'db',
+  },
+  {
     name: 'db/ imports neither auth/, services/ nor a transport or the edge',
     broken: (file, imported) =>
       area(file) === 'db' && ['auth', 'services', 'rest', 'graphql', 'http'].includes(area(imported)),

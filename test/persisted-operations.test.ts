@@ -58,7 +58,7 @@ describe(`persisted operations (${testMode})`, () => {
   const database = useTestDatabase();
   const open = useServer(database);
   const strict = useServer(database, { env: { GRAPHQL_PERSISTED_ONLY: 'true' } });
-  const yoga = useServer(database, { graphqlDoor: 'full' });
+  const yoga = useServer(database, { graphqlTransport: 'full' });
 
   it('by default, a stored id and an arbitrary document both run, with the same answer', async () => {
     const org = await createOrganization(database());
@@ -115,11 +115,11 @@ describe(`persisted operations (${testMode})`, () => {
     expect((await ask(strict(), {})).body.errors?.[0]?.extensions?.code).toBe('PERSISTED_QUERY_NOT_FOUND');
   });
 
-  for (const [door, server] of [
+  for (const [transport, server] of [
     ['lean', open],
     ['Yoga', yoga],
   ] as const) {
-    it(`(${door} door) registers a document only for a caller whose credential verified, within its budget, counted in /metrics`, async () => {
+    it(`(${transport} transport) registers a document only for a caller whose credential verified, within its budget, counted in /metrics`, async () => {
       const org = await createOrganization(database());
       const [parentToken, childToken] = [
         await tokenFor(org.parent, org),
@@ -157,9 +157,9 @@ describe(`persisted operations (${testMode})`, () => {
         ).body.errors?.[0]?.extensions?.code !== 'PERSISTED_QUERY_NOT_FOUND';
       // No credential, a forged one, and a document that asks for nothing a credential guards.
       const anonymous = [
-        `{ me { userID } } # ${door} anonymous`,
-        `{ me { email } } # ${door} forged`,
-        `{ __typename } # ${door} typename`,
+        `{ me { userID } } # ${transport} anonymous`,
+        `{ me { email } } # ${transport} forged`,
+        `{ __typename } # ${transport} typename`,
       ];
       expect((await offer(anonymous[0]!)).status).toBeLessThan(500);
       await offer(anonymous[1]!, 'forged.token.value');
@@ -167,13 +167,16 @@ describe(`persisted operations (${testMode})`, () => {
       for (const query of anonymous) expect(await known(query, parentToken), query).toBe(false);
       // A verified caller registers, up to its budget a window; another credential has its own.
       const { perCredential } = DEFAULT_REGISTRATION_BUDGET;
-      const documents = Array.from({ length: perCredential + 1 }, (_, i) => `query Q${i} { me { userID } } # ${door}`);
+      const documents = Array.from(
+        { length: perCredential + 1 },
+        (_, i) => `query Q${i} { me { userID } } # ${transport}`,
+      );
       for (const query of documents) expect((await offer(query, parentToken)).status).toBe(200);
       expect(await known(documents[0]!, parentToken)).toBe(true);
       expect(await known(documents[perCredential - 1]!, parentToken)).toBe(true);
       expect(await known(documents[perCredential]!, parentToken)).toBe(false);
       // Offering a document already registered spends nothing.
-      const childQuery = `{ me { userID } } # ${door} child`;
+      const childQuery = `{ me { userID } } # ${transport} child`;
       expect((await offer(childQuery, childToken)).status).toBe(200);
       expect(await known(childQuery, childToken)).toBe(true);
       const after = await registrations();

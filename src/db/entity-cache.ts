@@ -126,17 +126,14 @@ type CacheTicket = { readonly epoch: number };
 /** A key as the cache holds it: `<namespace>:<key>`, or the key itself in the namespace ''. */
 const keyIn = (namespace: string, key: string) => (namespace === '' ? key : `${namespace}:${key}`);
 
+/** The lookup of a value under its whole key whose tags were stored with it (`computed`). */
+const COMPUTED: CachedLookup<unknown> = { namespace: '', tags: () => NO_TAGS };
+
 /** What `hit` answers for a key the cache does not hold (or may not serve). */
 export const MISS: unique symbol = Symbol('miss');
 
 /** The read-through calls of the cache, as loaders and services use them. */
 export type CacheReader = Pick<EntityCache, 'through' | 'throughMany' | 'hit'>;
-
-/**
- * Told of every invalidation: what keeps answers built on the cache's entries (`answer-cache.ts`);
- * and, if it borrows the entries' spare bytes, of every entry stored (`stored`), to give some back.
- */
-export type InvalidationListener = { invalidated(tag: string): void; cleared(): void; stored?(): void };
 
 /** The most keys one statement reads for the misses of many requests (more make several). */
 const BATCH_MAX_KEYS = 256;
@@ -182,7 +179,6 @@ export class EntityCache {
   /** Per namespace, the misses of every request in this turn of the event loop, read together (`batched`). */
   private readonly batches = new Map<string, DataLoader<string, BatchedValue>>();
   private readonly unsubscribe: () => void;
-  private readonly listeners = new Set<InvalidationListener>();
   readonly stats = { hits: 0, misses: 0, invalidations: 0, evictions: 0, refused: 0, sharedReads: 0, announcements: 0 };
 
   constructor(
@@ -233,12 +229,6 @@ export class EntityCache {
     return this.feed.caughtUp(timeoutMs);
   }
 
-  /** Tells `listener` of every tag invalidated and every clear, until the returned function is called. */
-  listen(listener: InvalidationListener): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
-  }
-
   /**
    * The read-through calls with every read recorded in `reads`: what a request's loaders and
    * services read through, so that an answer made of it can be kept and dropped with them.
@@ -267,16 +257,6 @@ export class EntityCache {
     const entryBytes = (this.entries?.calculatedSize ?? 0) * kept;
     while (this.entries && this.entries.size > 0 && this.entries.calculatedSize > entryBytes) this.entries.pop();
     this.ring?.shrinkTo(this.ring.bytes * kept);
-  }
-
-  /** The most estimated bytes the entries (on the heap, beside the records) may hold. */
-  get entryBytesBound(): number {
-    return this.entries?.maxSize ?? 0;
-  }
-
-  /** Of `entryBytesBound`, what the entries leave unused now: what the kept answers may borrow. */
-  get spareEntryBytes(): number {
-    return this.entries ? Math.max(0, this.entries.maxSize - this.entries.calculatedSize) : 0;
   }
 
   /** Estimated bytes held now (never above the configured bound). */
@@ -366,7 +346,6 @@ export class EntityCache {
     this.entries.set(key, entry);
     if (this.entries.peek(key) !== entry) return;
     this.byTag.add(key, entry.tags);
-    for (const listener of this.listeners) listener.stored?.();
   }
 
   /**
@@ -602,6 +581,25 @@ export class EntityCache {
     return { rows, seen };
   }
 
+  /**
+   * A value computed from what a request read through the cache (an answer many callers share),
+   * held under `key`: undefined when the cache holds none.
+   */
+  computed<V>(key: string): V | undefined {
+    const value = this.lookUpCounted(COMPUTED as CachedLookup<V>, key, undefined);
+    return value === MISS || value === null ? undefined : value;
+  }
+
+  /**
+   * Holds `value`, computed from `reads`, under `key` with the tags of what it read, so that it is
+   * dropped with them: unless something was read around the cache or computed from the clock, or
+   * one of them changed after it was read (as `set`), and on the terms of `admits`.
+   */
+  keepComputed(key: string, value: unknown, reads: ReadSet): void {
+    if (reads.untracked || !this.unchangedSinceRead(reads.tags) || !this.admits(key)) return;
+    this.store(key, { value, tags: besidesKey([...reads.tags.keys()], key) });
+  }
+
   /** `throughMany` for one value under its whole key. */
   through<V>(key: string, declared: CachedValue<V>, reads?: ReadSet): Promise<V> {
     const { tags, read, usable, compact } = declared;
@@ -660,7 +658,7 @@ export class EntityCache {
   }
 
   /** Whether nothing that `reads` read was invalidated after it was read by a change it did not see (see `ReadSet`). */
-  unchangedSinceRead(reads: ReadonlyMap<string, TagRead>): boolean {
+  private unchangedSinceRead(reads: ReadonlyMap<string, TagRead>): boolean {
     for (const [tag, read] of reads) if (!this.unchangedSince(read, [tag], read.seen)) return false;
     return true;
   }
@@ -696,7 +694,6 @@ export class EntityCache {
       this.epoch += 1;
       this.invalidatedAt.set(tag, { epoch: this.epoch, version: change.version });
       this.stats.invalidations += 1;
-      for (const listener of this.listeners) listener.invalidated(tag);
       // A tag spelled as a key names that entry (an account's row), the others the entries indexed
       // under it; in the ring, the record of that key and every record carrying the tag, whether
       // or not its read saw the change (a record keeps no snapshot: one more read, never a stale one).
@@ -728,7 +725,6 @@ export class EntityCache {
     this.entries?.clear();
     this.ring?.clear();
     this.byTag.clear();
-    for (const listener of this.listeners) listener.cleared();
   }
 
   close(): void {

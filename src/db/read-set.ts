@@ -4,9 +4,9 @@ import type { Snapshot } from './snapshots.js';
 export type CacheLookups = { hits: number; misses: number };
 
 /**
- * What one request read, for an answer computed from it that is kept (`answer-cache.ts`): the
- * tags of everything read through the cache, whether anything was read around it (then the
- * answer is not kept), and until when what was computed from the clock holds.
+ * What one request read, for an answer computed from it that is held (`RequestContext.sharedAnswer`):
+ * the tags of everything read through the cache, whether anything was read around it or computed
+ * from the clock (then the answer is not held).
  */
 export class ReadSet {
   constructor(
@@ -19,36 +19,14 @@ export class ReadSet {
    * it was read, and the snapshot of the database read that it came from, when there was one.
    */
   readonly tags = new Map<string, TagRead>();
-  /** Something was read outside the cache: no announcement would tell that it changed. */
+  /**
+   * Something was read outside the cache, or computed from the clock: no announcement would tell
+   * that it changed.
+   */
   untracked = false;
-  /** Epoch milliseconds until which the answer's clock-dependent parts hold. */
-  validUntil = Number.POSITIVE_INFINITY;
-  /** Clock readings whose validity was not stated yet. */
-  private open = 0;
 
   add(tags: readonly string[], read: TagRead): void {
     for (const tag of tags) if (!this.tags.has(tag)) this.tags.set(tag, read);
-  }
-
-  /** The answer holds only at this instant (the default for anything computed from the clock). */
-  instant(at: number): void {
-    this.validUntil = Math.min(this.validUntil, at);
-  }
-
-  /** A clock reading whose consequence is stated later with `holdsUntil` (until then, not kept). */
-  clock(): (until: number) => void {
-    this.open += 1;
-    let stated = false;
-    return (until) => {
-      if (!stated) this.open -= 1;
-      stated = true;
-      this.validUntil = Math.min(this.validUntil, until);
-    };
-  }
-
-  /** Whether an answer made of these reads may be kept at `now`. */
-  reusable(now: number): boolean {
-    return !this.untracked && this.open === 0 && now < this.validUntil;
   }
 }
 

@@ -118,14 +118,16 @@ export class Searches {
 
   /**
    * Every tenant's part as of now: each fills at an equal part of the instance's rate, up to the
-   * window's share; one with nothing pending whose part is whole is forgotten.
+   * window's share, and `charged` pays `spentMs`; one with nothing pending whose part is whole is
+   * forgotten.
    */
-  private fill(): void {
+  private fill(charged?: Tenant, spentMs = 0): void {
     const now = this.now();
     const rate = this.rate / Math.max(1, this.tenants.size);
     const capacity = SHARE_WINDOW_MS * this.rate;
     for (const [organizationId, tenant] of this.tenants) {
       tenant.budgetMs = Math.min(capacity, tenant.budgetMs + (now - tenant.filledAt) * rate);
+      if (tenant === charged) tenant.budgetMs -= spentMs;
       tenant.filledAt = now;
       if (tenant.pending === 0 && tenant.budgetMs >= capacity) this.tenants.delete(organizationId);
     }
@@ -157,8 +159,14 @@ export class Searches {
     statement: () => Promise<T>,
   ): Promise<T> {
     const begun = search.tenant !== undefined;
-    // Counted as pending from here (`admit` counts a new search's first statement itself).
-    if (search.tenant) search.tenant.pending += 1;
+    // Counted as pending from here (`admit` counts a new search's first statement itself); a
+    // begun search whose part was whole between its statements was forgotten, and is followed again.
+    if (search.tenant) {
+      const followed = this.tenants.get(organizationId);
+      if (followed) search.tenant = followed;
+      else this.tenants.set(organizationId, search.tenant);
+      search.tenant.pending += 1;
+    }
     const tenant = search.tenant ?? (await this.admit(organizationId));
     search.tenant = tenant;
     let started: number | undefined;
@@ -176,12 +184,7 @@ export class Searches {
     } finally {
       tenant.pending -= 1;
       if (started !== undefined) {
-        if (this.shared) {
-          this.fill();
-          tenant.budgetMs -= this.now() - started;
-          // Back in the map if the fill forgot it meanwhile (a part whole, nothing pending): it spent.
-          if (!this.tenants.has(organizationId)) this.tenants.set(organizationId, tenant);
-        }
+        if (this.shared) this.fill(tenant, this.now() - started);
         this.release();
       }
     }

@@ -93,25 +93,6 @@ export function projectedMonthlyUsage(used: number, retentionCredits: number, no
   return Math.round((used / elapsedDays) * days) + retentionCredits;
 }
 
-/**
- * Until when (epoch ms) `projectedMonthlyUsage(used, retention, now)` keeps its value while
- * `used` stays as it is (exclusive: the first millisecond at which it may differ): the projection
- * only falls as the month's days pass, by one when used / elapsedDays x days drops below the next
- * half (Math.round's step), and starts over with the next month. Never later than the true moment.
- */
-export function projectionHoldsUntil(used: number, now: Date): number {
-  const start = monthStart(now);
-  const nextMonth = monthStart(now, -1).getTime();
-  const days = daysInMonth(start.getUTCFullYear(), start.getUTCMonth());
-  const rate = used * days;
-  const rounded = Math.round(rate / Math.max(1, (now.getTime() - start.getTime()) / DAY_MS));
-  // At 0 it stays 0 (nothing used, or a rate that rounds to nothing): only the month ends it.
-  if (rounded === 0) return nextMonth;
-  // The value falls to rounded - 1 once rate / elapsed < rounded - 0.5, that is elapsed > rate / (rounded - 0.5).
-  const changesAt = start.getTime() + (rate / (rounded - 0.5)) * DAY_MS;
-  return Math.min(nextMonth, Math.floor(changesAt));
-}
-
 export function analyseCredits(input: {
   creditBalance: number;
   totalFreeUsers: number;

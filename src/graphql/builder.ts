@@ -38,14 +38,14 @@ export const builder = new SchemaBuilder<{
       rethrowScopeError(result.failure);
       return new UnauthorizedAccessError();
     },
-    // Made once per request, when a field first asks. A JWT caller already verified (the lean
-    // door verifies it to look for a kept answer) has its scopes decided here, as booleans: every
-    // field's check is then synchronous, with no promise or per-field cache. Otherwise each scope
-    // verifies the caller when first asked, and a failed verification is the field's error.
-    // (Plain values: getters that decided each scope when read cost twice the young generation's
-    // collection time of this version, measured with bench:alloc.)
-    authScopes: (context) => {
-      const jwt = context.verifiedJwt();
+    // Made once per request, when a field first asks. A request with an Authorization header is a
+    // JWT caller's (decisions §3): verified here, its scopes are booleans, and every field's check
+    // is then synchronous, with no promise or per-field cache. Otherwise, or when it does not
+    // verify, each scope verifies the caller when first asked, and a failed verification is the
+    // field's error. (Plain values: getters that decided each scope when read cost twice the young
+    // generation's collection time of this version, measured with bench:alloc.)
+    authScopes: async (context) => {
+      const jwt = context.credentials.authorization == null ? undefined : await context.jwtViewer().catch(() => null);
       if (jwt) {
         const parent = isParentByJwt(jwt);
         // With an Authorization header the organization's viewer is the JWT's (decisions §3).

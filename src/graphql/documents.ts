@@ -4,8 +4,8 @@ import { LRUCache } from 'lru-cache';
 
 /*
  * One cache of what is known of each GraphQL document text the server was sent: its parse (or
- * parse error), its validation, and the lean door's notes (an id for its kept answers' keys, the
- * plans of its operations). Envelop's parser and validation caches and the lean door read it
+ * parse error), its validation, and the lean transport's notes (an id for its shared answers' names, the
+ * plans of its operations). Envelop's parser and validation caches and the lean transport read it
  * through the views below, so one bound in bytes holds every document-keyed entry.
  */
 
@@ -40,14 +40,13 @@ export type PlannedQuery = {
 };
 
 /**
- * What the lean door notes of a document it ran: a short id for the keys of its kept answers, the
- * plans of its operations that run compiled, and their names (by the operation name sent, see
- * `operationKey`), for the spans of their kept answers.
+ * What the lean transport notes of a document it ran: a short id for the names of its shared answers,
+ * and by operation (the operation name sent, see `operationKey`) the plans of those that run
+ * compiled.
  */
 export type DocumentNotes = {
   id: number;
   plans: Map<string, PlannedQuery>;
-  names: Map<string, string | undefined>;
   /** By operation: whether its answers show the caller's organization alone (`showsOrganizationOnly`). */
   organizationOnly: Map<string, boolean>;
 };
@@ -129,16 +128,16 @@ export class DocumentCache {
     },
   };
 
-  /** What the lean door noted of `text`, if it noted anything. */
+  /** What the lean transport noted of `text`, if it noted anything. */
   notes(text: string): DocumentNotes | undefined {
     return this.entries.get(text)?.notes;
   }
 
-  /** What the lean door noted of `text`, begun now (with a new id) if it was not yet. */
+  /** What the lean transport noted of `text`, begun now (with a new id) if it was not yet. */
   noted(text: string): DocumentNotes {
     const notes = this.entries.get(text)?.notes;
     if (notes !== undefined) return notes;
-    const made: DocumentNotes = { id: ++this.ids, plans: new Map(), names: new Map(), organizationOnly: new Map() };
+    const made: DocumentNotes = { id: ++this.ids, plans: new Map(), organizationOnly: new Map() };
     this.update(text, (entry) => (entry.notes = made));
     return made;
   }
@@ -157,8 +156,8 @@ export class DocumentCache {
  * Whether every answer to the operation shows the caller's organization alone: a query whose root
  * selects `organization` (under any alias, with any selection below it) and nothing else but
  * `__typename`. Its answer is the same for every reader of the organization, but for the secret
- * shown to its parent by JWT alone (`RequestContext.organizationAudience`); a fragment at the root
- * is not looked into (such an answer is kept per viewer).
+ * shown to its parent by JWT alone (`RequestContext.sharedAnswer`); a fragment at the root is not
+ * looked into (such an answer is not shared).
  */
 export function showsOrganizationOnly(document: DocumentNode, operationName: string | null | undefined): boolean {
   const operation = getOperationAST(document, operationName);

@@ -11,7 +11,7 @@ import { schema } from './schema.js';
 
 /*
  * Subscriptions over Server-Sent Events on node:http (GraphQL over SSE, distinct connections, as
- * graphql-sse and Yoga's client speak it, in Yoga's own framing): the lean door's event stream.
+ * graphql-sse and Yoga's client speak it, in Yoga's own framing): the lean transport's event stream.
  * Yoga holds a fetch Request, a Response, a web stream and graphql-js' iterators for each open
  * stream, about 50 KB of heap; this holds the response, the document (shared), the operation's
  * variables and the subscription's flags, and executes the operation's selection on each push

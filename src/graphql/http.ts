@@ -1,6 +1,6 @@
 import { GraphQLError, type ExecutionResult } from 'graphql';
 import { LRUCache } from 'lru-cache';
-import type { Answer } from '../db/answer-cache.js';
+import type { SharedAnswer } from '../context.js';
 import type { ApiError } from '../errors.js';
 import type { HttpHint } from './pipeline.js';
 import { entityTag, type Exchange } from '../exchange.js';
@@ -8,7 +8,7 @@ import { entityTag, type Exchange } from '../exchange.js';
 /*
  * GraphQL over HTTP's framing of a single result, as graphql-yoga frames it (its regular result
  * processor): the media type negotiated from Accept, the status from the errors' hints, and the
- * body without the hints. Both doors answer through the same edge; the parity test compares them
+ * body without the hints. Both transports answer through the same edge; the parity test compares them
  * byte for byte.
  */
 
@@ -159,8 +159,8 @@ export function sendResult(exchange: Exchange, result: ExecutionResult, mediaTyp
   else exchange.send(status, contentType, serialiseResult(result), { noStore: true });
 }
 
-/** A kept answer (no errors, so 200), as `sendResult` would send the result it was made from. */
-export function sendAnswer(exchange: Exchange, answer: Answer, mediaType: RegularMediaType): void {
+/** A shared answer (no errors, so 200), as `sendResult` would send the result it was made from. */
+export function sendAnswer(exchange: Exchange, answer: SharedAnswer, mediaType: RegularMediaType): void {
   const contentType = `${mediaType}; charset=utf-8`;
   if (revalidatable(exchange, 200, () => false))
     exchange.sendRevalidated(contentType, answer.body, (answer.etag ??= entityTag(answer.body)));

@@ -1,43 +1,35 @@
 import { getOperationAST, type ExecutionResult } from 'graphql';
 import type { RequestContext } from '../context.js';
-import { answerOf, MAX_ANSWER_KEY_LENGTH, type Answer, type AnswerCache, type Keep } from '../db/answer-cache.js';
 import type { Exchange } from '../exchange.js';
 import { endSpan, recording, startOperationSpan } from '../ops/tracing.js';
 import { regularMediaType, sendAnswer, sendResult, serialiseResult, type RegularMediaType } from './http.js';
 import { resolvePersistedOperation, type GraphQLParams, type PersistedRule } from './persisted.js';
-import { showsOrganizationOnly, type PlannedQuery } from './documents.js';
+import { showsOrganizationOnly } from './documents.js';
 import type { GraphQLPipeline } from './pipeline.js';
 import { wantsEventStream, type EventStreams } from './event-stream.js';
 import { operationKey } from './observe.js';
 import { fromQueryString, isJsonBody, parseJson, RecentBodies, wellFormed } from './params.js';
 
 /*
- * The lean GraphQL door: what API clients send (a JSON operation by POST, or a query string by
+ * The lean GraphQL transport: what API clients send (a JSON operation by POST, or a query string by
  * GET, answered as JSON) runs straight through the pipeline on node:http, with no fetch Request
  * or Response in between. Anything else it does not take, and the full server (yoga.ts) answers:
  * GraphiQL, event streams and multipart answers, form bodies, batches, and every malformed request
  * (so that its refusals are Yoga's own, word for word).
  *
- * A query's answer is kept (`db/answer-cache.ts`) under its document, variables and viewer (or,
- * for an operation that shows the organization alone, the organization's readers the viewer is
- * one of) when it has no errors and was computed from the cache's entries alone, and served
- * again, as the bytes first sent, while none of them changed: the credentials are verified again
- * for every request (the viewer is part of the key), the retrievals it shows are counted again,
- * and nothing else of the pipeline runs.
+ * A query that shows the organization alone is answered as the organization's readers share it
+ * (`RequestContext.sharedAnswer`): computed once for them while nothing it read changed, the
+ * caller verified and the retrieval counted for every request.
  */
 
 /** An execution's result, whether its operation was a query, and the operation's name in the document. */
 type Outcome = { result: ExecutionResult; query: boolean; name?: string | undefined };
 
-export type LeanDoor = (exchange: Exchange, body: Buffer | undefined) => Promise<boolean>;
+export type LeanTransport = (exchange: Exchange, body: Buffer | undefined) => Promise<boolean>;
 
-export type LeanDoorOptions = {
+export type LeanTransportOptions = {
   graphiql: boolean;
   persisted: PersistedRule;
-  /** Where answers are kept; none: every request runs the pipeline. */
-  answers?: AnswerCache;
-  /** The clock kept answers are checked against (epoch ms). */
-  now: () => number;
   /** Subscriptions asked for as event streams; none: the full server streams them. */
   streams?: EventStreams;
 };
@@ -55,25 +47,27 @@ function holdsNonFinite(value: unknown): boolean {
   return false;
 }
 
-export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptions): LeanDoor {
-  const { answers, now } = options;
+/** A name longer than this (large variables) is not held: the bytes are better spent on entries. */
+const MAX_NAME_LENGTH = 2048;
+
+export function createLeanTransport(pipeline: GraphQLPipeline, options: LeanTransportOptions): LeanTransport {
   const bodies = new RecentBodies();
   const { documents } = pipeline;
 
   /**
-   * The key of a query's answer for `viewer`; undefined when it is too long to be worth keeping,
-   * or when JSON cannot say its variables as sent.
+   * The name of a query's shared answer; undefined when it is too long to be worth holding, or when
+   * JSON cannot say its variables as sent.
    */
-  function answerKey(document: number, params: GraphQLParams, viewer: string): string | undefined {
+  function answerName(document: number, params: GraphQLParams): string | undefined {
     const variables = params.variables == null ? '' : JSON.stringify(params.variables);
-    // A number past the doubles (`1e400`) was read as Infinity, which JSON writes as null: keyed
-    // that way, it would be served the answer kept for a null instead of its own error.
+    // A number past the doubles (`1e400`) was read as Infinity, which JSON writes as null: named
+    // that way, it would be served the answer held for a null instead of its own error.
     if (variables.includes('null') && holdsNonFinite(params.variables)) return undefined;
-    const key = `${document}\n${operationKey(params.operationName)}\n${viewer}\n${variables}`;
-    return key.length <= MAX_ANSWER_KEY_LENGTH ? key : undefined;
+    const name = `${document}\n${operationKey(params.operationName)}\n${variables}`;
+    return name.length <= MAX_NAME_LENGTH ? name : undefined;
   }
 
-  /** The request's operation, when it is one the lean door reads. */
+  /** The request's operation, when it is one the lean transport reads. */
   function paramsOf(exchange: Exchange, body: Buffer | undefined): GraphQLParams | undefined {
     const method = exchange.request.method;
     if (method === 'GET') {
@@ -88,7 +82,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
     return params && bodies.remember(body, params);
   }
 
-  /** The request's operation and media type, when the lean door takes it. */
+  /** The request's operation and media type, when the lean transport takes it. */
   function take(
     exchange: Exchange,
     body: Buffer | undefined,
@@ -117,7 +111,7 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
 
   /**
    * The result, and whether the operation was a query; undefined for a subscription (not the lean
-   * door's). A query operation that runs compiled runs as planned from then on: the pipeline's
+   * transport's). A query operation that runs compiled runs as planned from then on: the pipeline's
    * parse and validation outcomes for its document are known, and its hooks' orchestration is
    * what the plan saves.
    */
@@ -157,15 +151,6 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
     }
   }
 
-  /**
-   * Whether the answer may be kept: a query's result without errors, for a request whose operation
-   * verified its viewer (what it read is the answer cache's to judge, see `Keep`).
-   */
-  function keepable(outcome: Outcome, exchange: Exchange): boolean {
-    const { result, query } = outcome;
-    return query && !result.errors?.length && result.extensions === undefined && exchange.record.caller !== undefined;
-  }
-
   return async function serveLean(exchange, body) {
     if (wantsEventStream(exchange)) return stream(exchange, body);
     const taken = take(exchange, body);
@@ -177,68 +162,40 @@ export function createLeanDoor(pipeline: GraphQLPipeline, options: LeanDoorOptio
       sendResult(exchange, { errors: [pipeline.maskError(error)] }, taken.mediaType);
       return true;
     }
-    if (!answers?.enabled || !params.query) {
+    const query = params.query;
+    const operation = operationKey(params.operationName);
+    const document = query == null ? undefined : documents.notes(query);
+    const name = document?.organizationOnly.get(operation) === true ? answerName(document.id, params) : undefined;
+    if (name === undefined) {
       const outcome = await execute(exchange, params);
       if (!outcome) return false;
+      // A query that shows the organization alone is shared from its next request on.
+      const parsed = outcome.query && !outcome.result.errors?.length ? documents.parsed.get(query!) : undefined;
+      if (parsed !== undefined && document?.organizationOnly.has(operation) !== true)
+        documents.noted(query!).organizationOnly.set(operation, showsOrganizationOnly(parsed, params.operationName));
       sendResult(exchange, outcome.result, taken.mediaType);
       return true;
     }
     const context = pipeline.context(exchange);
-    const query = params.query;
-    const document = documents.notes(query);
-    const operation = operationKey(params.operationName);
-    // An operation that shows the organization alone is kept once for its readers, not per viewer.
-    const organizationOnly = document?.organizationOnly.get(operation) === true;
-    const viewer = organizationOnly ? await context.organizationAudience() : await context.viewerKey();
-    const key = viewer === undefined || document === undefined ? undefined : answerKey(document.id, params, viewer);
-    const served = async (answer: Answer, context: RequestContext) => {
-      // A kept answer: its span says so, and has nothing under it.
-      if (recording())
-        endSpan(
-          startOperationSpan('query', document?.names.get(operation) ?? params.operationName, 'kept', answer.label),
-        );
-      await context.replay(answer, exchange.record);
-      sendAnswer(exchange, answer, taken.mediaType);
-      return true;
-    };
-    const compute = async (context: RequestContext, keep: Keep | undefined) => {
-      const outcome = await execute(exchange, params, context);
+    let outcome: Outcome | undefined;
+    let computed = false;
+    const answer = await context.sharedAnswer(name, async () => {
+      computed = true;
+      outcome = await execute(exchange, params, context);
+      const { result } = outcome ?? {};
+      // Only a result without errors is shared, as the bytes sent.
+      return result && !result.errors?.length && result.extensions === undefined
+        ? Buffer.from(serialiseResult(result))
+        : undefined;
+    });
+    if (answer === undefined) {
       if (!outcome) return false;
-      const make = () =>
-        answerOf(serialiseResult(outcome.result), {
-          label: exchange.record.operation,
-          retrievals: [...context.retrieved],
-          validUntil: context.reads.validUntil,
-        });
-      let kept: Answer | undefined;
-      if (keep && keepable(outcome, exchange)) {
-        // What the operation's answers are for: the viewer, or the organization's readers.
-        let alone = organizationOnly;
-        let audience = viewer;
-        if (document?.organizationOnly.has(operation) !== true) {
-          const parsed = documents.parsed.get(query);
-          alone = parsed !== undefined && showsOrganizationOnly(parsed, params.operationName);
-          if (alone) audience = await context.organizationAudience();
-        }
-        // A document is given an id once an answer to it may be kept; its key is named then.
-        kept = keep(make, () => {
-          const known = documents.noted(query);
-          known.names.set(operation, outcome.name);
-          known.organizationOnly.set(operation, alone);
-          // The key asked for, unless it was the viewer's and the answers turn out to be the readers'.
-          if (key !== undefined && alone === organizationOnly) return key;
-          return audience === undefined ? undefined : answerKey(known.id, params, audience);
-        });
-      }
-      if (kept) sendAnswer(exchange, kept, taken.mediaType);
-      else sendResult(exchange, outcome.result, taken.mediaType);
+      sendResult(exchange, outcome.result, taken.mediaType);
       return true;
-    };
-    const viewerOf = organizationOnly ? (fresh: RequestContext) => fresh.organizationAudience() : undefined;
-    return answers.serve(
-      { key, viewer, viewerOf, context, fresh: () => pipeline.context(exchange), now },
-      served,
-      compute,
-    );
+    }
+    // A held answer: its span says so, and has nothing under it.
+    if (!computed && recording()) endSpan(startOperationSpan('query', params.operationName, 'kept', answer.label));
+    sendAnswer(exchange, answer, taken.mediaType);
+    return true;
   };
 }

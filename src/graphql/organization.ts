@@ -34,8 +34,8 @@ const Credentials = builder.objectRef<OrganizationDetails['credentials']>('Crede
 });
 
 // What an Organization shows depends on the organization and on whether the caller is its parent
-// by JWT (the secret), nothing else: an answer that shows it alone is kept once for all of the
-// organization's other readers (`showsOrganizationOnly`, `RequestContext.organizationAudience`).
+// by JWT (the secret), nothing else: an answer that shows it alone is held once for all of the
+// organization's other readers (`showsOrganizationOnly`, `RequestContext.sharedAnswer`).
 // A field that would show something of the caller must change that rule first.
 export const Organization = builder.objectRef<OrganizationDetails>('Organization').implement({
   description: "The organization's settings and credentials.",

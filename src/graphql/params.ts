@@ -1,7 +1,7 @@
 import type { GraphQLParams } from './persisted.js';
 
 /*
- * The lean door's reading of a request's GraphQL parameters (its body or query string), checked
+ * The lean transport's reading of a request's GraphQL parameters (its body or query string), checked
  * as Yoga checks them: what is not well formed here is left to Yoga, which refuses it in its own
  * words.
  */

@@ -84,7 +84,7 @@ export class RegisteredOperations {
   }
 }
 
-/** How a door treats operation ids: stored operations only, or registered ones too. */
+/** How a transport treats operation ids: stored operations only, or registered ones too. */
 export type PersistedRule = { persistedOnly: boolean; registered: RegisteredOperations };
 
 /** The members of a GraphQL request (GraphQL over HTTP). */
@@ -114,7 +114,7 @@ function persistedId(params: GraphQLParams): string | undefined {
 }
 
 /**
- * Stored operations (operations.ts), for both doors: a request that names one by id runs its
+ * Stored operations (operations.ts), for both transports: a request that names one by id runs its
  * document; with GRAPHQL_PERSISTED_ONLY every document sent as text is refused, even one equal to
  * a stored one. Refusals are 400 with their code, recorded on the request's record.
  */

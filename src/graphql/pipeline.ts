@@ -36,10 +36,10 @@ import { schema } from './schema.js';
 
 /*
  * The one GraphQL pipeline: a single envelop instance, built once, with one plugin list, one
- * context factory and one error mask. Both doors run every operation through it: the lean door
+ * context factory and one error mask. Both transports run every operation through it: the lean transport
  * (lean.ts) calls it directly, Yoga (yoga.ts) receives it whole with `useEnvelop`. A rule of this
  * API lives in an envelop hook here (parse, validate, context, execute), never in a hook only one
- * door has. The shortcuts are the pipeline's own: a query that already went through every hook
+ * transport has. The shortcuts are the pipeline's own: a query that already went through every hook
  * and runs compiled runs again from its plan (`runPlanned`), which does what the execute phase's
  * hooks do without their orchestration; its parse and validation outcomes depend on the
  * document alone, so they are those of its first run. And a subscription on the lean event
@@ -48,8 +48,8 @@ import { schema } from './schema.js';
  */
 
 /**
- * What each door hands the pipeline: the request's exchange (credentials, request id, record), and
- * the request's context when the door made it already (the lean door does, to find a kept answer).
+ * What each transport hands the pipeline: the request's exchange (credentials, request id, record), and
+ * the request's context when the transport made it already (the lean transport does, for a shared answer).
  */
 export type GraphQLInitialContext = { exchange: Exchange; prepared?: RequestContext };
 export type GraphQLContext = GraphQLInitialContext & RequestContext;
@@ -73,7 +73,7 @@ function httpHint(error: GraphQLError): HttpHint {
  * GraphQL over HTTP's rules for the request's own faults, as the specification and Yoga have
  * them: a document that does not parse is 400 `GRAPHQL_PARSE_FAILED`; one that names no
  * operation to run is 400 `OPERATION_RESOLUTION_FAILURE`; a mutation by GET is 405; a document
- * that fails validation is 400 `GRAPHQL_VALIDATION_FAILED`. The status hints are read by the doors
+ * that fails validation is 400 `GRAPHQL_VALIDATION_FAILED`. The status hints are read by the transports
  * (application/graphql-response+json answers with them; application/json only with those not
  * marked `spec`) and never sent.
  */
@@ -237,14 +237,14 @@ export type GraphQLPipeline = {
    * released, unexpected errors logged with the request id, errors masked.
    */
   settle: (contextValue: object, result: ExecutionResult) => ExecutionResult;
-  /** The error mask, for what fails outside execution (a door's own refusals, a thrown parse error). */
+  /** The error mask, for what fails outside execution (a transport's own refusals, a thrown parse error). */
   maskError: (error: unknown) => GraphQLError;
   /** Executions by engine since the start. */
   executions: ExecutionCounts;
-  /** The one context factory, for a door that needs the request's context before the pipeline runs. */
+  /** The one context factory, for a transport that needs the request's context before the pipeline runs. */
   context: (exchange: Exchange) => RequestContext;
   /**
-   * What is known of each document text: its parse and validation, and the lean door's notes. A
+   * What is known of each document text: its parse and validation, and the lean transport's notes. A
    * compiled document lives as long as its parsed one, so its bound also bounds the compiled
    * functions held.
    */
@@ -292,7 +292,7 @@ export function createGraphQLPipeline(
       blockFieldSuggestion: { enabled: deps.config.env !== 'development' },
     }),
     ...(deps.config.introspection ? [] : [useNoIntrospection()]),
-    // One cache by document text for the parse, the validation and the lean door's notes (documents.ts).
+    // One cache by document text for the parse, the validation and the lean transport's notes (documents.ts).
     useParserCache({ documentCache: documents.parsed, errorCache: documents.parseErrors }),
     useValidationCache({ cache: documents.validations }),
     useHttpSemantics(),
@@ -304,7 +304,7 @@ export function createGraphQLPipeline(
     useExtendContext(contextOf),
     useMaskedErrors({ maskError: (error) => maskError(error) }),
   ];
-  /** Made once per document and operation: the lean door keeps the plans it runs. */
+  /** Made once per document and operation: the lean transport keeps the plans it runs. */
   function plan(document: DocumentNode, operationName: string | null | undefined): PlannedQuery | undefined {
     const query = compiledExecution.compiledQuery(document, operationName);
     const operation = query && getOperationAST(document, operationName);

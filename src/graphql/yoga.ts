@@ -7,13 +7,13 @@ import { resolvePersistedOperation, type PersistedRule } from './persisted.js';
 import type { GraphQLInitialContext, GraphQLPipeline } from './pipeline.js';
 
 /*
- * The full GraphQL server at /graphql, graphql-yoga, for what the lean door does not take:
+ * The full GraphQL server at /graphql, graphql-yoga, for what the lean transport does not take:
  * GraphiQL, event streams and multipart answers, form bodies and every malformed request. It runs
  * the same pipeline (`useEnvelop`), with the same error mask; CORS, limits and framing are the
  * edge's. Reached through its public Node entry, `handleNodeRequestAndResponse`.
  */
 
-/** Stored operations by id: the rule is persisted.ts', shared with the lean door. */
+/** Stored operations by id: the rule is persisted.ts', shared with the lean transport. */
 function usePersistedOperations(rule: PersistedRule): Plugin<GraphQLInitialContext> {
   return {
     onParams({ params, setParams, context }) {
@@ -77,9 +77,9 @@ function parseAnswer(payload: Buffer): JsonAnswer | undefined {
   }
 }
 
-export type YogaDoor = ReturnType<typeof createYogaDoor>;
+export type YogaTransport = ReturnType<typeof createYogaTransport>;
 
-export function createYogaDoor(
+export function createYogaTransport(
   pipeline: GraphQLPipeline,
   config: Config,
   options: { graphiqlHeaders?: string; persisted: PersistedRule },
@@ -105,7 +105,7 @@ export function createYogaDoor(
       )),
     landingPage: false,
     batching: false,
-    // The pipeline's own caches serve both doors.
+    // The pipeline's own caches serve both transports.
     parserAndValidationCache: false,
     // The body arrives already read and capped (MAX_BODY_BYTES, 413 at the edge).
     maxRequestBodySize: false,

@@ -2,7 +2,6 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createRequestContext, type AppDependencies } from '../context.js';
 import type { Dependencies } from '../dependencies.js';
 import { EXPORT_PATH, type Exports } from '../rest/export.js';
-import type { AnswerCache } from '../db/answer-cache.js';
 import {
   ApiError,
   ClientClosedError,
@@ -14,7 +13,7 @@ import {
 } from '../errors.js';
 import { sendGraphQLError } from '../graphql/http.js';
 import type { ExecutionCounts } from '../graphql/compiled.js';
-import type { YogaDoor } from '../graphql/yoga.js';
+import type { YogaTransport } from '../graphql/yoga.js';
 import type { DocumentCache } from '../graphql/documents.js';
 import { RATE_LIMIT_KEY_BYTES } from '../ops/memory-budget.js';
 import type { MemoryPressure } from '../ops/memory-pressure.js';
@@ -38,10 +37,8 @@ export type App = {
   drain(): void;
   deps: AppDependencies;
   /** The full GraphQL server (Yoga) behind /graphql. */
-  graphql: YogaDoor;
-  /** GraphQL answers kept whole, served by the lean door. */
-  answers: AnswerCache;
-  /** GraphQL executions by engine since the start (kept answers served are none). */
+  graphql: YogaTransport;
+  /** GraphQL executions by engine since the start (shared answers served held are none). */
   executions(): ExecutionCounts;
   /** The child-list exports running. */
   exports: Pick<Exports, 'running'>;
@@ -78,7 +75,7 @@ const REFUSED = {
 } as const;
 /**
  * The edge: one route table, one CORS policy, the bounds every request is held to, and the
- * per-request exchange handed to REST and to both GraphQL doors. Every answer leaves through the
+ * per-request exchange handed to REST and to both GraphQL transports. Every answer leaves through the
  * exchange, and every answer is counted and logged once, when it is finished. It receives the
  * process's objects built (`dependencies.ts`), and closes them in the order stated there.
  */
@@ -91,7 +88,6 @@ export function createApp(built: Dependencies): App {
     feed,
     replicas,
     deps,
-    answers,
     pipeline,
     persisted,
     yoga,
@@ -101,7 +97,6 @@ export function createApp(built: Dependencies): App {
     pressure,
     readiness,
     exports,
-    clock,
   } = built;
   let draining = false;
   let inFlight = 0;
@@ -112,7 +107,6 @@ export function createApp(built: Dependencies): App {
     unsavedRetrievals: () => deps.retrievals.unsaved,
     droppedLogLines: () => logger.dropped(),
     executions: () => pipeline.executions,
-    answers: () => answers,
     documents: () => pipeline.documents,
     registrations: () => persisted.registered.stats,
     requestsInFlight: () => inFlight,
@@ -128,7 +122,6 @@ export function createApp(built: Dependencies): App {
       requestsInProgress: pressure.inProgress,
       used: {
         entityCache: deps.cache.bytes,
-        answerCache: answers.bytes,
         streams: (deps.live?.open ?? 0) * config.memory.streamBytes,
         registrations: persisted.registered.bytes,
         rateLimiter: limiter.memoryKeys * RATE_LIMIT_KEY_BYTES,
@@ -150,11 +143,9 @@ export function createApp(built: Dependencies): App {
     limited: true,
     shed: true,
     handle: (exchange) =>
-      answerRest(exchange, operation, () => createRequestContext(deps, exchange), {
+      answerRest(exchange, operation, createRequestContext(deps, exchange), {
         maxQueryParameters: limits.maxQueryParameters,
         logger,
-        answers,
-        now: clock,
         ...shared,
       }),
   });
@@ -198,7 +189,7 @@ export function createApp(built: Dependencies): App {
       cost: config.export.rateCost,
       handle: (exchange) => exports.handle(exchange, createRequestContext(deps, exchange)),
     },
-    // Every method reaches GraphQL: the doors answer the ones they do not take (405).
+    // Every method reaches GraphQL: the transports answer the ones they do not take (405).
     {
       path: '/graphql',
       label: '/graphql',
@@ -266,9 +257,11 @@ export function createApp(built: Dependencies): App {
   async function handle(exchange: Exchange, route: Route | undefined): Promise<void> {
     const { request } = exchange;
     const preflight = request.method === 'OPTIONS' && request.headers['access-control-request-method'] !== undefined;
+    const limited = limiter.enabled && route?.limited !== false && !preflight;
+    const client = limited || route?.shed ? limiter.clientOf(request) : undefined;
     // Everything but probes and preflights counts against its sender, malformed or not.
-    if (limiter.enabled && route?.limited !== false && !preflight) {
-      const verdict = await limiter.check(request, route?.cost);
+    if (limited) {
+      const verdict = await limiter.check(client!, route?.cost);
       exchange.addHeaders(verdict.headers);
       if (!verdict.allowed) {
         metrics.rateLimited();
@@ -288,7 +281,7 @@ export function createApp(built: Dependencies): App {
     // all at the last resort near it, and no client (its address, its credential) holding more
     // than its part of them; refused before any work, probes still answered.
     if (route.shed) {
-      const clients = limiter.clients(request);
+      const clients = client!.keys;
       const refusal = pressure.refusesRequest(clients);
       if (refusal === 'client')
         return refuse(
@@ -310,7 +303,6 @@ export function createApp(built: Dependencies): App {
   return {
     deps,
     graphql: yoga,
-    answers,
     executions: () => pipeline.executions,
     exports,
     pressure,

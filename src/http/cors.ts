@@ -1,6 +1,6 @@
 /*
  * The one CORS policy, applied by the edge to every answer and every preflight, whatever the path:
- * REST, both GraphQL doors, probes, metrics and the reference pages. No cookies are involved, so
+ * REST, both GraphQL transports, probes, metrics and the reference pages. No cookies are involved, so
  * credentials are never allowed.
  */
 

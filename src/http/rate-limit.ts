@@ -116,18 +116,22 @@ export class RateLimiter {
     return request.socket.remoteAddress ?? 'unknown';
   }
 
-  /** Who sent `request`, as the limits count: its address, and its credential when it has one. */
-  clients(request: IncomingMessage): string[] {
+  /** Who sent `request`, as the limits count it: derived once a request, for the limits and the memory budget's parts. */
+  clientOf(request: IncomingMessage): Client {
+    const address = this.clientAddress(request);
     const credential = credentialOf(request);
-    const address = `address ${this.clientAddress(request)}`;
-    return credential === undefined ? [address] : [address, `credential ${credential}`];
+    return {
+      address,
+      credential,
+      keys: credential === undefined ? [`address ${address}`] : [`address ${address}`, `credential ${credential}`],
+    };
   }
 
   /** `cost`: how many requests this one counts as (an export counts as many), at most a whole window's allowance. */
-  async check(request: IncomingMessage, cost = 1): Promise<RateLimitVerdict> {
-    const credential = credentialOf(request);
+  async check(client: Client, cost = 1): Promise<RateLimitVerdict> {
+    const { address, credential } = client;
     const checks: [RateLimiterAbstract, string][] = [];
-    if (this.byAddress) checks.push([this.byAddress, this.clientAddress(request)]);
+    if (this.byAddress) checks.push([this.byAddress, address]);
     if (this.byCredential && credential !== undefined) checks.push([this.byCredential, credential]);
     let tightest: { limit: number; remaining: number; resetSeconds: number } | undefined;
     for (const [limiter, key] of checks) {
@@ -164,6 +168,9 @@ export class RateLimiter {
     };
   }
 }
+
+/** A request's sender: its address (behind TRUST_PROXY, the proxies'), its credential's hash, and both as keys. */
+export type Client = { address: string; credential: string | undefined; keys: string[] };
 
 function credentialOf(request: IncomingMessage): string | undefined {
   const publicKey = request.headers['x-public-key'];

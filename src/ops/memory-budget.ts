@@ -10,9 +10,9 @@ import { RECORDS_SHARE, RING_MAX_BYTES } from '../db/record-ring.js';
  * rest: a fixed young generation and the old generation, where everything that lives longer than a
  * moment is kept and whose limit is what V8 dies of. The old generation up to where shedding starts (80 %)
  * is accounted: the process's own objects and the requests in progress keep a reserve, and what
- * is left is shared between the structures that grow with use: the entity cache, the kept answers,
- * the live streams, the rate limiter's memory store and the registered operations. The rest is
- * headroom for what the estimates miss. A bound set explicitly takes its own figure instead of its
+ * is left is shared between the structures that grow with use: the entity cache, the live streams,
+ * the rate limiter's memory store and the registered operations. The rest is headroom for what
+ * the estimates miss. A bound set explicitly takes its own figure instead of its
  * share; bounds that together exceed the accounted part stop the start.
  */
 
@@ -74,7 +74,7 @@ const recordsPart = (budgetBytes: number) =>
   inOneRing(budgetBytes * RECORDS_FRACTION + Math.max(0, budgetBytes - RECORDS_GROWTH_ABOVE_BYTES) * RECORDS_GROWTH);
 
 /** How the accounted part left after the reserves is shared (what explicit bounds leave, in these proportions). */
-const SHARES = { entityCache: 0.45, answerCache: 0.1, streams: 0.25, rateLimiter: 0.12, registrations: 0.08 } as const;
+const SHARES = { entityCache: 0.55, streams: 0.25, rateLimiter: 0.12, registrations: 0.08 } as const;
 export type Share = keyof typeof SHARES;
 
 export type MemoryFacts = {
@@ -123,7 +123,6 @@ export type MemoryBudget = {
 
 export type ExplicitBounds = {
   cacheMaxBytes?: number;
-  answerCacheMaxBytes?: number;
   maxStreams?: number;
   /** Tracing on: its SDK and queue join the process's own objects, and a stream holds more. */
   traced?: boolean;
@@ -190,12 +189,9 @@ export function memoryBudget(
   // The records first (outside the heap), then the heap from what they leave.
   if (explicit.cacheMaxBytes !== undefined)
     return divide(budgetBytes, source, inOneRing(explicit.cacheMaxBytes * RECORDS_SHARE), explicit, facts, sayLeast);
-  // Explicit streams or answers that do not fit beside the grown records keep them at their 14 %:
-  // the budget those bounds need is not raised by the growth.
-  if (
-    budgetBytes > RECORDS_GROWTH_ABOVE_BYTES &&
-    (explicit.maxStreams !== undefined || explicit.answerCacheMaxBytes !== undefined)
-  ) {
+  // Explicit streams that do not fit beside the grown records keep them at their 14 %: the budget
+  // that bound needs is not raised by the growth.
+  if (budgetBytes > RECORDS_GROWTH_ABOVE_BYTES && explicit.maxStreams !== undefined) {
     try {
       return divide(budgetBytes, source, recordsPart(budgetBytes), explicit, facts, false);
     } catch {
@@ -231,7 +227,6 @@ function divide(
   // MiB at least between them).
   const fixed: Partial<Record<Share, number>> = {
     entityCache: explicit.cacheMaxBytes === undefined ? undefined : explicit.cacheMaxBytes - recordBytes,
-    answerCache: explicit.answerCacheMaxBytes,
     streams: explicit.maxStreams !== undefined ? explicit.maxStreams * streamBytes : undefined,
   };
   const names = Object.keys(SHARES) as Share[];
@@ -243,9 +238,6 @@ function divide(
     const set = [
       explicit.cacheMaxBytes !== undefined
         ? `CACHE_MAX_BYTES ${mib(explicit.cacheMaxBytes)} (${mib(recordBytes)} of it outside the heap)`
-        : undefined,
-      explicit.answerCacheMaxBytes !== undefined
-        ? `ANSWER_CACHE_MAX_BYTES ${mib(explicit.answerCacheMaxBytes)}`
         : undefined,
       explicit.maxStreams !== undefined
         ? `LIVE_MAX_STREAMS ${explicit.maxStreams} (${mib(explicit.maxStreams * streamBytes)})`

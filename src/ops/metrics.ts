@@ -2,7 +2,6 @@ import type pg from 'pg';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import { spanCounts, tracingActive } from './tracing.js';
 import type { ChangeFeed } from '../db/capture/feed.js';
-import type { AnswerCache } from '../db/answer-cache.js';
 import type { EntityCache } from '../db/entity-cache.js';
 import { RequestCounter, RequestHistogram } from './request-series.js';
 import type { MemoryBudget, Share } from './memory-budget.js';
@@ -36,8 +35,6 @@ export type MetricSources = {
   exportsRunning: () => number;
   /** GraphQL executions by engine, and documents that did not compile. */
   executions: () => { compiled: number; reference: number; compileFailures: number };
-  /** GraphQL answers kept whole. */
-  answers?: () => AnswerCache;
   /** The GraphQL document cache (parses, validations, plans). */
   documents?: () => { size: number; bytes: number };
   /** Automatic persisted queries: documents registered, and offers refused by reason. */
@@ -231,7 +228,6 @@ export function createMetrics(): Metrics {
         'Query documents that did not compile and run on the reference executor.',
         () => sources.executions().compileFailures,
       );
-      const answers = sources.answers;
       const { documents } = sources;
       if (documents) {
         gauge(
@@ -244,46 +240,6 @@ export function createMetrics(): Metrics {
           'Estimated bytes of the GraphQL document cache (bounded at 4 MiB).',
           () => documents().bytes,
         );
-      }
-      if (answers) {
-        mirrored(
-          'api_answer_cache_hits_total',
-          'GraphQL requests answered with a kept answer, the pipeline not run.',
-          () => answers().stats.hits,
-        );
-        mirrored(
-          'api_answer_cache_misses_total',
-          'GraphQL lookups of a kept answer that found none (or one past its time).',
-          () => answers().stats.misses,
-        );
-        mirrored(
-          'api_answer_cache_shared_total',
-          'GraphQL misses that waited for the same answer being computed for another request.',
-          () => answers().stats.shared,
-        );
-        mirrored('api_answer_cache_stored_total', 'GraphQL answers kept.', () => answers().stats.stored);
-        mirrored(
-          'api_answer_cache_first_asked_total',
-          'GraphQL answers not kept because their key was asked for the first time lately.',
-          () => answers().stats.firstAsked,
-        );
-        mirrored(
-          'api_answer_cache_refused_total',
-          'GraphQL answers not kept because the cache was full and their key was asked for no more often lately than the answer they would evict.',
-          () => answers().stats.refused,
-        );
-        mirrored(
-          'api_answer_cache_dropped_total',
-          'Kept GraphQL answers dropped because something they were computed from changed.',
-          () => answers().stats.dropped,
-        );
-        mirrored(
-          'api_answer_cache_evictions_total',
-          'Kept GraphQL answers evicted to stay within ANSWER_CACHE_MAX_BYTES.',
-          () => answers().stats.evictions,
-        );
-        gauge('api_answer_cache_entries', 'GraphQL answers kept.', () => answers().size);
-        gauge('api_answer_cache_bytes', 'Estimated bytes of the GraphQL answers kept.', () => answers().bytes);
       }
       const registrations = sources.registrations;
       if (registrations) {
@@ -373,7 +329,7 @@ export function createMetrics(): Metrics {
         });
         new Gauge({
           name: 'api_memory_share_used_bytes',
-          help: "What each structure holds now (estimated bytes; streams as open streams x 10 KiB). The answers may pass their share by what the entity cache's entries leave unused, when both are the budget's shares.",
+          help: 'What each structure holds now (estimated bytes; streams as open streams x 10 KiB).',
           labelNames: ['share'],
           registers: [registry],
           collect() {

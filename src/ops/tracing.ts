@@ -375,7 +375,7 @@ export function traceFields(
   return { trace_id: traceId, span_id: spanId };
 }
 
-/** Where a GraphQL answer came from: a kept answer, a compiled plan, or the whole pipeline. */
+/** Where a GraphQL answer came from: a shared answer held, a compiled plan, or the whole pipeline. */
 export type AnswerSource = 'kept' | 'plan' | 'execution';
 
 /**

@@ -4,8 +4,7 @@ import { ApiError, ExportBusyError, InvalidFormatError, toApiError } from '../er
 import { drained, type Exchange } from '../exchange.js';
 import { endSpan, startSpan, inSpan, type Span } from '../ops/tracing.js';
 import type { Logger } from '../logger.js';
-import { exportChildAccounts } from '../services/export-child-accounts.js';
-import type { ChildRow } from '../db/child-list.js';
+import { exportChildAccounts, type ChildRow } from '../services/export-child-accounts.js';
 import { isoTime } from '../domain/dates.js';
 import { single } from './child-accounts.js';
 import { queryParameters, sendRestError } from './http.js';

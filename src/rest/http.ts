@@ -1,5 +1,4 @@
 import type { RequestContext } from '../context.js';
-import { answerOf, type Answer, type AnswerCache, type Keep } from '../db/answer-cache.js';
 import { ApiError, MethodNotAllowedError, toApiError } from '../errors.js';
 import { entityTag, type Exchange } from '../exchange.js';
 import type { Logger } from '../logger.js';
@@ -43,66 +42,34 @@ export type RestOperation = (context: RequestContext, parameters: Map<string, st
 export async function answerRest(
   exchange: Exchange,
   operation: RestOperation,
-  /** The request's context; called again for a new one when the first one's reads went stale. */
-  contextFor: () => RequestContext,
+  context: RequestContext,
   options: {
     maxQueryParameters: number;
     logger: Logger;
-    answers?: AnswerCache;
-    now: () => number;
-    /**
-     * The path's answer shows the caller's organization alone: kept once for its readers
-     * (`RequestContext.organizationAudience`).
-     */
+    /** The path's answer shows the caller's organization alone: held for its readers (`RequestContext.sharedAnswer`). */
     sharedByOrganization?: boolean;
   },
 ): Promise<void> {
-  const { answers, now, logger, sharedByOrganization } = options;
-  const context = contextFor();
-  // A success kept whole (db/answer-cache.ts) under the path, the query string as sent and the
-  // viewer, or the organization's readers the answer is the same for.
-  const viewer = !answers?.enabled
-    ? undefined
-    : sharedByOrganization
-      ? await context.organizationAudience()
-      : await context.viewerKey();
-  const request = {
-    key: viewer === undefined ? undefined : `${exchange.path}?${exchange.query}\n${viewer}`,
-    viewer,
-    viewerOf: sharedByOrganization ? (fresh: RequestContext) => fresh.organizationAudience() : undefined,
-    context,
-    fresh: contextFor,
-    now,
-  };
-  const served = async (kept: Answer, context: RequestContext) => {
-    await context.replay(kept, exchange.record);
-    exchange.sendRevalidated(JSON_TYPE, kept.body, (kept.etag ??= entityTag(kept.body)));
-  };
-  const compute = async (context: RequestContext, keep: Keep | undefined) => {
-    try {
-      const text = JSON.stringify(
-        await operation(context, queryParameters(exchange.query, options.maxQueryParameters)),
-      );
-      const make = () =>
-        answerOf(text, { label: undefined, retrievals: [...context.retrieved], validUntil: context.reads.validUntil });
-      const kept = keep && exchange.record.caller !== undefined ? keep(make) : undefined;
-      if (kept) exchange.sendRevalidated(JSON_TYPE, kept.body, (kept.etag = entityTag(kept.body)));
-      else exchange.sendRevalidated(JSON_TYPE, text);
-    } catch (error) {
-      const apiError = toApiError(error);
-      if (!(error instanceof ApiError)) {
-        logger.error('unexpected error in a REST route', {
-          error,
-          path: exchange.path,
-          requestId: exchange.requestId,
-          code: apiError.code,
-        });
-      }
-      sendRestError(exchange, apiError, { noStore: true });
+  const { logger, sharedByOrganization } = options;
+  const body = async () =>
+    Buffer.from(JSON.stringify(await operation(context, queryParameters(exchange.query, options.maxQueryParameters))));
+  try {
+    if (sharedByOrganization) {
+      const answer = (await context.sharedAnswer(`${exchange.path}?${exchange.query}`, body))!;
+      exchange.sendRevalidated(JSON_TYPE, answer.body, (answer.etag ??= entityTag(answer.body)));
+    } else exchange.sendRevalidated(JSON_TYPE, await body());
+  } catch (error) {
+    const apiError = toApiError(error);
+    if (!(error instanceof ApiError)) {
+      logger.error('unexpected error in a REST route', {
+        error,
+        path: exchange.path,
+        requestId: exchange.requestId,
+        code: apiError.code,
+      });
     }
-  };
-  if (!answers) return compute(context, undefined);
-  return answers.serve(request, served, compute);
+    sendRestError(exchange, apiError, { noStore: true });
+  }
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8';

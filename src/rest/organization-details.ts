@@ -3,7 +3,7 @@ import { getOrganizationDetails } from '../services/get-organization-details.js'
 
 /**
  * GET /auth/organization-details: JWT, or X-Public-Key when no Authorization header is sent. Its
- * answer is kept once for the organization's readers (`sharedByOrganization` in `http/app.ts`): it
+ * answer is held once for the organization's readers (`sharedByOrganization` in `http/app.ts`): it
  * shows nothing of the caller but whether it is the parent by JWT.
  */
 export async function organizationDetails(context: RequestContext): Promise<unknown> {

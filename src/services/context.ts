@@ -12,13 +12,8 @@ export type ServiceContext = {
   /** The process's entity cache (the child list keeps its counts there), this request's reads recorded. */
   cache: CacheReader;
   loaders: Loaders;
-  /** The time, for an answer that holds only at this instant. */
+  /** The time: an answer computed from it holds only at this instant. */
   now: () => Date;
-  /**
-   * The time, for an answer whose dependence on it the service states: `holdsUntil` the moment
-   * (epoch ms) the answer computed from `now` would next come out differently.
-   */
-  clock: () => { now: Date; holdsUntil: (until: number) => void };
   /** Counts an organization-details retrieval; once per request, however often it is asked. */
   retrievals: { record: (organizationId: string) => void };
   /** Key material for page tokens; when unset, each organization's signing secret is used. */

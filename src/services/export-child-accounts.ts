@@ -3,6 +3,8 @@ import { parseDateRange } from '../domain/dates.js';
 import type { ServiceContext } from './context.js';
 import type { Position } from '../domain/pagination.js';
 import { filterSql, readBatch, type ChildRow } from '../db/child-list.js';
+
+export type { ChildRow };
 import { validSearch } from './list-child-accounts.js';
 
 /** Rows read at a time: one short keyset query each, so no statement or snapshot lives long. */

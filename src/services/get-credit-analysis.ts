@@ -1,5 +1,5 @@
 import type { ParentViewer } from '../auth/authorize.js';
-import { analyseCredits, projectionHoldsUntil, type CreditAnalysis } from '../domain/credit-analysis.js';
+import { analyseCredits, type CreditAnalysis } from '../domain/credit-analysis.js';
 import { monthStart } from '../domain/dates.js';
 import { UserNotFoundError } from '../errors.js';
 import type { ServiceContext } from './context.js';
@@ -7,7 +7,7 @@ import type { ServiceContext } from './context.js';
 /** The parent's credit analysis (spec: GET /parent/credit-analysis, decisions §5). */
 export async function getCreditAnalysis(viewer: ParentViewer, context: ServiceContext): Promise<CreditAnalysis> {
   const { organization } = viewer;
-  const { now, holdsUntil } = context.clock();
+  const now = context.now();
   const [usage, purchases, balances, totalChildAccounts] = await Promise.all([
     context.loaders.monthlyUsage.load(`${organization.parentId}|${monthStart(now).toISOString()}`),
     context.loaders.packagePurchasesByOrganization.load(organization.parentId),
@@ -15,7 +15,7 @@ export async function getCreditAnalysis(viewer: ParentViewer, context: ServiceCo
     context.loaders.childCountByParentId.load(organization.parentId),
   ]);
   if (!balances) throw new UserNotFoundError('The organization no longer exists.');
-  const analysis = analyseCredits({
+  return analyseCredits({
     creditBalance: balances.creditBalance,
     totalFreeUsers: organization.totalFreeUsers,
     totalChildAccounts,
@@ -23,7 +23,4 @@ export async function getCreditAnalysis(viewer: ParentViewer, context: ServiceCo
     purchases,
     now,
   });
-  // The clock picks this month's usage and scales the projection: both hold until this.
-  holdsUntil(projectionHoldsUntil(analysis.totalCreditsUsed, now));
-  return analysis;
 }

@@ -179,16 +179,13 @@ export async function listChildAccounts(
   };
 }
 
-/** The counts, with the moment they stop holding stated to the request's clock. */
+/** The counts, as of the request's clock. */
 async function countChildren(
   sources: ChildListSources,
   filters: ChildFilters,
   share: MatchShare,
   context: ServiceContext,
 ): Promise<Stats> {
-  const clock = context.clock();
-  const { total, active, validUntil } = await readCounts(sources, filters, share, clock.now.getTime());
-  // The active count holds until its oldest login leaves the window.
-  clock.holdsUntil(validUntil);
+  const { total, active } = await readCounts(sources, filters, share, context.now().getTime());
   return { total, active };
 }

@@ -17,13 +17,12 @@ import { createLogger } from '../../src/logger.js';
  * What a request costs the garbage collector, by scenario: the collections while it is measured
  * (minor and major, their time a request), the process's CPU a request, and the bytes allocated a
  * request by where they were allocated (V8's sampling heap profiler, keeping the objects that
- * collections freed). The requests come from many distinct users (each answered by the miss
- * path: answers kept whole are off unless --kept), from a child process, so that the client's
+ * collections freed). The requests come from many distinct users, from a child process, so that the client's
  * allocations do not count. The server runs in this process on the embedded database (whose
  * engine runs on a thread of its own, outside this heap). Prints figures, asserts nothing.
  *
  *   npm run bench:alloc -- [--users 2000] [--rounds 3] [--connections 20] [--only "a|b"]
- *     [--detail <text>: functions in the places whose name contains it] [--kept]
+ *     [--detail <text>: functions in the places whose name contains it]
  *     [--reference: no compiled documents] [--survivors: what is still held midway through]
  *     [--interval <bytes between samples, 1024>]
  *
@@ -35,7 +34,6 @@ const { values: args } = parseArgs({
   options: {
     users: { type: 'string', default: '2000' },
     rounds: { type: 'string', default: '3' },
-    kept: { type: 'boolean', default: false },
     /** Also the functions allocating most in the places whose name contains this text. */
     detail: { type: 'string' },
     only: { type: 'string' },
@@ -170,7 +168,6 @@ const config = loadConfig({
   LOG_LEVEL: 'warn',
   RATE_LIMIT_PER_ADDRESS: '0',
   RATE_LIMIT_PER_CREDENTIAL: '0',
-  ...(args.kept ? {} : { ANSWER_CACHE_MAX_BYTES: '0' }),
 });
 const app = createApp(
   buildDependencies({
@@ -200,7 +197,7 @@ new PerformanceObserver((list) => {
   }
 }).observe({ entryTypes: ['gc'] });
 
-console.log(`${tokens.length} users, ${rounds} rounds each, answers kept whole ${args.kept ? 'on' : 'off'}`);
+console.log(`${tokens.length} users, ${rounds} rounds each`);
 const chosen = args.only
   ? args.only
       .split('|')

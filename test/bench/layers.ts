@@ -22,7 +22,7 @@ const LAYERS: [string, RegExp][] = [
     /\/(?:src|dist)\/(http|rest|ops)\/|\/(?:src|dist)\/logger\.|\/(prom-client|pino|rate-limiter-flexible|proxy-addr|lru-cache)\//,
   ],
   [
-    'GraphQL doors (lean, Yoga)',
+    'GraphQL transports (lean, Yoga)',
     /\/(?:src|dist)\/graphql\/(lean|http|yoga|persisted)\.|\/(graphql-yoga|@whatwg-node|@graphql-yoga)\//,
   ],
   [

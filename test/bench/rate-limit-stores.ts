@@ -29,7 +29,7 @@ async function measure(name: string, limiter: RateLimiter, transactions?: () => 
   for (let waited = 0; limiter.storeUp === false && waited < 5000; waited += 50)
     await new Promise((resolve) => setTimeout(resolve, 50));
   if (limiter.storeUp === false) throw new Error(`${name}: the store did not connect`);
-  for (let i = 0; i < 200; i++) await limiter.check(requests[i]!);
+  for (let i = 0; i < 200; i++) await limiter.check(limiter.clientOf(requests[i]!));
   const txBefore = await transactions?.();
   const cpuBefore = process.cpuUsage();
   const started = performance.now();
@@ -38,7 +38,7 @@ async function measure(name: string, limiter: RateLimiter, transactions?: () => 
   await Promise.all(
     Array.from({ length: IN_FLIGHT }, async () => {
       while (next < requests.length) {
-        const verdict = await limiter.check(requests[next++]!);
+        const verdict = await limiter.check(limiter.clientOf(requests[next++]!));
         if (!verdict.allowed) limited += 1;
       }
     }),

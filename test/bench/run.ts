@@ -43,7 +43,7 @@ const { values: args } = parseArgs({
     compare: { type: 'string' },
     /**
      * Settings of the compared server only, `NAME=value,NAME=value`: with `--compare .`, this
-     * checkout with a mechanism switched off (`ANSWER_CACHE_MAX_BYTES=0`) against itself.
+     * checkout with a mechanism switched off (`CACHE_MAX_BYTES=0`) against itself.
      */
     'compare-env': { type: 'string' },
     /**

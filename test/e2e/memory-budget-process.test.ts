@@ -217,7 +217,7 @@ describe(`the memory budget on a real server (${testMode})`, () => {
       // Each structure within its share, the entity cache filled to it; still ready.
       const metrics = await (await fetch(`${url}/metrics`)).text();
       const gauge = (name: string) => metricValue(metrics, name);
-      for (const share of ['entityCache', 'answerCache', 'rateLimiter'] as const) {
+      for (const share of ['entityCache', 'rateLimiter'] as const) {
         expect(gauge(`api_memory_share_used_bytes{share="${share}"}`), share).toBeLessThanOrEqual(memory.shares[share]);
       }
       expect(gauge('api_memory_share_used_bytes{share="entityCache"}')).toBeGreaterThan(memory.shares.entityCache / 2);
@@ -225,7 +225,6 @@ describe(`the memory budget on a real server (${testMode})`, () => {
       expect(gauge('api_memory_share_used_bytes{share="rateLimiter"}')).toBe(
         Math.floor(memory.rateLimitKeys / 2) * RATE_LIMIT_KEY_BYTES,
       );
-      expect(gauge('api_memory_share_used_bytes{share="answerCache"}')).toBeGreaterThan(0);
       expect((await fetch(`${url}/healthz`)).status).toBe(200);
 
       // As many requests in progress as the working reserve holds (their bodies still arriving):

@@ -18,7 +18,7 @@ import { ancestors, attribute, Receiver, traceparent } from '../helpers/otlp.js'
  * to an OTLP/HTTP receiver in this test that decodes what the SDK's exporter sends. A request
  * with a W3C `traceparent` arrives as one trace under the caller's span: the HTTP server span,
  * the GraphQL operation's span under it, the database statements under that; on both GraphQL
- * doors and on REST. No credential, secret, email or search term is in any of it.
+ * transports and on REST. No credential, secret, email or search term is in any of it.
  */
 
 const SEARCH = 'zq-secret-search-term';
@@ -112,7 +112,7 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
     return { base: await listening(server), server };
   }
 
-  it('a traced request of each door arrives as one trace under the caller, spans nested, logs joined, no secret in any of it', async () => {
+  it('a traced request of each transport arrives as one trace under the caller, spans nested, logs joined, no secret in any of it', async () => {
     const { base, server } = await start({
       OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
       OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
@@ -120,7 +120,7 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
     });
     const auth = { authorization: `Bearer ${seeded.token}` };
 
-    // The lean door: a JSON operation by POST, its search term in the variables.
+    // The lean transport: a JSON operation by POST, its search term in the variables.
     const lean = traceparent();
     const leanAnswer = await fetch(`${base}/graphql`, {
       method: 'POST',
@@ -349,14 +349,14 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
       );
     }
     expect(sources).toContain('execution');
-    // The same question again and again: served from the kept answers once the cache holds it.
+    // The organization again and again: served as its readers' shared answer once it is held.
     for (let i = 0; i < 5; i++) {
-      const traceId = await ask('query Me { me { userID } }');
-      const spans = await receiver.trace(traceId, (received) => received.some((span) => span.name === 'query Me'));
+      const traceId = await ask('query Org { organization { organizationName } }');
+      const spans = await receiver.trace(traceId, (received) => received.some((span) => span.name === 'query Org'));
       sources.add(
         String(
           attribute(
-            spans.find((span) => span.name === 'query Me')!,
+            spans.find((span) => span.name === 'query Org')!,
             'app.graphql.answer',
           ),
         ),

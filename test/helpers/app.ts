@@ -34,7 +34,7 @@ export async function startServer(
     env?: Record<string, string>;
     now?: () => Date;
     graphiqlHeaders?: string;
-    graphqlDoor?: DependencyOptions['graphqlDoor'];
+    graphqlTransport?: DependencyOptions['graphqlTransport'];
     compileAfter?: number;
     /** The heap in use as the memory pressure reads it (see `ops/memory-pressure.ts`). */
     memoryUsed?: () => number;
@@ -64,7 +64,7 @@ export async function startServer(
       logger: createLogger(config.logLevel, { format: config.logFormat }),
       now: options.now,
       graphiqlHeaders: options.graphiqlHeaders,
-      graphqlDoor: options.graphqlDoor,
+      graphqlTransport: options.graphqlTransport,
       compileAfter: options.compileAfter,
       memoryUsed: options.memoryUsed,
     }),
