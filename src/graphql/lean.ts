@@ -193,8 +193,12 @@ export function createLeanTransport(pipeline: GraphQLPipeline, options: LeanTran
       sendResult(exchange, outcome.result, taken.mediaType);
       return true;
     }
-    // A held answer: its span says so, and has nothing under it.
-    if (!computed && recording()) endSpan(startOperationSpan('query', params.operationName, 'kept', answer.label));
+    // A held answer: its span says so, with the operation's name in the document, and has nothing under it.
+    if (!computed && recording()) {
+      const parsed = documents.parsed.get(query!);
+      const named = parsed && getOperationAST(parsed, params.operationName)?.name?.value;
+      endSpan(startOperationSpan('query', named ?? params.operationName, 'kept', answer.label));
+    }
     sendAnswer(exchange, answer, taken.mediaType);
     return true;
   };

@@ -314,7 +314,7 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
     ).toEqual([]);
   }, 120_000);
 
-  it('answers from a compiled plan and from the kept answers say so in their operation span', async () => {
+  it('answers from a compiled plan and from a shared answer held say so in their operation span', async () => {
     const { base, server } = await start({
       OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
       OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
