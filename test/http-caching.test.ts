@@ -88,7 +88,7 @@ describe(`HTTP caching (${testMode})`, () => {
           );
       }
     }
-    // Kept whole and served again (db/answer-cache.ts): the same rule.
+    // Served again as the organization's shared answer (RequestContext.sharedAnswer): the same rule.
     const again = await rest(lean(), '/auth/organization-details', { token: parentToken });
     expect(again.headers.get('cache-control')).toBe('no-store');
     // The child and the public-key caller see the secret masked: revalidatable.

@@ -398,17 +398,17 @@ async function searchPage(
 }
 
 /**
- * stats.total and stats.active (decisions §4) for the filters, at `now`, and until when they hold
- * (the oldest login counted as active leaves the window). Counting can touch every child of a
- * large parent, so the counts are cached until a child of this parent changes what they count
- * (`children:` in `droppedBy`) or that moment comes; the unfiltered ones follow first logins.
+ * stats.total and stats.active (decisions §4) for the filters, at `now`. Counting can touch every
+ * child of a large parent, so the counts are cached until a child of this parent changes what
+ * they count (`children:` in `droppedBy`) or the oldest login counted as active leaves the
+ * window; the unfiltered ones follow first logins.
  */
 export async function readCounts(
   sources: ChildListSources,
   filters: ChildFilters,
   share: MatchShare,
   now: number,
-): Promise<{ total: number; active: number; validUntil: number }> {
+): Promise<{ total: number; active: number }> {
   const { parentId } = filters;
   // With the snapshot: a count that already saw a sign-in announced meanwhile is still stored.
   const counted = await sources.cache.through(filters.cacheKey, {
@@ -423,7 +423,6 @@ export async function readCounts(
   return {
     total: counted.total ?? (await sources.childCount(parentId)),
     active: counted.active,
-    validUntil: counted.validUntil,
   };
 }
 

@@ -20,8 +20,8 @@ import { baseEnv, expectOneLine, listening, root, run, type Run } from '../helpe
  * The memory budget on a real server, started as `npm start` starts it (the build, V8's heap
  * limit from the budget), at a small budget, pushed past every share at once: more live streams
  * than its share holds, more distinct callers than its entity cache and its rate limiter's store
- * hold, and GraphQL answers kept for each of them. It answers or refuses each one in the
- * documented way, and it does not die.
+ * hold, and GraphQL answers for each of them. It answers or refuses each one in the documented
+ * way, and it does not die.
  */
 
 const BUDGET_MB = '150';
@@ -172,9 +172,8 @@ describe(`the memory budget on a real server (${testMode})`, () => {
       for (const key of streamOutcomes.keys())
         expect(['open', 'TOO_MANY_SUBSCRIPTIONS', 'SERVICE_UNAVAILABLE', ...ACCOUNT_REFUSALS]).toContain(key);
 
-      // Every caller, 64 at a time: its profile (REST), and its GraphQL answer twice (the second one
-      // kept); a parent its child list. More than the entity cache, the kept answers and the rate
-      // limiter's store hold.
+      // Every caller, 64 at a time: its profile (REST), and its GraphQL answer twice; a parent its
+      // child list. More than the entity cache and the rate limiter's store hold.
       const GRAPHQL = '{ me { id email } organization { organizationName } }';
       const CHILD_LIST = '{ childAccounts(limit: 50) { stats { total } edges { node { id email } } } }';
       const work = callers.flatMap((caller) => [
