@@ -27,11 +27,7 @@ const optionalString = z
 const MAX_TIMER_MS = 2_147_483_647;
 const MAX_TIMER_SECONDS = Math.floor(MAX_TIMER_MS / 1000);
 
-/**
- * A whole number written in decimal digits, nothing else (no sign, fraction, exponent or hex:
- * `1e3`, `0x10` and `10.0` are refused, not read as numbers), within its bounds. Empty is unset
- * (a template's `NAME=`).
- */
+/** A whole number in decimal digits within its bounds (`1e3`, `0x10`, `10.0` are refused); empty is unset. */
 const integer = (min: number, max: number) =>
   z.preprocess(
     (v) => (typeof v === 'string' ? (v.trim() === '' ? undefined : v.trim()) : v),
@@ -75,10 +71,7 @@ const environment = z.object({
   REPLICA_MAX_LAG_MS: withDefault(integer(0, 3_600_000), 1000),
   /** Where the caches learn of committed changes on PostgreSQL: the replication stream when available. */
   CHANGE_SOURCE: z.enum(['auto', 'logical', 'triggers']).default('auto'),
-  /**
-   * The server the change stream is decoded on: a PostgreSQL 16+ standby of DATABASE_URL (the
-   * primary then runs no walsender for the API); unset, the primary.
-   */
+  /** The PostgreSQL 16+ standby of DATABASE_URL the change stream is decoded on; unset, the primary. */
   CHANGE_DECODE_URL: z
     .string()
     .refine(
@@ -86,11 +79,6 @@ const environment = z.object({
       'must be a postgres:// or postgresql:// URL (a standby of DATABASE_URL)',
     )
     .optional(),
-  /**
-   * The change relay was removed: each instance reads the stream through a temporary slot of its
-   * own, and trusts no other instance. Set, the start is refused, so that an operator who counted
-   * on one walsender for every instance learns it.
-   */
   DATA_DIR: z.string().min(1).default('./data'),
   MIGRATE_ON_START: bool(true),
   MIGRATION_LOCK_TIMEOUT_MS: withDefault(integer(1000, MAX_TIMER_MS), 600_000),
@@ -100,10 +88,7 @@ const environment = z.object({
   DATABASE_CONNECT_TIMEOUT_MS: withDefault(integer(100, MAX_TIMER_MS), 1500),
   DATABASE_STATEMENT_TIMEOUT_MS: withDefault(integer(100, MAX_TIMER_MS), 5000),
   SEARCH_TIMEOUT_MS: withDefault(integer(1, MAX_TIMER_MS), 3000),
-  /**
-   * One at a time by default: on a database of two cores, more left the other requests half the machine
-   * (`src/db/README.md`).
-   */
+  /** One at a time by default: on a database of two cores, more left the other requests half the machine. */
   SEARCH_MAX_CONCURRENT: withDefault(integer(1, 500), 1),
   SEARCH_MAX_PER_ORGANIZATION: withDefault(integer(1, 500), 2),
   /** 20 % by default: the figures are in `src/db/README.md`, "Searches". */
@@ -183,9 +168,8 @@ const environment = z.object({
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
   LOG_FORMAT: z.enum(['auto', 'json', 'pretty']).default('auto'),
   GRAPHQL_PERSISTED_ONLY: bool(false),
-  // OpenTelemetry's own variables (ops/tracing.ts): tracing is on once an OTLP endpoint is set.
-  // The SDK reads them itself; they are checked here so that a typo fails the start instead of
-  // sampling everything (the SDK's answer to a sampler it does not know) or exporting nowhere.
+  // OpenTelemetry's own variables: checked here so that a typo fails the start instead of sampling
+  // everything or exporting nowhere.
   OTEL_SDK_DISABLED: bool(false),
   OTEL_TRACES_EXPORTER: optionalString.pipe(
     z
@@ -231,10 +215,7 @@ export type Config = {
   migrationLockTimeoutMs: number;
   seedDemoOnStart: boolean;
   database: { poolSize: number; connectTimeoutMs: number; statementTimeoutMs: number };
-  /**
-   * The child list's searches (`db/search-reads.ts`): each statement's time bound, and how many
-   * run at once in this instance and for one organization; past either, a search is refused 503.
-   */
+  /** The child list's searches (`db/search-reads.ts`): time bound, concurrency, per-organization limits. */
   search: { timeoutMs: number; maxConcurrent: number; maxPerOrganization: number; maxTimePercent: number };
   /** DATABASE_REPLICA_URL, split; empty when unset. */
   replicaUrls: string[];
@@ -458,11 +439,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFa
   };
 }
 
-/**
- * Development convenience: the settings in `file` (`.env` by default, Node's dotenv format), for
- * the variables the environment does not set already. Not read with NODE_ENV=production, where
- * the environment is the only source. Returns the names it set.
- */
+/** Development only: `.env`'s settings for the variables the environment leaves unset; returns the names it set. */
 export function loadDotEnv(env: NodeJS.ProcessEnv = process.env, file = '.env'): string[] {
   if (env.NODE_ENV === 'production' || !existsSync(file)) return [];
   const set: string[] = [];

@@ -47,18 +47,12 @@ export type RequestContext = {
   /** What this request read (through the cache or around it) and computed from the clock. */
   reads: ReadSet;
   /**
-   * An answer that shows the caller's organization alone (its details as the caller may see them):
-   * the same for every reader of the organization but its parent by JWT, the one shown the signing
-   * secret. Held once for each of the two in the entity cache under `name` (the path, or the GraphQL
-   * operation and variables), and dropped with what it was computed from. `compute` makes its bytes
-   * in this context (undefined: not to be held, an error). Served held, it records the caller, the
-   * operation's label and the retrieval, as computing it did. Undefined when `compute` gave none.
+   * An answer that shows the caller's organization alone, held in the entity cache once for its
+   * readers and once for its parent by JWT (shown the signing secret), and dropped with what it was
+   * computed from. Served held, it records the caller and the retrieval as computing it did.
    */
   sharedAnswer: (name: string, compute: () => Promise<Buffer | undefined>) => Promise<SharedAnswer | undefined>;
-  /**
-   * A new context for the same request (new loaders, the caller verified again): what a
-   * subscription reads each answer with. Its retrievals are not counted (a push is not one).
-   */
+  /** A new context for the same request, for a subscription's answers (its retrievals are not counted). */
   renew: () => RequestContext;
 };
 
@@ -88,10 +82,8 @@ export type RequestRecord = {
   /** GraphQL: a document sent with its APQ hash, registered once answered if the caller verified. */
   registration?: { id: string; document: string };
   /**
-   * Set once the caller is verified as a parent by JWT, the one caller shown its organization's
-   * signing secret (decisions §3): whether an answer's bytes carry that secret. The edge sends such
-   * an answer `no-store`, with no ETag (`Exchange.send`). A function, so that no log line or
-   * serialised record can carry the secret itself.
+   * Set once the caller is a parent by JWT: whether an answer carries the signing secret (decisions §3),
+   * so that it is sent `no-store`. A function, so that no log line can carry the secret.
    */
   carriesSecret?: (payload: string | Buffer) => boolean;
   /** The entity cache's lookups for this request, hits and misses (for its trace). */
@@ -213,10 +205,7 @@ export function createRequestContext(
   return context;
 }
 
-/**
- * `RequestContext.renew`, made apart from the context so that it holds only what a new context is
- * made from: a subscription keeps it for its whole life, and must not keep the request's loaders.
- */
+/** `RequestContext.renew`, apart from the context so that a subscription keeps no request's loaders. */
 function renewal(deps: AppDependencies, credentials: Credentials, requestId: string): () => RequestContext {
   return () => createRequestContext(deps, { credentials, requestId, record: {} }, { countRetrievals: false });
 }

@@ -59,10 +59,7 @@ export type Dependencies = {
   close(): Promise<void>;
 };
 
-/**
- * Builds the process's objects, each after what it uses, so that none refers to one not built
- * yet; `close` ends them in the order stated below it.
- */
+/** Builds the process's objects, each after what it uses; `close` ends them in the order stated below. */
 export function buildDependencies(options: DependencyOptions): Dependencies {
   const { config, database, logger } = options;
   const metrics = createMetrics();
@@ -88,8 +85,7 @@ export function buildDependencies(options: DependencyOptions): Dependencies {
         })
       : undefined;
   replicas?.start().catch((error: unknown) => logger.warn('replica check failed', { error }));
-  // The child list's searches: connections and a time bound of their own, so many at once (`db/search-reads.ts`).
-  // Its pages on connections without parallel workers, its counts with them (`boundedReadSettings`).
+  // The searches' connections: pages without parallel workers, counts with them (`boundedReadSettings`).
   const searchBounds = { timeoutMs: config.search.timeoutMs, poolSize: config.search.maxConcurrent };
   const countsOnPrimary = database.boundedReads(searchBounds);
   const pagesOnPrimary = database.boundedReads({ ...searchBounds, serial: true });
@@ -150,9 +146,8 @@ export function buildDependencies(options: DependencyOptions): Dependencies {
   const exports = createExports({ ...config.export, maxQueryParameters: config.limits.maxQueryParameters }, logger);
 
   /**
-   * The close order: what produces work first (streams, exports, the limiter's store), then the
-   * retrieval counter's last write (it needs the database), then the caches and the feed they hear.
-   * The database itself is closed by its owner (`main.ts`), after this.
+   * The close order: what produces work, then the retrieval counter's last write, then the caches and
+   * their feed. The database is closed by `main.ts`, after this.
    */
   const closing: (() => unknown)[] = [
     () => pressure.close(),

@@ -1,11 +1,6 @@
 /**
- * Expected errors: one base class carrying the contract's code and HTTP status (decisions §6).
- * Both transports show `code` and `message` of these; every other error is masked.
- *
- * They are answers, not faults, so they capture no stack trace: capturing one was the largest
- * single cost of a child's GraphQL `organization` (its masked secret is decided by a refused
- * scope), and every refused request (a flood of bad tokens among them) paid it. An unexpected
- * error keeps its own stack: `toApiError` wraps it, and the log line carries the original.
+ * Expected errors, carrying the contract's code and status (decisions §6); every other error is
+ * masked. They capture no stack: they are answers, and a flood of bad tokens paid for each one.
  */
 export class ApiError extends Error {
   constructor(
@@ -23,10 +18,7 @@ export class ApiError extends Error {
   }
 }
 
-/**
- * The expected errors of one code and status whose message may be given, else the default here:
- * by class name, its code, status and default message.
- */
+/** The expected errors whose message may be given: by class name, code, status and default message. */
 const EXPECTED = {
   UnauthorizedError: ['UNAUTHORIZED', 401, 'A valid access token is required.'],
   UnauthorizedAccessError: ['UNAUTHORIZED_ACCESS', 401, 'Only parent accounts may use this operation.'],
@@ -140,10 +132,7 @@ export function isDatabaseUnavailable(error: unknown): boolean {
   return false;
 }
 
-/**
- * The error a GraphQL error was raised from: located errors wrap the thrown one, sometimes twice.
- * Unwrapped by shape, since more than one copy of graphql-js may be loaded.
- */
+/** The error a GraphQL error was raised from, unwrapped by shape (more than one graphql-js may be loaded). */
 export function innermostError(error: unknown): unknown {
   let original = error;
   while (original instanceof Error && 'originalError' in original && original.originalError instanceof Error)

@@ -20,10 +20,7 @@ export function acceptsGzip(acceptEncoding: string | undefined): boolean {
 
 const gzipAsync = promisify(gzip);
 
-/**
- * A fixed payload (a page, a script), gzipped once off the event loop on first demand and kept
- * with the exact bytes it compresses.
- */
+/** A fixed payload (a page, a script), gzipped once off the event loop on first demand. */
 export class CompressedPayload {
   #gzip: Promise<Buffer> | undefined;
   constructor(readonly raw: Buffer) {}
@@ -54,11 +51,9 @@ function firstValue(value: string | string[] | undefined): string | undefined {
 }
 
 /**
- * One request while it is answered, handed to REST and to both GraphQL transports: the request id, the
- * target as sent, the credentials read once, the record its log line and metrics are made from,
- * and the headers every answer carries (CORS, rate limits), merged as they are added: `Vary`
- * accumulates, nothing is overwritten by a later layer by accident. Every answer leaves through
- * `send`, so every answer has the same framing.
+ * One request while it is answered, handed to REST and both GraphQL transports: request id, target,
+ * credentials, its log record, and the headers every answer carries (`Vary` accumulates). Every
+ * answer leaves through `send`.
  */
 export class Exchange {
   readonly requestId: string;
@@ -68,10 +63,7 @@ export class Exchange {
   readonly credentials: Credentials;
   readonly record: RequestRecord = {};
   private readonly extra = new Map<string, [string, string]>();
-  /**
-   * Set while the request counts as in progress against the memory budget: called once, when it ends or
-   * becomes a stream.
-   */
+  /** Set while the request counts against the memory budget: called once, when it ends or becomes a stream. */
   private inProgress: (() => void) | undefined;
 
   constructor(
@@ -124,11 +116,7 @@ export class Exchange {
     for (const [name, value] of entries) this.addHeader(name, value);
   }
 
-  /**
-   * The answer, whole: status, media type, the headers gathered on the exchange, the request id,
-   * `Cache-Control: no-store` where asked (authenticated answers), and an exact Content-Length.
-   * HEAD gets the headers of GET and no body (Node leaves it out).
-   */
+  /** The whole answer, with the gathered headers and an exact Content-Length; HEAD gets no body. */
   send(
     status: number,
     contentType: string | undefined,
@@ -138,12 +126,7 @@ export class Exchange {
     this.write(status, contentType, payload, options.noStore === true, this.carriesSecret(payload));
   }
 
-  /**
-   * `send`, with whether the payload carries a secret already known; `tag`: the answer is
-   * revalidated by that entity tag (`sendRevalidated`), and carries it with `Cache-Control` and
-   * `Vary` as if added to the exchange's headers (those replace, `Vary` adds up), written here
-   * without going through the exchange's map on every answer.
-   */
+  /** `send`, knowing whether the payload carries a secret; with `tag`, revalidated by that entity tag. */
   private write(
     status: number,
     contentType: string | undefined,
@@ -172,18 +155,14 @@ export class Exchange {
   }
 
   /**
-   * The one rule for secrets: an answer whose bytes carry the organization's signing secret (shown
-   * to its parent by JWT only) is never written to any cache, a browser's included. It leaves
-   * `no-store`, without an ETag, and is never answered by a 304, whichever transport or field made it.
+   * An answer carrying the organization's signing secret is never written to any cache: `no-store`,
+   * no ETag, never a 304, whichever transport made it.
    */
   private carriesSecret(payload: string | Buffer): boolean {
     return payload.length > 0 && this.record.carriesSecret !== undefined && this.record.carriesSecret(payload);
   }
 
-  /**
-   * The head of an answer whose body follows in pieces (an export): no Content-Length, so the body
-   * is chunked; `no-store`; the headers gathered on the exchange. Sent at once.
-   */
+  /** The head of a chunked answer whose body follows in pieces (an export), sent at once. */
   startStream(status: number, contentType: string, headers: Record<string, string>): void {
     // A stream is bounded by its own share of the memory budget, not by the requests in progress.
     this.leavesProgress();
@@ -198,10 +177,8 @@ export class Exchange {
   }
 
   /**
-   * A successful answer that the caller's browser may keep and must revalidate: a strong `ETag`
-   * (a digest of the exact bytes), `Cache-Control: private, no-cache` (shared caches keep nothing),
-   * `Vary` on the credentials, and 304 without a body when `If-None-Match` names the tag. An answer
-   * that carries a secret is sent `no-store` instead (see `carriesSecret`).
+   * An answer the caller's browser may keep and must revalidate: a strong `ETag` of the bytes,
+   * `Cache-Control: private, no-cache`, 304 when `If-None-Match` names it (`no-store` with a secret).
    */
   sendRevalidated(contentType: string, payload: string | Buffer, tag?: string): void {
     if (this.carriesSecret(payload)) return this.write(200, contentType, payload, true, true);
@@ -210,10 +187,7 @@ export class Exchange {
     else this.write(304, undefined, '', false, false, tag);
   }
 
-  /**
-   * A fixed payload (a page, a script), gzipped (once, by the payload) for a client that accepts it
-   * when it is at least `fromBytes` long; such an answer varies by `Accept-Encoding`.
-   */
+  /** A fixed payload, gzipped for a client that accepts it when at least `fromBytes` long. */
   async sendCompressible(
     status: number,
     contentType: string,
@@ -233,10 +207,7 @@ export class Exchange {
   }
 }
 
-/**
- * After a write the socket did not take whole (a streamed answer): waits for it to drain. True
- * when it did; false when the client read nothing for `stallMs`; rejects when `signal` aborts.
- */
+/** Waits for a streamed answer's socket to drain: false when the client read nothing for `stallMs`. */
 export async function drained(response: ServerResponse, stallMs: number, signal?: AbortSignal): Promise<boolean> {
   const timeout = AbortSignal.timeout(stallMs);
   try {
@@ -274,10 +245,7 @@ export function entityTag(payload: string | Buffer): string {
 /** Entity tags in one If-None-Match header at most: a longer list is not read (and never matches). */
 const MAX_TAGS = 64;
 
-/**
- * Whether `If-None-Match` lets the answer through (RFC 9110 §13.1.2): true unless it is `*` or
- * lists `tag`, compared weakly (a `W/` prefix is ignored).
- */
+/** Whether `If-None-Match` lets the answer through (RFC 9110 §13.1.2, weak comparison). */
 export function noneMatch(header: string | undefined, tag: string): boolean {
   if (header === undefined) return true;
   if (header.trim() === '*') return false;

@@ -32,9 +32,7 @@ function failStart(error: unknown): never {
 // Unhandled rejections are logged and survived: each one belongs to a single request or a
 // background write that retries by itself (the retrieval counter, the change listener).
 process.on('unhandledRejection', (reason) => logger.error('unhandled rejection', { error: reason }));
-// An exception nobody caught leaves the process in an unknown state: drain, flush, exit 1.
-// Logging cannot throw (a failed destination drops lines, see logger.ts), so this cannot feed on
-// itself; further exceptions while stopping are logged once each, and the stop goes on.
+// An uncaught exception leaves the process in an unknown state: drain, flush, exit 1 (logging cannot throw).
 process.on('uncaughtException', (error) => {
   if (!app) failStart(error);
   logger.error(stopping ? 'uncaught exception while shutting down' : 'uncaught exception; shutting down', { error });
@@ -108,9 +106,7 @@ const graphiqlHeaders =
     : undefined;
 // The process's objects, built in order; the app closes them in the order `dependencies.ts` states.
 app = createApp(buildDependencies({ config, database, logger, graphiqlHeaders }));
-// The signals drain from here on: before "listening on" is printed, as whatever reads that line may
-// signal at once, while the banner below still awaits its query. (Before the app, Node's default
-// ends the process: there is nothing to drain yet.)
+// The signals drain from here on, before "listening on" is printed: whatever reads that line may signal at once.
 process.on('SIGTERM', () => void shutdown('SIGTERM', 0));
 process.on('SIGINT', () => void shutdown('SIGINT', 0));
 const address = server.address();
@@ -146,10 +142,7 @@ if (demo) {
   console.log('  more tokens: npm run token -- <userID|email>');
 }
 
-/**
- * The demo generator is development tooling (it needs the development dependencies): loaded only
- * when SEED_DEMO_ON_START is on, which it is by default only with NODE_ENV=development.
- */
+/** The demo generator is development tooling, loaded only when SEED_DEMO_ON_START is on. */
 async function seedDemo(on: Database): Promise<DemoAccess | undefined> {
   let demoModule: typeof import('./dev/demo.js');
   try {
@@ -166,11 +159,9 @@ async function seedDemo(on: Database): Promise<DemoAccess | undefined> {
 }
 
 /**
- * Readiness turns 503 at once and, for SHUTDOWN_DELAY_MS, the listener still accepts and serves
- * (load balancers notice and stop sending); then stop accepting, let in-flight requests finish,
- * flush the retrieval counter, close the pool. Past SHUTDOWN_TIMEOUT_MS (counted from the
- * signal) the remaining connections are cut, the counter is still flushed (within a bound), and
- * the process exits 1. A process stopping because it failed skips the delay.
+ * Readiness turns 503 and the listener serves for SHUTDOWN_DELAY_MS (load balancers stop sending);
+ * then in-flight requests finish, the retrieval counter is flushed and the pool closed. Past
+ * SHUTDOWN_TIMEOUT_MS the rest is cut and the process exits 1.
  */
 async function shutdown(reason: string, exitCode: number): Promise<void> {
   if (stopping) return;
@@ -202,10 +193,8 @@ async function shutdown(reason: string, exitCode: number): Promise<void> {
   app?.drain();
   if (exitCode === 0 && config.shutdownDelayMs > 0)
     await new Promise((resolve) => setTimeout(resolve, config.shutdownDelayMs));
-  // Stop accepting, but unlike http.Server#close do not drop connections at once: one accepted a
-  // moment ago may be about to send its request. A second later, and every second after, the
-  // connections with no request under way are closed — idle ones, and ones that never completed
-  // a request head; the others close after their answer (draining answers carry Connection: close).
+  // Stop accepting without dropping connections at once: every second, the ones with no request under
+  // way are closed; the others close after their answer (Connection: close).
   const closed = new Promise<void>((resolve) => NetServer.prototype.close.call(server, () => resolve()));
   const sweep = setInterval(() => server.closeWaitingConnections(), 1000);
   await closed;

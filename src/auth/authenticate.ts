@@ -129,9 +129,8 @@ async function verifyToken(
 }
 
 /**
- * A JWT caller (decisions §2): HS256 only, signed with the secret of the organization named by
- * `kid`; `sub` must be an account of that same organization. The account's type and status come
- * from the database, never from claims.
+ * A JWT caller (decisions §2): HS256 with the secret of the organization `kid` names; type and status from the
+ * database.
  */
 export async function authenticateJwt(credentials: Credentials, deps: AuthDependencies): Promise<Viewer> {
   if (credentials.authorization === undefined || credentials.authorization === null) {
@@ -139,10 +138,8 @@ export async function authenticateJwt(credentials: Credentials, deps: AuthDepend
   }
   const token = bearerToken(credentials.authorization, deps.jwt.maxTokenBytes);
   const now = deps.now();
-  // A token already verified is not verified again while its organization's key is unchanged:
-  // it is dropped with the key it was checked with (a rotated secret, a parent whose key or
-  // status changed), not by sign-ins. Its time claims are checked on every use; its shape (a
-  // canonical compact JWS) only before it is verified, as the exact text verified is the key.
+  // A verified token is verified again only when its organization's key changes; its time claims are
+  // checked on every use.
   const verified = await verifiedOnce(deps.cache, token, credentials.memo, () => verifyToken(token, deps, now));
   checkTimes(verified, now, deps.jwt.maxAgeSeconds);
 
@@ -158,10 +155,7 @@ export async function authenticateJwt(credentials: Credentials, deps: AuthDepend
   return { kind: account.type, account, organization, via: 'jwt' };
 }
 
-/**
- * Organization details (spec step 1, decisions §3): with an Authorization header only the JWT is
- * tried; otherwise the X-Public-Key of a usable parent.
- */
+/** Organization details (decisions §3): the JWT when an Authorization header is sent, else the X-Public-Key. */
 export async function authenticateForOrganization(credentials: Credentials, deps: AuthDependencies): Promise<Viewer> {
   if (credentials.authorization !== undefined && credentials.authorization !== null) {
     return authenticateJwt(credentials, deps);

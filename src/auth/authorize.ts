@@ -1,20 +1,14 @@
 import { UnauthorizedAccessError } from '../errors.js';
 import type { Viewer } from './authenticate.js';
 
-/**
- * The parent itself, signed in by JWT: the only caller of the parent-only operations and the
- * only one that sees the signing secret (spec Authentication rule 1, decisions §3).
- */
+/** The parent by JWT: the only caller of the parent-only operations and shown the signing secret (decisions §3). */
 export function isParentByJwt(viewer: Viewer): boolean {
   return viewer.kind === 'parent' && viewer.via === 'jwt';
 }
 
 declare const provedParent: unique symbol;
 
-/**
- * A viewer proved to be the parent itself, by JWT: made only by `requireParent`, and the only
- * viewer the parent-only services take, so that a transport that forgets the check does not compile.
- */
+/** A viewer proved to be the parent by JWT, made only by `requireParent`: a forgotten check does not compile. */
 export type ParentViewer = Viewer & { kind: 'parent'; via: 'jwt'; readonly [provedParent]: true };
 
 /** Parent-only operations: any other caller gets UNAUTHORIZED_ACCESS. */
@@ -23,16 +17,10 @@ export function requireParent(viewer: Viewer): ParentViewer {
   return viewer as ParentViewer;
 }
 
-/**
- * The detectors of the organizations' secrets, by the cached settings they were made from: made
- * once while the settings stay cached, not on every request of a parent.
- */
+/** The detectors of the organizations' secrets, made once while the settings stay cached. */
 const detectors = new WeakMap<Viewer['organization'], (payload: string | Buffer) => boolean>();
 
-/**
- * Whether a payload holds the organization's signing secret (as sent, or escaped in a JSON
- * string), for the one viewer shown it; undefined for any other viewer, and without a secret.
- */
+/** Whether a payload holds the signing secret (as sent, or JSON-escaped), for the one viewer shown it. */
 export function secretShownTo(viewer: Viewer): ((payload: string | Buffer) => boolean) | undefined {
   const { organization } = viewer;
   if (!isParentByJwt(viewer) || !organization.jwtSecret) return undefined;

@@ -10,19 +10,9 @@ import {
 import { isCanonicalJws } from './credentials.js';
 
 /*
- * jose's `jwtVerify` for HS256, with the signature checked by node:crypto when the token is of
- * the one plain shape the API issues. jose checks HMACs through WebCrypto, whose asynchronous
- * job costs about 30 µs of CPU a token on Node 20 (node:crypto's HMAC and `timingSafeEqual`:
- * about 5); a token a server has not seen yet pays it on every request of a large population.
- *
- * The verdict is jose's in every case, which `test/token-differential.test.ts` checks token by
- * token against `jwtVerify` (the hostile-token suite and a generated corpus):
- * - the shortcut applies only to a token whose three segments are canonical base64url and whose
- *   header names nothing but `alg` (HS256), `kid` and `typ`: no `crit`, no `b64`, no key material.
- *   Anything else goes to `jwtVerify` whole;
- * - the claims are still decoded and validated by jose (`UnsecuredJWT.decode` runs the same
- *   claims-set validation as `jwtVerify`, with the same options), after the signature, as
- *   `jwtVerify` orders them.
+ * jose's `jwtVerify` for HS256, with the signature checked by node:crypto for the one plain token
+ * shape the API issues: WebCrypto's HMAC costs about 30 µs a token, node:crypto's about 5. Claims are
+ * still validated by jose, and `test/token-differential.test.ts` checks the verdicts are jose's.
  */
 
 /** An HS256 key both ways: WebCrypto's for jose, node:crypto's for the shortcut. */
@@ -40,11 +30,7 @@ function plainHs256(header: Record<string, unknown>): boolean {
   return true;
 }
 
-/**
- * `jwtVerify(token, key.key, options)`: the same payload, or the same error class. `header`: the
- * protected header of a token the caller has already found to be a canonical compact JWS (both
- * are then not checked again); without it, this function checks both itself.
- */
+/** `jwtVerify(token, key.key, options)`; `header`: of a token the caller already found a canonical compact JWS. */
 export async function verifyHs256(
   token: string,
   key: Hs256Key,

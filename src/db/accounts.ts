@@ -133,11 +133,7 @@ const TIMESTAMP_COLUMNS = (Object.keys(ACCOUNT_COLUMN_TYPES) as (keyof AccountRo
   (column): column is TimestampColumn => ACCOUNT_COLUMN_TYPES[column] === 'timestamptz',
 );
 
-/**
- * An account row as the process's cache holds it: timestamps as epoch milliseconds and the
- * repeated short strings (enum values, the parent's id) shared. A V8 Date costs several times a
- * number, and every cached user holds seven of them: this halves the memory of a cached account.
- */
+/** An account row as the cache holds it: times as epoch milliseconds (a Date costs several times a number). */
 export type PackedAccount = Omit<AccountRow, TimestampColumn> & {
   [K in TimestampColumn]: Date extends AccountRow[K] ? (null extends AccountRow[K] ? number | null : number) : never;
 };
@@ -156,12 +152,7 @@ export function packAccount(row: AccountRow): PackedAccount {
 
 const dateOrNull = (time: number | null): Date | null => (time === null ? null : new Date(time));
 
-/**
- * The row again, for every cache hit of an account (each authenticated request): its timestamps
- * named one by one, so that the engine builds the object in one shape rather than through a
- * keyed store per column (half the time; a timestamp column added to the table and not named here
- * stays a number, which the return type refuses).
- */
+/** The row again for a cache hit, built in one object shape (half the time of a keyed store per column). */
 export function unpackAccount(packed: PackedAccount): AccountRow {
   return {
     ...packed,
@@ -185,11 +176,7 @@ const AUTH_PROVIDERS = enumValues<AccountRow['authProvider']>({
   providerD: 4,
 });
 
-/**
- * An account row as text for the record ring (`record-ring.ts`, `compact-text.ts`): its values in
- * column order (`READ_ACCOUNT_COLUMNS`) but the id (the record's key). About 210 bytes for a
- * child, against about 370 of heap as a packed object and its LRU entry's 300 more.
- */
+/** An account row as text for the record ring, without its id: about 210 bytes for a child. */
 export const compactAccount = {
   encode(row: AccountRow): string {
     // The id is the record's key: not held twice.
@@ -221,11 +208,7 @@ export const compactAccount = {
       dateText(row.lastResetPasswordRequestAt),
     ].join(FIELD);
   },
-  /**
-   * The row again, built as one object literal (one shape, and faster than a keyed store per
-   * column); a column added to the table and not named here fails the type check, and
-   * `test/record-ring.test.ts` checks the round trip of every column.
-   */
+  /** The row again as one object literal; `test/record-ring.test.ts` checks every column's round trip. */
   decode(text: string, id: string): AccountRow {
     const v = text.split(FIELD);
     return {

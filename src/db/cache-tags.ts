@@ -11,10 +11,7 @@ export const cacheTags = {
   publicKey: (key: string) => `publicKey:${key}`,
   /** Any change to the organization row but the retrieval counter. */
   organization: (parentId: string) => `organization:${parentId}`,
-  /**
-   * A change to the organization other than its balances (its signing secret among others), or its balance
-   * reaching or leaving zero.
-   */
+  /** A change to the organization other than its balances, or a balance reaching or leaving zero. */
   organizationSettings: (parentId: string) => `organizationSettings:${parentId}`,
   purchases: (organizationId: string) => `purchases:${organizationId}`,
   usage: (organizationId: string) => `usage:${organizationId}`,
@@ -35,10 +32,8 @@ export const announcedTags: Record<ChangedEntity, (key: string) => string> = {
 };
 
 /**
- * The tags an announced row change drops, at `now`: its row's own tag, whatever changed; for a
- * stable change (not activity only: counters, last login, balances), the tags of what is built on
- * the row's identity (an account's identity and public key, an organization's settings), which
- * sign-ins leave as they were; and for a child, what it changes of its parent's list.
+ * The tags a row change drops: its own, whatever changed; for a stable change, what is built on the
+ * row's identity; for a child, what it changes of its parent's list.
  */
 export function droppedBy(change: RowChange, now: number): string[] {
   const { entity, id, stable, publicKey, parentId } = change;

@@ -8,27 +8,18 @@ import type { ReadQuery } from './replicas.js';
 import type { SearchReads } from './search-reads.js';
 import type { SnapshotQuery } from './snapshots.js';
 
-/*
- * A parent's children as the database reads them: the list's filters as SQL, the keyset pages,
- * the search's choice of plan, the counts, the registrations by month; and what of it is cached,
- * under which key, tags and amendment (which change drops which tag: `droppedBy` in
- * `cache-tags.ts`). The services check the input and compose the answers.
- */
+/* A parent's children as the database reads them: filters, keyset pages, search plans, counts, and their caching. */
 
 /**
- * A parent's child counts as cached: `total` null when taken from the organization's child
- * count; valid from `computedAt` until `validUntil`, when the oldest login it counted as active
- * leaves the window.
+ * A parent's child counts as cached: `total` null when the organization's child count holds it; valid until the oldest
+ * active login leaves the window.
  */
 export type ChildCounts = { total: number | null; active: number; computedAt: number; validUntil: number };
 
 /** A page row as read: times as epoch milliseconds, a number being far cheaper for the driver. */
 export type ChildRow = { id: string; username: string; email: string; lastLoginMs: number | null; createdAtMs: number };
 
-/**
- * A page row with its times formatted: what the cached first page holds, so that the many
- * requests answered from one read format them once (and the cache's size estimate counts them).
- */
+/** A page row with its times formatted once, for the cached first page that many requests share. */
 export type ListedRow = ChildRow & { lastSeenIso: string | null; registeredIso: string };
 
 function formatted(rows: ChildRow[]): ListedRow[] {
@@ -45,11 +36,8 @@ function escapeLike(text: string): string {
 }
 
 /**
- * The filters (decisions §4) as SQL on Account: its WHERE clause with parameters from `$1`, the
- * scope that page tokens are bound to, and the key their counts are cached under. A search is
- * `ILIKE` on the names, which the trigram indexes serve from three characters (pg_trgm folds
- * case); a shorter term is looked up in the grams index (migration short_search_terms) by
- * `lookupWhere`, which adds its gram to the filters.
+ * The filters (decisions §4) as SQL on Account, with the scope page tokens are bound to. A search is
+ * `ILIKE`, served by the trigram indexes from three characters and by the grams index below that.
  */
 export function filterSql(parentId: string, search: string | undefined, range: { from?: Date; to?: Date }) {
   const params: unknown[] = [parentId];
@@ -64,12 +52,8 @@ export function filterSql(parentId: string, search: string | undefined, range: {
   if (search) {
     n = params.push(`%${escapeLike(search)}%`);
     match = `(username ILIKE $${n} OR email ILIKE $${n})`;
-    // The same rows (ILIKE is LIKE on both sides lower-cased), for a scan of most of the parent's
-    // children: ILIKE lower-cases its pattern again for every row, this form once a statement, and
-    // no trigram index serves it, so a search most children match is never looked up there. A name
-    // that holds the lower-cased term as stored holds it lower-cased too, so the names are first
-    // matched as stored and lower-cased only when that fails. A term of ASCII characters that are
-    // not letters has no case: the names match it as stored or not at all (figures: `test/bench/README.md`, "Figures behind the design").
+    // The same rows for a scan of most children: the pattern is lower-cased once a statement rather
+    // than per row, and a caseless term is matched as stored (figures: test/bench/README.md).
     const lowered = `lower($${n}::text)`;
     const caseless = /^[\x00-\x40\x5b-\x60\x7b-\x7f]*$/.test(search);
     const asStored = `username LIKE ${lowered} OR email LIKE ${lowered}`;
@@ -81,21 +65,15 @@ export function filterSql(parentId: string, search: string | undefined, range: {
   }
   const where = clauses.join(' AND ');
   const short = search !== undefined && [...search].length <= 2;
-  // Every gram of the lower-cased term is one of the names' (the term itself when it stays one or
-  // two characters): the index finds the candidates, ILIKE decides. The term is a parameter of
-  // the statements that use it only (PostgreSQL refuses a parameter a statement does not name).
+  // Every gram of the lower-cased term is one of the names': the index finds candidates, ILIKE decides.
   const grams = (statementParams: unknown[]): string => {
     const t = `$${statementParams.push(search)}::text`;
     return `"child_search_grams"(lower(username) || chr(1) || lower(email)) @> (CASE WHEN length(lower(${t})) <= 2 THEN ARRAY[lower(${t})] ELSE "child_search_grams"(lower(${t})) END)`;
   };
   const lookupWhere = (statementParams: unknown[]): string =>
     short ? `${where} AND ${grams(statementParams)}` : where;
-  // A term of one or two characters is itself a gram, and a child has it exactly when ILIKE
-  // matches (a name holds the lower-cased term): the index alone tells, and no row found is
-  // lower-cased again. Unless the term holds the character that joins the names, which would
-  // match across them.
-  // The ILIKE pattern stays among the statement's parameters, named by a condition the planner
-  // folds away (PostgreSQL refuses a parameter a statement does not name).
+  // A term of one or two characters is itself a gram, so the index alone decides (unless it holds the
+  // names' separator). The ILIKE parameter stays, named by a condition the planner folds away.
   const gramWhere =
     short && !search.includes('\u0001')
       ? (statementParams: unknown[]): string =>
@@ -111,17 +89,10 @@ export function filterSql(parentId: string, search: string | undefined, range: {
     match,
     unsearched,
     /**
-     * `where` as a lookup of the search's matches in an index, its parameters added to
-     * `statementParams`: the trigram indexes from three characters, the grams index below. Only
-     * for a search seen to be rare: on a parent whose children mostly match, PostgreSQL would
-     * evaluate the grams of every row (a minute at a million children), where reading the rows
-     * in order finds the page at once.
+     * `where` as an index lookup of the matches: only for a search seen to be rare (a scan finds a common one at once).
      */
     lookupWhere,
-    /**
-     * `lookupWhere` without the ILIKE the index already decides: only for a term of one or two characters
-     * (see `countedWhere`).
-     */
+    /** `lookupWhere` without the ILIKE the grams index decides (a term of one or two characters). */
     gramWhere,
     /** `where` for a search seen to match most children (see `countedWhere`). */
     scanWhere: scanWhere ?? where,
@@ -137,10 +108,7 @@ export function filterSql(parentId: string, search: string | undefined, range: {
 /** The child list's filters as SQL (see `filterSql`). */
 export type ChildFilters = ReturnType<typeof filterSql>;
 
-/**
- * A keyset condition on the (parentId, createdAt DESC, id DESC) index: rows whose (registration,
- * id) compare to `position` as `op` says, its values added to `params`.
- */
+/** A keyset condition on (parentId, createdAt DESC, id DESC): rows that compare to `position` as `op` says. */
 function keysetCondition(params: unknown[], position: Position, op: '<' | '>' | '<=' | '>='): string {
   return ` AND ("createdAt", id) ${op} ($${params.push(position.createdAt)}, $${params.push(position.id)})`;
 }
@@ -159,10 +127,7 @@ function pageStatement(
   return { columns, sorted, rest: `FROM "Account" WHERE ${filters.where}${keyset} ${sorted}` };
 }
 
-/**
- * Registration order (newest first with DESC), ties by id: the order of every child list; with a row count,
- * `limit`.
- */
+/** Registration order (newest first with DESC), ties by id, with an optional row count. */
 function registrationOrder(order: 'ASC' | 'DESC', limit?: string | number): string {
   const sorted = `ORDER BY "createdAt" ${order}, id ${order}`;
   return limit === undefined ? sorted : `${sorted} LIMIT ${limit}`;
@@ -190,12 +155,8 @@ export type PagePosition = {
 };
 
 /**
- * One page's rows (and one more, telling that more follow), in the order read: newest first, or
- * oldest first when `backwards`. The unfiltered first page is what dashboards poll: cached until a
- * child of the parent is added, removed or changed in anything but its activity, or a child it
- * shows signs in (its rows' own tags); one entry per parent and limit, so no caller can fill the
- * cache with pages of its choosing; read on the primary. Other pages are read where bounded
- * staleness is allowed (a replica when one is usable: at most REPLICA_MAX_LAG_MS behind).
+ * One page's rows plus one telling that more follow. The unfiltered first page, which dashboards
+ * poll, is cached per parent and limit; other pages read where bounded staleness is allowed.
  */
 export async function readPage(
   sources: ChildListSources,
@@ -205,8 +166,6 @@ export async function readPage(
   const { after, before, backwards, limit } = position;
   const { parentId } = filters;
   const params = [...filters.params];
-  // Row comparisons: range conditions on the (parentId, createdAt DESC, id DESC) index, read
-  // forwards (older) from `after` or backwards (newer) from `before`.
   const keyset =
     (after ? keysetCondition(params, after, '<') : '') + (before ? keysetCondition(params, before, '>') : '');
   const order = backwards ? 'ASC' : 'DESC';
@@ -230,11 +189,7 @@ export async function readPage(
   return { rows };
 }
 
-/**
- * Up to `limit` children older than `after` (from the newest without it), newest first, read
- * where bounded staleness is allowed: a batch of an export, which walks the whole list and is
- * never cached.
- */
+/** Up to `limit` children older than `after`: a batch of an export, never cached. */
 export function readBatch(
   staleReads: ReadQuery,
   filters: ChildFilters,
@@ -247,10 +202,7 @@ export function readBatch(
   return staleReads.query<ChildRow>(`SELECT ${statement.columns} ${statement.rest}`, params);
 }
 
-/**
- * Whether any matching child lies beyond `position` (`op`: inclusive, towards newer `>=` or older
- * `<=`): the cursor's own row, if it still exists, is not on the page.
- */
+/** Whether any matching child lies beyond `position` (the cursor's own row is not on the page). */
 export async function existsBeyond(
   sources: ChildListSources,
   filters: ChildFilters,
@@ -266,11 +218,7 @@ export async function existsBeyond(
   return row?.found === true;
 }
 
-/**
- * The share of the parent's children (within the dates) that a search matches, as its page's read
- * estimated it (undefined: not estimated). Below `LOOKUP_SHARE`, the counts and the Relay probes
- * of the same request look the matches up too (see `countedWhere`).
- */
+/** The share of the parent's children a search matched, as its page estimated it; it picks the counts' plan. */
 export type MatchShare = number | undefined;
 
 /** A page's rows (one past the limit when more follow), and what its read saw of the search. */
@@ -280,23 +228,16 @@ export type Page = { rows: ListedRow[]; share?: MatchShare };
 export const SEARCH_WALK_ROWS = 500;
 
 /**
- * Below this share of matching children, counting a search reads its matches from an index rather
- * than every child: the lookup wins for rare terms and loses for common ones (figures: `test/bench/README.md`, "Figures behind the design").
+ * Below this share of matches, a search is counted from an index rather than a scan (figures: test/bench/README.md).
  */
 const LOOKUP_SHARE = 0.25;
 
 /**
- * Below this share of matching children, a term of one or two characters is counted from the
- * grams index alone (`gramWhere`); above it the scan, which finds the term as stored in nearly
- * every name, is faster. Within dates the index still finds the parent's every match, where the
- * scan reads only the children registered then: there the share is LOOKUP_SHARE (figures: `test/bench/README.md`, "Figures behind the design").
+ * Below this share, a one- or two-character term is counted from the grams index alone (figures: test/bench/README.md).
  */
 const GRAM_COUNT_SHARE = 0.6;
 
-/**
- * The filters for a count or a probe: the lookup of the matches when they are few enough (see
- * `share`), a scan when they are most; the planner chooses when the page did not estimate.
- */
+/** The filters for a count or a probe: an index lookup when the matches are few, a scan when they are most. */
 const countedWhere = (filters: ChildFilters, share: MatchShare, params: unknown[]): string => {
   const { gramWhere } = filters;
   if (share === undefined) return filters.where;
@@ -305,15 +246,9 @@ const countedWhere = (filters: ChildFilters, share: MatchShare, params: unknown[
 };
 
 /**
- * One page of a search. Walking the parent's children in registration order stops as soon as the
- * page is full: cheap when the search matches many, a walk through every child when it matches
- * few. Looking the matches up in an index (the trigram indexes, or the grams index for a term of
- * one or two characters; both hold the parent) reads only the matches, then sorts them: cheap
- * when they are few. PostgreSQL's estimate of how many a
- * substring matches is too rough to choose between the two, so the page chooses by what it sees: it walks at most SEARCH_WALK_ROWS children first, which fills the page when matches
- * are common; otherwise the matches found there estimate how many the parent has, and the
- * cheaper of a whole walk and the lookup reads the page. When the
- * search's counts are cached, they tell how many match without the walk.
+ * One page of a search. PostgreSQL's estimate of a substring's matches is too rough to choose between
+ * walking in registration order and an index lookup, so the page walks SEARCH_WALK_ROWS children
+ * first and chooses by the matches it saw (or by the search's cached count).
  */
 async function searchPage(
   filters: ChildFilters,
@@ -333,18 +268,12 @@ async function searchPage(
     share = children > 0 ? matches / children : 0;
     if (!lookUp) return walk(((limit + 1) * children) / Math.max(matches, 1));
     // OFFSET 0 keeps the planner from walking the registration index to honour the ORDER BY.
-    // The keyset's parameters are in `params` already; the lookup's follow them.
     const lookupParams = [...params];
     const text = `SELECT ${columns} FROM (SELECT * FROM "Account" WHERE ${filters.lookupWhere(lookupParams)}${keyset} OFFSET 0) AS "Account" ${sorted}`;
     return formatted(await reads.query<ChildRow>(text, lookupParams));
   };
-  // The walk reads the children in registration order until the page is full, a stretch at a
-  // time, each stretch four times the last, from twice the rows it expects to need: a statement
-  // bounded to a stretch (and numbering its rows in that order) is planned as the walk it is, on
-  // the registration index, stopping when the page is full. Without the bound, PostgreSQL, which
-  // estimates a substring's matches far too low, planned reading every child in the dates and
-  // sorting them. The last row of a stretch is read even when it does not match: it tells that
-  // the walk goes on, and from where.
+  // The walk reads in stretches, each four times the last, so that PostgreSQL plans it as a walk of
+  // the registration index rather than a sort of every child. A stretch's last row tells where it ended.
   const walk = async (expected: number): Promise<ListedRow[]> => {
     const found: ChildRow[] = [];
     let from: Position | undefined;
@@ -369,9 +298,7 @@ async function searchPage(
     }
   };
   const children = async () => (await sources.childCount(parentId)) ?? 0;
-  // How many children match, when the search's counts are cached (a search asked again, its
-  // counts asked with its first page): the choice needs no walk. Within dates, the count is of
-  // the children in them, whose number is not known: only none tells the choice anything.
+  // A cached count tells the choice without a walk (within dates, only a count of none does).
   const counted = sources.cache.hit<ChildCounts>(
     { namespace: '', tags: () => [cacheTags.children(parentId)] },
     filters.cacheKey,
@@ -397,12 +324,7 @@ async function searchPage(
   return { rows, share };
 }
 
-/**
- * stats.total and stats.active (decisions §4) for the filters, at `now`. Counting can touch every
- * child of a large parent, so the counts are cached until a child of this parent changes what
- * they count (`children:` in `droppedBy`) or the oldest login counted as active leaves the
- * window; the unfiltered ones follow first logins.
- */
+/** stats.total and stats.active (decisions §4), cached until a child of the parent changes what they count. */
 export async function readCounts(
   sources: ChildListSources,
   filters: ChildFilters,
@@ -410,7 +332,6 @@ export async function readCounts(
   now: number,
 ): Promise<{ total: number; active: number }> {
   const { parentId } = filters;
-  // With the snapshot: a count that already saw a sign-in announced meanwhile is still stored.
   const counted = await sources.cache.through(filters.cacheKey, {
     tags: [cacheTags.children(parentId)],
     read: (query) => queryCounts(filters, share, now, query),
@@ -427,11 +348,8 @@ export async function readCounts(
 }
 
 /**
- * A child logging in for the first time in the window (what most sign-ins are) adds one to its
- * parent's unfiltered active count, while the count holds: every child it counted logged in after
- * `validUntil` minus the window, so this one, inactive until now, was not among them. A filtered
- * count may or may not include the child, and any other change may alter what is counted: those
- * are counted again.
+ * A child's first login in the window adds one to the parent's unfiltered active count while it holds;
+ * any other change is counted again.
  */
 function countFirstLogin(counts: ChildCounts | null, change: RowChange, now: number): ChildCounts | undefined {
   const { stable, lastLogin } = change;
@@ -454,9 +372,7 @@ async function queryCounts(
 ): Promise<ChildCounts> {
   const params = [...filters.params];
   const cutoff = `$${params.push(new Date(now - ACTIVE_WINDOW_MS))}`;
-  // Unfiltered, the total is the parent's kept child count: only the active ones are counted.
   const total = filters.filtered ? 'count(*)::int' : 'NULL::int';
-  // A search its page found rare enough is counted from the index too (see `lookupWhere`).
   const filtersWhere = countedWhere(filters, share, params);
   const where = filters.filtered ? filtersWhere : `${filtersWhere} AND "lastLogin" >= ${cutoff}`;
   const [row] = await query<{ total: number | null; active: number; oldest: Date | null }>(

@@ -1,8 +1,6 @@
-/*
- * The pieces of the record ring's texts (`record-ring.ts`): values joined by NUL, which no text
- * or enum value PostgreSQL stores can hold, so that no value is quoted or escaped; a timestamp in
- * base 36 (8 characters for today's epoch milliseconds, against 13); an enum value by its place
- * in its type's list. About 210 bytes for a child's account, against about 290 as JSON.
+/**
+ * The record ring's texts: values joined by NUL (which PostgreSQL text cannot hold), numbers in base 36, enums by
+ * place.
  */
 
 /** Between the values of a record's text. */
@@ -11,10 +9,7 @@ export const FIELD = '\0';
 /** A value written as itself (what is not a safe integer, or not in its enum's list) starts with this. */
 const AS_IS = '~';
 
-/**
- * A number (a timestamp's epoch milliseconds or seconds): in base 36 when a safe integer, else as written
- * (null: empty).
- */
+/** A number in base 36 when a safe integer, else as written (null: empty). */
 export function numberText(value: number | null | undefined): string {
   if (value === null || value === undefined) return '';
   return Number.isSafeInteger(value) ? value.toString(36) : AS_IS + String(value);
@@ -52,9 +47,6 @@ export const optionalText = (value: string | null): string => (value === null ? 
 /** `optionalText` read back. */
 export const optionalOf = (text: string): string | null => (text === '' ? null : text.slice(1));
 
-/**
- * The values of an enum type, in a fixed order: the type's every value must be named (a value added fails the
- * type check).
- */
+/** An enum type's values in a fixed order; every value must be named. */
 export const enumValues = <T extends string>(named: Record<T, number>): readonly T[] =>
   (Object.keys(named) as T[]).sort((a, b) => named[a] - named[b]);

@@ -18,22 +18,10 @@ import { hostname } from 'node:os';
 import path from 'node:path';
 
 /*
- * The embedded database's folder belongs to one process at a time: PGlite is a database engine
- * inside the process, and two processes writing one folder lose data.
- *
- * Who holds it is decided by the kernel, not by a file: on Linux the owner binds a Unix socket in
- * the abstract namespace named after the folder's real path. Binding is atomic (of processes
- * racing, exactly one binds) and the name is freed when the owner dies, however it dies, so there
- * is no stale owner to detect and replace. Elsewhere (a development machine), the owner file is
- * the lock: created whole by linking a finished temporary file into place, and a dead owner's
- * record replaced, under a takeover marker only one process holds at a time, by renaming a new
- * one over it.
- *
- * The owner file, `.owner` in the folder (pid, host, what it is, since when), says who holds the
- * folder, for the refusal's message; it also names the private folder of the socket the embedded
- * database answers on, so that a read-only command (`npm run token`) can use the running server's
- * database instead of being refused. It is always replaced whole (written aside, renamed in).
- * An owner file from another host is never judged: the folder is refused while it is there.
+ * The embedded database's folder belongs to one process at a time: two writing it lose data. On
+ * Linux the kernel decides, by an abstract Unix socket named after the folder (binding is atomic and
+ * freed when the owner dies); elsewhere the owner file is the lock. The owner file `.owner` says who
+ * holds the folder and where its database answers, so read-only commands can use it.
  */
 
 export class DataDirInUseError extends Error {
@@ -146,10 +134,7 @@ function pause(ms: number): void {
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 }
 
-/**
- * The right to replace a dead owner's record: a folder beside it that one process at a time can
- * create. One left by a process that died while holding it is old, and removed.
- */
+/** The right to replace a dead owner's record: a folder one process at a time can create (removed when old). */
 function takeTakeover(marker: string): boolean {
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
@@ -166,10 +151,8 @@ function takeTakeover(marker: string): boolean {
 }
 
 /**
- * Elsewhere: the owner file itself. A new owner links its finished record into place (of
- * processes racing, one link succeeds). A dead owner's record is replaced under the takeover
- * marker, and only if it is still the same dead owner's: renamed over in one step, so that the
- * folder is never without a record another process could link into.
+ * Elsewhere: the owner file, linked into place whole; a dead owner's record is replaced under the
+ * takeover marker, by one rename, so the folder is never without a record.
  */
 function holdByFile(file: string, mine: Owner): boolean {
   const marker = `${file}.takeover`;
@@ -205,10 +188,7 @@ function holdByFile(file: string, mine: Owner): boolean {
   return false;
 }
 
-/**
- * Takes the folder for this process, or throws DataDirInUseError. `by` chooses the mechanism (the
- * kernel's on Linux, the file's elsewhere); tests choose it to prove both.
- */
+/** Takes the folder for this process, or throws DataDirInUseError (`by`: the kernel's way or the file's). */
 export async function lockDataDir(
   dataDir: string,
   what: string,

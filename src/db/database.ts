@@ -34,10 +34,7 @@ export interface Database {
   /** Opens the database's committed changes, for the caches (see `capture/`). */
   changeFeed(options?: ChangeFeedOptions): ChangeFeed;
   /**
-   * Reads held to a time bound of their own (the child list's searches): on PostgreSQL a pool of
-   * `poolSize` connections whose `statement_timeout` is `timeoutMs`, so the server stops a
-   * statement at the bound and the connection is free again; on the embedded database, which
-   * enforces no `statement_timeout`, the one connection with the client giving up at the bound.
+   * Reads with a time bound of their own (searches): `statement_timeout` on PostgreSQL, the client's bound on PGlite.
    */
   boundedReads(options: BoundedReadOptions): BoundedReads;
   /** Embedded mode: where its socket is, for another client of the same database (`psql`, tests). */
@@ -49,23 +46,13 @@ export interface Database {
 export type BoundedReads = Pick<SqlDriver, 'query'> & { close(): Promise<void> };
 
 /**
- * The sessions of bounded reads (`Database.boundedReads`, `Replicas.boundedReader`): the child
- * list's searches, whose statements all name one parent, which an index of Account always finds;
- * a sequential scan would read every organization's rows, and the planner's rough estimate of a
- * substring's matches chose one. No JIT: a count's time is in lower() and the heap, not in
- * expressions. Parallel workers cost far more than PostgreSQL's default setup cost says, and a
- * search with them holds every core of a small database: at 20,000 only a count over a million
- * children still takes them (figures: `test/bench/README.md`, "Figures behind the design"). An `options` parameter in the
- * database URL replaces these (pg takes the URL's over its configuration's).
+ * The settings of the searches' sessions: no sequential scan (every statement names one parent), no
+ * JIT, and parallel workers only for counts over about a million children (figures:
+ * test/bench/README.md). An `options` parameter in the database URL replaces them.
  */
 export const BOUNDED_READ_SETTINGS = '-c enable_seqscan=off -c jit=off -c parallel_setup_cost=20000';
 
-/**
- * `BOUNDED_READ_SETTINGS`, and for a search's pages (`serial`) no parallel workers: a page reads
- * the registration index in order until it is full, or looks up few enough matches to sort, and
- * gains nothing from workers, which the planner chose for rare terms. The counts, which may read
- * every child, keep them.
- */
+/** `BOUNDED_READ_SETTINGS`, and for a search's pages (`serial`) no parallel workers, which pages gain nothing from. */
 export const boundedReadSettings = (serial = false): string =>
   serial ? `${BOUNDED_READ_SETTINGS} -c max_parallel_workers_per_gather=0` : BOUNDED_READ_SETTINGS;
 
@@ -98,11 +85,7 @@ export type DatabaseOptions = (
       statementTimeoutMs?: number;
       /** Called if the embedded database's thread ends without being closed. */
       onLost?: (error: Error) => void;
-      /**
-       * When another process of this machine holds the folder, use its database through the
-       * socket it advertises instead of refusing. For read-only commands only: the connection
-       * shares the owner's one session.
-       */
+      /** Read-only commands: use the database of the process holding the folder, through its socket. */
       alongside?: boolean;
     }
   | {
@@ -132,11 +115,7 @@ function countingQuery(query: SqlConnection['query'], queries: { count: number }
   };
 }
 
-/**
- * Opens the one database of the process: a PostgreSQL server when given a URL, the embedded
- * PGlite otherwise. Both are reached through the same `pg` pool, Prisma adapter and SQL code; the
- * embedded one runs on a thread of its own (`embedded.ts`).
- */
+/** Opens the process's database: PostgreSQL given a URL, else the embedded PGlite (on its own thread). */
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
   if ('url' in options)
     return openPool({
@@ -229,11 +208,8 @@ type PoolOptions = {
 };
 
 /**
- * A pool whose statements PostgreSQL stops at `statementTimeoutMs` (`statement_timeout`). The
- * server enforces it only while it runs: a server that stops answering (frozen, or a network path
- * that drops packets) is bounded by the client, a margin later; a query that times out this way
- * fails with its connection, which the pool then discards. PGlite does not enforce
- * statement_timeout at all: there the client's bound is the only one.
+ * A pool whose statements PostgreSQL stops at `statementTimeoutMs`; the client gives up a margin later
+ * (a server that stops answering), and PGlite has only the client's bound.
  */
 export function boundedPool(
   connection: pg.PoolConfig,

@@ -1,8 +1,6 @@
 /*
- * The embedded database's thread. PGlite runs each statement to completion on the thread that
- * owns it; here that is this worker, so a long search never holds up the server's event loop.
- * The server talks to it over the PostgreSQL wire protocol on a Unix socket in a private folder,
- * with the same `pg` driver (and the same code) it uses for a PostgreSQL server.
+ * The embedded database's thread, so a long statement never holds up the server's event loop; the
+ * server reaches it over the PostgreSQL protocol on a private socket, with the same `pg` driver.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
@@ -24,26 +22,17 @@ async function open(): Promise<{ db: PGlite; server: PGLiteSocketServer }> {
   });
   await db.waitReady;
   readAnnouncements(db);
-  // The pool holds one connection; the second slot lets its replacement in while the server
-  // still closes a connection the pool gave up on (a query past its time bound); the third is for
-  // a read-only command run beside the server (`npm run token -- --list`).
+  // One connection for the pool, one for its replacement while a given-up one closes, one for a read-only command.
   const server = new PGLiteSocketServer({ db, path: data.socketPath, maxConnections: 3 });
   await server.start();
   return { db, server };
 }
 
-/**
- * Reads the notifications (`NotificationResponse`, type 'A') out of every answer PGlite sends to
- * a client of the socket and hands them to the server's thread. PGlite is one session: a change
- * committed by any client announces itself in the answer to that client's statement, which the
- * server's own connection would never see.
- */
+/** Hands the notifications in every answer PGlite sends to any client of the socket to the server's thread. */
 function readAnnouncements(db: PGlite): void {
   const stream = db.execProtocolRawStream.bind(db);
   db.execProtocolRawStream = (message, options) => {
-    // What is left of a message cut between two chunks: the bytes of a notification (kept until
-    // it is whole: a few hundred bytes), or only a count of the bytes of anything else to skip,
-    // so that a long answer streamed in many chunks is read once, never copied again.
+    // What is left of a message cut between chunks: a notification's bytes, or a count of others' to skip.
     let pending: Buffer | undefined;
     let skip = 0;
     return stream(message, {

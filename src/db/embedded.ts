@@ -32,10 +32,7 @@ export interface EmbeddedServer {
   /** The private folder holding the socket: `host` for the `pg` driver. */
   readonly socketDir: string;
   readonly port: number;
-  /**
-   * The session's notifications (`notification` events with their payload), read by the thread out
-   * of every answer it sends, whichever client of the socket the answer goes to.
-   */
+  /** The session's notifications, read by the thread out of every answer it sends. */
   readonly announcements: EventEmitter;
   /** Resolves once every notification the thread read before the call has been emitted. */
   flushAnnouncements(): Promise<void>;
@@ -45,10 +42,7 @@ export interface EmbeddedServer {
   stop(): Promise<void>;
 }
 
-/**
- * Starts PGlite on a thread of its own, serving the PostgreSQL protocol on a Unix socket in a
- * folder only this user can enter. `onLost` is called if the thread ends without being asked to.
- */
+/** Starts PGlite on its own thread, serving a private Unix socket; `onLost` if the thread ends unasked. */
 export async function startEmbeddedServer(
   options: { dataDir?: string; snapshot?: string },
   onLost: (error: Error) => void = () => {},
@@ -144,10 +138,7 @@ export async function startEmbeddedServer(
   };
 }
 
-/**
- * The thread runs the compiled `embedded-worker.js` beside this file; from the TypeScript sources
- * (development, tests) it loads `embedded-worker.ts` through tsx, a development dependency.
- */
+/** The thread runs `embedded-worker.js` beside this file, or `embedded-worker.ts` through tsx from the sources. */
 function spawnWorker(workerData: EmbeddedWorkerData): Worker {
   const here = import.meta.url;
   if (!here.endsWith('.ts')) return new Worker(new URL('./embedded-worker.js', here), { workerData });

@@ -13,11 +13,7 @@ import { droppedBy } from './cache-tags.js';
 
 type Entry = { value: unknown; tags: readonly string[]; seen?: Snapshot; amend?: Amend<unknown> };
 
-/**
- * How a change that drops an entry may bring it up to date instead: its new stored value, or
- * undefined to drop it. Asked once a change, at the cache's clock, and only for a change the
- * entry's read did not see.
- */
+/** How a change that drops an entry may bring it up to date instead (undefined: drop it); asked once a change. */
 export type Amend<Stored> = (stored: Stored | null, change: RowChange, now: number) => Stored | null | undefined;
 
 /** The last announcement of a tag: when (the cache's epoch) and, if the database said, by which transaction. */
@@ -31,10 +27,7 @@ export type EntityCacheOptions = {
   maxEntries: number;
   /** Estimated bytes kept at most (keys, values and tags); the least recently used go first. */
   maxBytes: number;
-  /**
-   * Of `maxBytes`, the record ring's (outside the heap: the memory budget takes it before the
-   * heap's); by default `RECORDS_SHARE` of them.
-   */
+  /** Of `maxBytes`, the record ring's, outside the heap (by default `RECORDS_SHARE`). */
   recordBytes?: number;
   /** A safety net only: entries are invalidated by the database's announcements long before. */
   ttlMs: number;
@@ -44,10 +37,8 @@ export type EntityCacheOptions = {
 export type CacheForm<V, Stored> = { pack: (value: V) => Stored; unpack: (stored: Stored) => V };
 
 /**
- * A value as text, for the record ring (`record-ring.ts`): what a large population is made of
- * (accounts, verified tokens) is held there as bytes rather than as objects. `decode(encode(v),
- * key)` must equal `v` (the key, in its namespace, need not be held twice); neither is asked of
- * `null` (no such row), which the ring holds as ''.
+ * A value as text, for the record ring (`record-ring.ts`): `decode(encode(v), key)` must equal `v`.
+ * Never asked of `null`, which the ring holds as ''.
  */
 export type CompactForm<V> = { encode: (value: V) => string; decode: (text: string, key: string) => V };
 
@@ -66,16 +57,9 @@ export type CachedLookup<V, Stored = V> = {
 
 /** One cached thing, declared once: how it is found, read, shared and kept current. */
 export type CachedRead<V, Stored = V> = CachedLookup<V, Stored> & {
-  /**
-   * Reads the missing keys' values (statements through `query` carry their snapshot); a key left
-   * out has none. The same for every caller of the namespace: the misses of all requests made in
-   * one turn of the event loop are read together, by one call of one of their loads.
-   */
+  /** Reads the missing keys' values; the misses of every request in one turn of the event loop are read together. */
   load: (misses: string[], query: SnapshotQuery) => Promise<Map<string, V>>;
-  /**
-   * Callers of other requests missing the same key while a read of it runs share that read (the
-   * rows every sign-in changes, which many callers miss at once, and costly counts).
-   */
+  /** Callers of other requests missing the same key while a read of it runs share that read. */
   share?: boolean;
   /** Kept through the changes it can follow (see `Amend`), rather than dropped and read again. */
   amend?: Amend<Stored>;
@@ -110,10 +94,7 @@ const RING_ROOM_BYTES = 512;
 /** The tags of an entry whose only tag is its own key. */
 const NO_TAGS: readonly string[] = [];
 
-/**
- * The tags an entry or a record carries besides its own key: a tag spelled as the key (an
- * account's row under `account:<id>`) needs no index, as an invalidation names the key directly.
- */
+/** The tags besides the entry's own key: a tag spelled as the key needs no index, an invalidation names it directly. */
 const besidesKey = (tags: readonly string[], key: string): readonly string[] =>
   tags.length === 1 && tags[0] === key ? NO_TAGS : tags.includes(key) ? tags.filter((tag) => tag !== key) : tags;
 
@@ -146,11 +127,7 @@ const INVALIDATIONS_REMEMBERED = 10_000;
 
 /**
  * The process's cache of what nearly every request reads, kept honest by the database's change
- * announcements (the rules: `src/db/README.md`, "Caching and consistency"). This file is the one
- * protocol every read follows: a ticket before the read, the snapshot with its statements, reads
- * in flight shared, the value stored with its tags unless a change it did not see came meanwhile.
- * Beside it: snapshots (`snapshots.ts`), what a request read (`read-set.ts`), the tags and which
- * change drops them (`cache-tags.ts`), size estimates (`estimate-bytes.ts`).
+ * announcements (the rules: `src/db/README.md`, "Caching and consistency").
  */
 export class EntityCache {
   /** Undefined when the cache is turned off (no entries or no bytes allowed). */
@@ -191,9 +168,7 @@ export class EntityCache {
   ) {
     // Sized for the entries the bounds allow (an entry is rarely under 512 estimated bytes).
     this.sketch = new FrequencySketch(Math.min(options.maxEntries, options.maxBytes / SMALL_ENTRY_BYTES));
-    // The sketch's counters take their part of the bound, the ring its share of the rest (for the
-    // values declared `compact`: a large population's accounts and verified tokens); the entries
-    // take what is left (organizations, keys, balances, counts, pages: few per organization).
+    // The sketch and the ring take their parts of the bound; the entries take what is left.
     const shared = options.maxBytes - this.sketch.bytes;
     const ringBytes = Math.min(shared, options.recordBytes ?? Math.floor(shared * RECORDS_SHARE));
     if (options.maxEntries > 0 && shared > 0 && ringBytes >= RING_MIN_BYTES)
@@ -229,10 +204,7 @@ export class EntityCache {
     return this.feed.caughtUp(timeoutMs);
   }
 
-  /**
-   * The read-through calls with every read recorded in `reads`: what a request's loaders and
-   * services read through, so that an answer made of it can be kept and dropped with them.
-   */
+  /** The read-through calls with every read recorded in `reads`, so that an answer made of it is dropped with them. */
   recording(reads: ReadSet): CacheReader {
     return {
       throughMany: (read, keys) => this.throughMany(read, keys, reads),
@@ -246,10 +218,7 @@ export class EntityCache {
     return (this.entries?.size ?? 0) + (this.ring?.size ?? 0);
   }
 
-  /**
-   * Evicts the least recently used entries and the oldest records until at most `bytes` are held, in
-   * proportion (memory pressure).
-   */
+  /** Evicts the least recently used entries and the oldest records until at most `bytes` are held (memory pressure). */
   shrinkTo(bytes: number): void {
     const held = this.bytes;
     if (held <= bytes) return;
@@ -264,10 +233,7 @@ export class EntityCache {
     return (this.entries?.calculatedSize ?? 0) + (this.ring?.bytes ?? 0);
   }
 
-  /**
-   * The value held under the whole key, as stored (a record's text), wrapped so that a cached
-   * `null` (known not to exist) differs from a miss.
-   */
+  /** The value held under the whole key, as stored, wrapped so that a cached `null` differs from a miss. */
   get<V>(key: string): { value: V } | undefined {
     if (!this.feed.live || !this.entries) return undefined;
     const text = this.ring?.get(key);
@@ -301,10 +267,8 @@ export class EntityCache {
   }
 
   /**
-   * Stores `value` unless one of its tags was invalidated since `ticket` by a change the read did
-   * not see (`seen`: its snapshot, when it has one), or the feed is not live. A tag spelled as the
-   * key itself (an account's row under `account:<id>`) needs no index: an invalidation drops the
-   * entry of that key directly.
+   * Stores `value` unless one of its tags was invalidated since `ticket` by a change the read did not
+   * see, or the feed is not live.
    */
   private set(
     ticket: CacheTicket,
@@ -349,10 +313,8 @@ export class EntityCache {
   }
 
   /**
-   * The value the cache holds for `key` (in the lookup's namespace), recorded in `reads` as
-   * current now with the snapshot it was read with; `MISS` when it holds none, or one that
-   * `usable` refuses. Synchronous: what a loader answers without scheduling a batch. Only a hit is
-   * counted here: a miss is counted once, when `throughMany` looks again.
+   * The value held for `key`, recorded in `reads`; `MISS` when none is held or `usable` refuses it.
+   * Synchronous, and counts only hits: a miss is counted when `throughMany` looks again.
    */
   hit<V, Stored = V>(lookup: CachedLookup<V, Stored>, key: string, reads?: ReadSet): V | null | typeof MISS {
     const value = this.lookUp(lookup, key, reads);
@@ -408,11 +370,7 @@ export class EntityCache {
     return value;
   }
 
-  /**
-   * Stores a value declared `compact` in the ring, on the terms of `set` (no change it did not see
-   * announced since `ticket`) and of `admits` (once the ring is full, only a key asked for more
-   * often lately than its oldest record's). The tags besides its key go with it.
-   */
+  /** Stores a `compact` value in the ring, on the terms of `set` and of `admits`. */
   private storeRecord<V>(
     ticket: CacheTicket,
     held: string,
@@ -435,11 +393,8 @@ export class EntityCache {
   }
 
   /**
-   * The read-through every caller uses: `keys` answered from the cache where it holds them, the
-   * misses loaded in one `load`, and what was loaded stored with the tags of the rows it came from
-   * (a `null` too: "no such row" until one is announced), unless a change the read did not see was
-   * announced meanwhile. With `share`, callers missing a key while another request's read of it
-   * runs share that read. `reads`: the request's record of what it read, hits and misses alike.
+   * The read-through every caller uses: hits answered from the cache, the misses loaded in one
+   * `load` and stored with their tags (a `null` too) unless a change the read did not see came meanwhile.
    */
   async throughMany<V, Stored = V>(
     declared: CachedRead<V, Stored>,
@@ -456,10 +411,7 @@ export class EntityCache {
     return keys.map((key, i) => (results[i] !== undefined ? results[i] : values.get(key)!));
   }
 
-  /**
-   * The misses of `throughMany` or `through`, which looked each key up once and counted it:
-   * loaded, shared or read again as the rules say, and stored.
-   */
+  /** The misses of `throughMany` or `through`: loaded, shared or read again as the rules say, and stored. */
   private async fill<V, Stored = V>(
     declared: CachedRead<V, Stored>,
     misses: string[],
@@ -546,11 +498,8 @@ export class EntityCache {
   }
 
   /**
-   * `readNow` for the misses of every request in this turn of the event loop: requests that miss
-   * in the same turn (many users' first requests, under load) share one statement
-   * (`WHERE id = ANY($1)`) instead of making one each: one round trip, one plan, one snapshot. The
-   * read starts after every caller's ticket was taken, so the snapshot rule holds for each of them
-   * (a change announced before a caller's ticket committed before the read began, and is seen).
+   * `readNow` for the misses of every request in this turn of the event loop, in one statement. The
+   * read starts after every caller's ticket was taken, so the snapshot rule holds for each.
    */
   private async batched<V>(
     namespace: string,
@@ -581,19 +530,15 @@ export class EntityCache {
     return { rows, seen };
   }
 
-  /**
-   * A value computed from what a request read through the cache (an answer many callers share),
-   * held under `key`: undefined when the cache holds none.
-   */
+  /** A value computed from what a request read through the cache (an answer many callers share). */
   computed<V>(key: string): V | undefined {
     const value = this.lookUpCounted(COMPUTED as CachedLookup<V>, key, undefined);
     return value === MISS || value === null ? undefined : value;
   }
 
   /**
-   * Holds `value`, computed from `reads`, under `key` with the tags of what it read, so that it is
-   * dropped with them: unless something was read around the cache or computed from the clock, or
-   * one of them changed after it was read (as `set`), and on the terms of `admits`.
+   * Holds `value` under `key` with the tags of what it read, unless it read around the cache or the
+   * clock, or something it read changed since (as `set`).
    */
   keepComputed(key: string, value: unknown, reads: ReadSet): void {
     if (reads.untracked || !this.unchangedSinceRead(reads.tags) || !this.admits(key)) return;
@@ -620,10 +565,8 @@ export class EntityCache {
   }
 
   /**
-   * A read of `key` that another caller has in flight (see `track`), as a caller arriving now may
-   * use it: resolves to its value, or to undefined when the read may predate a change announced
-   * before this caller came and it did not see (the caller then reads for itself). Undefined when
-   * no read of `key` is in flight.
+   * A read of `key` another caller has in flight, if this caller may use it: undefined when it may
+   * predate a change announced before this caller came.
    */
   private join<V>(
     key: string,
@@ -663,10 +606,7 @@ export class EntityCache {
     return true;
   }
 
-  /**
-   * Whether none of `tags` was invalidated (and nothing cleared) since `ticket` was taken, other
-   * than by changes a read with snapshot `seen` saw.
-   */
+  /** Whether none of `tags` was invalidated since `ticket`, other than by changes a read with `seen` saw. */
   private unchangedSince(ticket: CacheTicket, tags: readonly string[], seen?: Snapshot): boolean {
     if (ticket.epoch < this.clearedAt || ticket.epoch < this.forgottenUpTo) return false;
     for (const tag of tags) {
@@ -677,11 +617,7 @@ export class EntityCache {
     return true;
   }
 
-  /**
-   * One announced change: every entry carrying a tag `droppedBy` (`cache-tags.ts`) names goes,
-   * except those read with a snapshot that saw the change, and those whose declaration amends
-   * them (see `Amend`), each once a change.
-   */
+  /** One announced change: every entry carrying a tag it drops goes, unless its read saw it or it amends. */
   private onChange(change: Change): void {
     this.stats.announcements += 1;
     if (change.kind === 'all') {
@@ -694,9 +630,8 @@ export class EntityCache {
       this.epoch += 1;
       this.invalidatedAt.set(tag, { epoch: this.epoch, version: change.version });
       this.stats.invalidations += 1;
-      // A tag spelled as a key names that entry (an account's row), the others the entries indexed
-      // under it; in the ring, the record of that key and every record carrying the tag, whether
-      // or not its read saw the change (a record keeps no snapshot: one more read, never a stale one).
+      // A tag spelled as a key names that entry; in the ring, records go whether or not their read saw
+      // the change (a record keeps no snapshot).
       this.ring?.delete(tag);
       this.ring?.invalidate(tag);
       this.dropOrAmend(tag, change, now, amended);

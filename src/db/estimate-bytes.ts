@@ -8,11 +8,7 @@ const ONE_BYTE = /^[\u0000-\u00ff]*$/;
 const SHARED_STRINGS_MAX = 4096;
 const sharedStrings = new Map<string, string>();
 
-/**
- * One copy of `value` for every holder (enum values, a parent's id in each of its children): the
- * copy is held once, by this table, and `estimateBytes` does not count it again for each holder.
- * A value past the table's bound is returned as it is, and counted.
- */
+/** One copy of a repeated value (enum values, a parent's id), held by this table and not counted per holder. */
 export function shared(value: string): string {
   const known = sharedStrings.get(value);
   if (known !== undefined) return known;
@@ -21,13 +17,8 @@ export function shared(value: string): string {
 }
 
 /**
- * An estimate of the heap a cached value holds beyond the slot that refers to it, from V8's layout
- * on 64 bits: strings at their header plus one byte a character (two outside Latin-1), nothing for
- * a string of the shared table (`shared`), numbers beyond a small integer at a boxed double (a
- * small integer, a boolean or null lives in its slot), dates at 96, objects and arrays at a header
- * plus a slot per member. Rounded up rather than down, so that the configured byte bound is an
- * upper bound in practice (`npm run bench:cache-memory` holds it to the heap measured for cached
- * users).
+ * The heap a cached value holds, from V8's 64-bit layout, rounded up so the byte bound holds in
+ * practice (`npm run bench:cache-memory` checks it against the heap measured).
  */
 export function estimateBytes(value: unknown, depth = 0): number {
   switch (typeof value) {

@@ -7,12 +7,7 @@ import { compactAccount, packAccount, READ_ACCOUNT_COLUMNS, unpackAccount, type 
 import type { Organization, PrismaClient } from '../generated/prisma/client.js';
 import type { MonthlyUsageTotals, PackagePurchase } from '../domain/credit-analysis.js';
 
-/**
- * Per-request loaders: each batches the lookups of one request into one query and remembers them
- * for the request. Underneath, the process's entity cache answers what it holds (see
- * `db/entity-cache.ts`), so the hot paths usually make no query at all. Each loader is made when
- * the request first uses it: most requests use two or three of them.
- */
+/* Per-request loaders, made when first used, over the process's entity cache: hot paths usually make no query. */
 
 /** Columns that change with every sign-in (balances) or retrieval: not part of the settings. */
 const VOLATILE_ORGANIZATION_COLUMNS = {
@@ -36,11 +31,7 @@ const ACCOUNT_COLUMNS = READ_ACCOUNT_COLUMNS.map((column) => `"${column}"`).join
 
 const accountForm = { pack: packAccount, unpack: unpackAccount };
 
-/**
- * Accounts are what a new user's first request misses: one plain SQL statement on the pool (the
- * driver types the columns as Prisma does), without the ORM's per-query cost. With the read's
- * snapshot: a parent's row changes with every sign-in in its organization.
- */
+/** Accounts, what a new user's first request misses: plain SQL with the read's snapshot, without the ORM's cost. */
 async function accountsWhere(
   query: SnapshotQuery,
   column: 'id' | 'publicKey',
@@ -50,11 +41,7 @@ async function accountsWhere(
   return new Map(rows.map((a) => [a[column], a]));
 }
 
-/**
- * A loader that answers what the entity cache holds at once: a hit schedules no batch (a
- * promise, a microtask and a tick each, on every request's hot path), and is remembered for the
- * request as a loaded value is, so that the request sees one value per key throughout.
- */
+/** A loader whose cache hits schedule no batch, remembered for the request as loaded values are. */
 class ReadThroughLoader<V> extends DataLoader<string, V> {
   private readonly memo: Map<string, Promise<V>>;
 
@@ -94,10 +81,7 @@ export class Loaders {
     private readonly cache: CacheReader,
   ) {}
 
-  /**
-   * A loader of one cached thing, `declared` once: what the cache holds answered at once, the
-   * misses loaded in one batch; `settle` shapes every value the loader gives, held or loaded.
-   */
+  /** A loader of one cached thing: hits at once, misses in one batch; `settle` shapes every value. */
   private readThrough<V, Stored = V, W = V | null>(
     declared: CachedRead<V, Stored>,
     settle: (value: V | null) => W = (value) => value as W,
@@ -157,10 +141,7 @@ export class Loaders {
     }));
   }
 
-  /**
-   * The organization without its balances (settings, URLs, secret, child count) and whether it
-   * still has credits: what authentication and most answers need, kept while sign-ins spend credits.
-   */
+  /** The organization without its balances: what authentication and most answers need, kept while sign-ins spend. */
   get organizationSettingsByParentId(): DataLoader<string, OrganizationSettings | null> {
     return (this.#organizationSettingsByParentId ??= this.readThrough({
       namespace: 'organizationSettings',
@@ -177,10 +158,7 @@ export class Loaders {
     }));
   }
 
-  /**
-   * The organization's balances, which every sign-in changes (credits spent): read by primary key
-   * with the read's snapshot, shared by the callers that miss them at once.
-   */
+  /** The organization's balances, which every sign-in changes, read with the snapshot and shared by callers. */
   get balancesByParentId(): DataLoader<string, OrganizationBalances | null> {
     return (this.#balancesByParentId ??= this.readThrough({
       namespace: 'balances',
@@ -207,8 +185,8 @@ export class Loaders {
   }
 
   /**
-   * The HS256 key of the organization whose parent holds this public key (a token's `kid`);
-   * null for an unknown key, a child's key, or a secret too short to be safe (decisions §2).
+   * The HS256 key of a parent's public key (`kid`); null for an unknown key, a child's, or a short secret (decisions
+   * §2).
    */
   get signingKeyByPublicKey(): DataLoader<string, SigningKey | null> {
     return (this.#signingKeyByPublicKey ??= this.readThrough<SigningKey | null>({
@@ -271,11 +249,7 @@ export class Loaders {
     ));
   }
 
-  /**
-   * How many children a parent has, any status: counted on the (parentId, createdAt, id) index
-   * once, then kept exact from the change feed (a child added or removed amends the cached count
-   * in place), so a sign-up costs no count.
-   */
+  /** How many children a parent has: counted once, then kept exact from the change feed. */
   get childCountByParentId(): DataLoader<string, number> {
     return (this.#childCountByParentId ??= this.readThrough(
       {

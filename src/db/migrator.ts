@@ -5,10 +5,8 @@ import { fileURLToPath } from 'node:url';
 import type { SqlConnection, SqlDriver } from './sql-driver.js';
 
 /*
- * Applies prisma/migrations the way `prisma migrate deploy` does, with the same folder layout,
- * the same `_prisma_migrations` table and the same checksums (SHA-256 of migration.sql), so that
- * Prisma's own `migrate deploy` / `migrate status` agree with it wherever Prisma's native schema
- * engine can run. It exists because that engine is a binary downloaded outside the npm registry.
+ * Applies prisma/migrations as `prisma migrate deploy` does (same table and checksums, so Prisma's own
+ * tools agree), because Prisma's schema engine is a binary downloaded outside the npm registry.
  */
 
 export const defaultMigrationsDir = fileURLToPath(new URL('../../prisma/migrations', import.meta.url));
@@ -72,11 +70,7 @@ type AppliedRow = {
   logs: string | null;
 };
 
-/**
- * Applies every pending migration in name order, each in its own transaction, under Prisma's
- * advisory lock: instances starting together wait for each other, and the second finds nothing
- * to do.
- */
+/** Applies pending migrations in order, each in its own transaction, under Prisma's advisory lock. */
 export async function migrate(
   sql: SqlDriver,
   migrations: LocalMigration[] = readMigrations(),
@@ -87,9 +81,8 @@ export async function migrate(
   // requests' time limits; the wait has its own bound (MIGRATION_LOCK_TIMEOUT_MS).
   return sql.withSession(async (connection) => {
     await connection.exec('SET statement_timeout = 0; SET lock_timeout = 0');
-    // Asked again and again rather than waited for in one statement: a session waiting inside a
-    // statement holds a snapshot, which an index built CONCURRENTLY by the instance holding the
-    // lock waits for (PostgreSQL then ends one of the two as a deadlock).
+    // Polled rather than waited for: a waiting statement holds a snapshot, which a concurrent index
+    // build by the lock's holder would wait for (a deadlock).
     const deadline = Date.now() + lockTimeoutMs;
     for (;;) {
       const [row] = await connection.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1) AS locked', [
@@ -144,10 +137,7 @@ async function applyPending(connection: SqlConnection, migrations: LocalMigratio
   return report;
 }
 
-/**
- * A migration that is one `CREATE INDEX CONCURRENTLY` (its name quoted) and nothing else: an index
- * built without blocking writes, which PostgreSQL refuses inside a transaction.
- */
+/** A migration that is one `CREATE INDEX CONCURRENTLY` alone, which PostgreSQL refuses inside a transaction. */
 function concurrentIndex(script: string): string | undefined {
   const statements = script
     .split('\n')
@@ -181,11 +171,7 @@ async function applyOne(connection: SqlConnection, migration: LocalMigration): P
   }
 }
 
-/**
- * `CREATE INDEX CONCURRENTLY` outside a transaction: writes go on while it builds. An invalid
- * index a failed build leaves behind is dropped, before the build and after a failure, so that a
- * later run builds it whole.
- */
+/** `CREATE INDEX CONCURRENTLY` outside a transaction, dropping an invalid index a failed build left. */
 async function applyConcurrently(
   connection: SqlConnection,
   migration: LocalMigration,

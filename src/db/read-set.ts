@@ -19,10 +19,7 @@ export class ReadSet {
    * it was read, and the snapshot of the database read that it came from, when there was one.
    */
   readonly tags = new Map<string, TagRead>();
-  /**
-   * Something was read outside the cache, or computed from the clock: no announcement would tell
-   * that it changed.
-   */
+  /** Something was read outside the cache, or computed from the clock: no announcement would tell that it changed. */
   untracked = false;
 
   add(tags: readonly string[], read: TagRead): void {

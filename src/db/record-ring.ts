@@ -1,17 +1,10 @@
 import { fnv1a } from './string-hash.js';
 
 /*
- * Cached values as bytes in one ring, rather than as objects on the V8 heap: what lets the entity
- * cache hold the many users of a large population. A user held as objects (an account row and a
- * verified token, each an LRU entry with its key string, entry object, list slots and map entry)
- * took about 1 KB of heap; as two records here it takes about 510 bytes with their index
- * slots, and garbage collection does not walk it.
- *
- * Records are written one after the other; when the ring is full the oldest go (first in, first
- * out), and a record is found by a 32-bit hash of its key, its key compared in full. A record may
- * carry a set of tags besides its key (a verified token: its organization's key); those sets are
- * interned, and a tag invalidated makes every record carrying it stale at once (a generation
- * count), without finding them.
+ * Cached values as bytes in one ring rather than as objects on the V8 heap, so that the entity cache
+ * holds a large population: a user takes about 510 bytes here against 1 KB as objects, and garbage
+ * collection does not walk it. First in, first out; a record is found by its key's hash; a tag
+ * invalidated makes every record carrying it stale at once (a generation count).
  */
 
 /** A record's header: hash, length, tag set, its generation, written at, key bytes, then key and value. */
@@ -22,16 +15,9 @@ const PADDING = 0xffff;
 /** Records start at multiples of 8. */
 const align = (bytes: number) => (bytes + 7) & ~7;
 
-/**
- * The index's part of the ring's bytes, the buffer taking the rest: slots for records of about
- * 170 bytes on average (a user's two: an account's of about 310, a verified token's of about 130).
- */
+/** The index's part of the ring's bytes, for records of about 170 bytes on average. */
 const INDEX_SHARE = 0.06;
-/**
- * The most bytes a ring holds (2 GiB less one): Node 20's `Buffer#write` writes nothing into a
- * buffer longer than 2^31 bytes when it is not given the length, and offsets are 32-bit. A
- * budget's records beyond it go to the heap (`ops/memory-budget.ts`).
- */
+/** The most bytes a ring holds: offsets are 32-bit, and Node 20's `Buffer#write` fails past 2^31. */
 export const RING_MAX_BYTES = 2 ** 31 - 1;
 
 /** Of an explicit CACHE_MAX_BYTES, the records' part; the rest is the cache's entries, on the heap. */
@@ -45,10 +31,8 @@ const INDEX_LOAD = 0.75;
 export const RING_INDEX_BYTES = SLOT_BYTES / INDEX_LOAD;
 
 /**
- * Key hash → record offset, open-addressed in two typed arrays (linear probing, deletion by
- * backward shift): about 11 bytes a record and no object on the heap, where a Map took 48 and
- * made one entry for the garbage collector to walk. Never fuller than `INDEX_LOAD`: the ring holds
- * `maxRecords` at most.
+ * Key hash → record offset, open-addressed in two typed arrays (linear probing, backward-shift
+ * deletion): about 11 bytes a record and nothing for the garbage collector to walk.
  */
 export class OffsetIndex {
   private readonly hashes: Int32Array;
@@ -139,10 +123,7 @@ export class RecordRing {
   private nextTagSet = 1;
   private readonly born = Date.now();
 
-  /**
-   * `bytes`: what the ring may hold in all: its buffer, its index and its tag sets. `ttlMs`: a
-   * record older than this is not served (a safety net, as the cache's own).
-   */
+  /** `bytes`: the buffer, index and tag sets in all; `ttlMs`: a safety net, as the cache's own. */
   constructor(
     bytes: number,
     private readonly ttlMs: number,
@@ -193,10 +174,7 @@ export class RecordRing {
     return buffer.toString('utf8', keyStart + keyBytes, at + buffer.readUInt32LE(at + OFFSET.length));
   }
 
-  /**
-   * The key hash of the record that storing `bytes` more would push out first (the oldest one
-   * held), or undefined while they fit without pushing any out: what admission weighs.
-   */
+  /** The hash of the record storing `bytes` more would push out first, or undefined while they fit. */
   victim(bytes: number): number | undefined {
     if (!this.short(bytes, true)) return undefined;
     const oldest = this.oldestHeld();
@@ -213,10 +191,7 @@ export class RecordRing {
     this.dropOldestWhile(() => this.bytes > bytes);
   }
 
-  /**
-   * Stores `value` under `key` (replacing any record of it), carrying `tags` (besides its key);
-   * the oldest records go to make room. False when it cannot be held at all (larger than the ring).
-   */
+  /** Stores `value` under `key` with its `tags`, the oldest records going to make room; false when it cannot fit. */
   set(key: string, value: string, tags: readonly string[], hash = RecordRing.hash(key)): boolean {
     const keyBytes = Buffer.byteLength(key);
     const valueBytes = Buffer.byteLength(value);
@@ -288,10 +263,7 @@ export class RecordRing {
     return this.writeAt + bytes - this.readAt > this.capacity || (record && this.index.size >= this.maxRecords);
   }
 
-  /**
-   * Drops the oldest records held, one at a time, while `short` says so (those no longer held are passed over
-   * first).
-   */
+  /** Drops the oldest records while `short` says so. */
   private dropOldestWhile(short: () => boolean): void {
     while (short()) {
       const at = this.oldestHeld();
@@ -302,12 +274,8 @@ export class RecordRing {
   }
 
   /**
-   * The offset of the oldest record still held and served, the oldest position first passed over
-   * the gap at the buffer's end, padding, records dropped or replaced, and records that would no
-   * longer be served (past their time to live, or stale by their tags), which are dropped: such a
-   * record is never a victim that admission weighs a new one against (the oldest records are the
-   * first to pass their time to live, and a burst of them would otherwise keep out the very users
-   * whose records they were); undefined when none is held.
+   * The offset of the oldest record still served, dropping the expired or stale ones on the way, so
+   * that admission never weighs a new record against one that would not be served.
    */
   private oldestHeld(): number | undefined {
     const capacity = this.capacity;

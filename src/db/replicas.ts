@@ -2,19 +2,10 @@ import pg from 'pg';
 import { boundedPool, boundedReadSettings, redactUrl, type BoundedReadOptions, type BoundedReads } from './database.js';
 
 /*
- * PostgreSQL streaming replicas for the reads that tolerate bounded staleness
- * (DATABASE_REPLICA_URL). Which reads those are is the caller's choice; today: the child list's
- * pages beyond the first and its searched or date-filtered pages (the reads no cache holds).
- * Everything that fills the entity cache, and with it authentication, stays on the primary: a
- * cache filled from a replica that has not replayed an announced change would keep the old row
- * until the next change.
- *
- * Staleness is bounded by measurement, not assumed: a few times a second the primary's WAL
- * position is sampled (`pg_current_wal_lsn()`), then each replica's replayed position
- * (`pg_last_wal_replay_lsn()`). A replica that has replayed what the primary had written at time
- * t holds everything committed by then, so its data is at most now - t old. A replica older than
- * REPLICA_MAX_LAG_MS, or one that does not answer, is skipped and the primary reads instead;
- * a failed read on a replica is read again on the primary. No request fails because of a replica.
+ * Streaming replicas (DATABASE_REPLICA_URL) for the reads that tolerate bounded staleness: the child
+ * list's uncached pages. What fills the entity cache stays on the primary. Staleness is measured: a
+ * replica that has replayed the primary's WAL position of time t is at most now - t old; one past
+ * REPLICA_MAX_LAG_MS, silent or failing is skipped for the primary. No request fails for a replica.
  */
 
 export type ReplicaState = { name: string; usable: boolean; lagMs: number | undefined; problem?: string };
@@ -94,10 +85,7 @@ export class Replicas {
     async (text, params) => (await this.primary.query(text, params)).rows,
   );
 
-  /**
-   * `reader` for statements under a time bound of their own (the child list's searches): on each
-   * replica a pool of `poolSize` connections with that `statement_timeout`, else `primary`.
-   */
+  /** `reader` for statements with a time bound of their own (searches), else `primary`. */
   boundedReader(options: BoundedReadOptions, primary: BoundedReads): BoundedReads {
     const pools = new Map(
       this.members.map((member) => {
@@ -137,10 +125,8 @@ export class Replicas {
             this.reads.replica += 1;
             return rows;
           } catch (error) {
-            // A statement past its time bound (57014) would be as long on the primary, and input
-            // the server refused (22xxx) as invalid: both are the caller's. A query the replica
-            // refused for its own reasons (a conflict with replay, a lost connection) is read again
-            // on the primary; the replica waits for its next check.
+            // A timeout or refused input would fail on the primary too: the caller's. Anything else is
+            // read again on the primary.
             const code = (error as { code?: string }).code;
             if (code?.startsWith('22') || code === '57014') throw error;
             member.usable = false;

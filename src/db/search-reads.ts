@@ -4,36 +4,21 @@ import type { ReadQuery } from './replicas.js';
 import type { SqlDriver } from './sql-driver.js';
 
 /*
- * The child list's searches, held so that no organization can hold the database for the others
- * (`src/db/README.md`, "Searches"). A search matches a substring, which may walk every child of a
- * large parent; so each of its statements runs on connections of its own (never the pool that
- * answers sign-ins' profiles), under a time bound of its own (SEARCH_TIMEOUT_MS, PostgreSQL's
- * `statement_timeout` on those connections), SEARCH_MAX_CONCURRENT at a time in the instance.
- *
- * The organizations that search share those slots and the time: each has SEARCH_MAX_PER_ORGANIZATION
- * statements at most, and an equal part of SEARCH_MAX_TIME_PERCENT of the wall clock (the whole of
- * it when it searches alone). One over either is told so, 429 SEARCH_BUSY with Retry-After; one
- * with nothing running that has spent its part waits until it is back, and is answered. A free
- * slot goes to the statement of a search already begun, then to the organization that has spent
- * least. Only the instance's slots taken by several organizations together are 503.
+ * The child list's searches, bounded so that no organization holds the database for the others
+ * (`src/db/README.md`, "Searches"): connections of their own, a time bound, a few statements at a
+ * time, and an equal part of the wall clock for each organization searching. One over its share is
+ * told 429 SEARCH_BUSY; one searching alone waits for its part. Only slots that several fill is 503.
  */
 
 export type SearchBounds = {
   timeoutMs: number;
   maxConcurrent: number;
   maxPerOrganization: number;
-  /**
-   * The share of the wall clock, in percent, that the instance's search statements may take
-   * (SEARCH_MAX_TIME_PERCENT).
-   */
+  /** The share of the wall clock, in percent, the instance's search statements may take. */
   maxTimePercent: number;
 };
 
-/**
- * An organization's part of the time holds at most its share of this much of the wall clock: what
- * it may spend at once after a quiet while. Ten seconds: at the default share (2 s), an admin's
- * count of every child of a million (0.25-1.1 s, by the day) and the next few terms run at once.
- */
+/** An organization's part holds at most its share of this window: what it may spend at once after a quiet while. */
 const SHARE_WINDOW_MS = 10_000;
 /** The longest a search that has spent its organization's part waits for it; then it runs. */
 const MAX_DELAY_MS = 10_000;
@@ -116,11 +101,7 @@ export class Searches {
     return this.bounds.maxTimePercent / 100;
   }
 
-  /**
-   * Every tenant's part as of now: each fills at an equal part of the instance's rate, up to the
-   * window's share, and `charged` pays `spentMs`; one with nothing pending whose part is whole is
-   * forgotten.
-   */
+  /** Every tenant's part as of now; `charged` pays `spentMs`, and a whole, idle one is forgotten. */
   private fill(charged?: Tenant, spentMs = 0): void {
     const now = this.now();
     const rate = this.rate / Math.max(1, this.tenants.size);
@@ -190,10 +171,7 @@ export class Searches {
     }
   }
 
-  /**
-   * A new search of `organizationId`, its first statement counted pending when it returns: refused
-   * when the organization is over its share, delayed when it searches one at a time over its part.
-   */
+  /** A new search: refused over the organization's share, delayed when it searches alone over its part. */
   private async admit(organizationId: string): Promise<Tenant> {
     if (this.closed) throw new ServiceUnavailableError(CLOSED, RETRY_AFTER_SECONDS);
     this.fill();
@@ -264,10 +242,7 @@ export class Searches {
     });
   }
 
-  /**
-   * A statement ended: its slot goes to a waiting statement of a search begun, else of the organization that
-   * spent least.
-   */
+  /** A statement ended: its slot goes to a search begun, else to the organization that spent least. */
   private release(): void {
     this.running -= 1;
     if (this.running >= this.bounds.maxConcurrent || this.waiting.length === 0) return;

@@ -1,16 +1,9 @@
 import { LRUCache } from 'lru-cache';
 import type { SqlDriver } from './sql-driver.js';
 
-/*
- * Database snapshots, as cache reads carry them: what a read saw, parsed once and shared, and
- * the query that adds the snapshot to a statement. They let the cache keep a read that already
- * saw the change announced meanwhile (see entity-cache.ts).
- */
+/* Database snapshots as cache reads carry them, so that a read that saw a change announced meanwhile is kept. */
 
-/**
- * What a read's snapshot saw (PostgreSQL's `pg_current_snapshot()`): every transaction below
- * `xmin`, and those below `xmax` not listed in `xip`, had committed (or rolled back) before it.
- */
+/** What a read's snapshot saw (`pg_current_snapshot()`). */
 export type Snapshot = { readonly xmin: number; readonly xmax: number; readonly xip: readonly number[] };
 
 /** The snapshot column a read for the cache adds to its select list (see `SnapshotQuery`). */
@@ -27,10 +20,7 @@ export function parseSnapshot(text: unknown): Snapshot | undefined {
   return { xmin: Number(match[1]), xmax: Number(match[2]), xip };
 }
 
-/**
- * Snapshots of recent reads by their text: reads made while no transaction committed see the same
- * snapshot, and the entries they fill share one object instead of holding one each.
- */
+/** Recent snapshots by their text, so that reads between commits share one object. */
 const recentSnapshots = new LRUCache<string, Snapshot>({ max: 64 });
 
 function sharedSnapshot(text: unknown): Snapshot | undefined {
@@ -48,11 +38,7 @@ export function sees(snapshot: Snapshot, version: number): boolean {
   return version < snapshot.xmin || (version < snapshot.xmax && !snapshot.xip.includes(version));
 }
 
-/**
- * A statement for the cache, `SELECT <columns> <rest>`: the cache adds the snapshot column to the
- * select list and takes it off the rows, and keeps the snapshot with what is stored, so that a
- * read that already saw a change announced meanwhile is kept (see `EntityCache`).
- */
+/** A statement for the cache, `SELECT <columns> <rest>`, to which the cache adds the snapshot column. */
 export type SnapshotQuery = <T extends Record<string, unknown>>(
   columns: string,
   rest: string,

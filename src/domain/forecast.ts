@@ -6,13 +6,7 @@ const DAY_MS = 86_400_000;
 /** Dates further out than this are not forecast: the balance does not fall within any horizon that matters. */
 export const FORECAST_HORIZON_DAYS = 3_653;
 
-/**
- * What the burn rate was measured over:
- * - `CURRENT_AND_PREVIOUS_MONTH`: the whole previous calendar month and this month so far;
- * - `CURRENT_MONTH`: this month so far only (at least one day), when nothing was recorded for the
- *   previous month (an organization new this month);
- * - `NO_BURN`: nothing is being consumed (no usage in the window and no billable users).
- */
+/** What the burn rate was measured over: last month and this one, this month alone (a new organization), or none. */
 export type ForecastBasis = 'CURRENT_AND_PREVIOUS_MONTH' | 'CURRENT_MONTH' | 'NO_BURN';
 
 export type Forecast = {
@@ -25,19 +19,9 @@ export type Forecast = {
 };
 
 /**
- * When the balance reaches the `low` and `critical` thresholds and zero, at the current burn rate
- * (the rule, as the README states it):
- *
- * - burn = (credits used by operations in the window) / (days in the window)
- *        + (this month's retention credits) / (days in this month);
- * - the window is the previous calendar month (UTC) plus this month so far, so the first days of a
- *   month do not extrapolate from a few hours; without a record for the previous month it is this
- *   month so far, counted as at least one day (as the projection counts it);
- * - a threshold (the alerts' own: 20 % and 10 % of all credits ever purchased, and 0) already
- *   reached is dated now; one not reached is dated now + (balance - threshold) / burn;
- * - null when the burn is zero, or when the date would be more than ten years away;
- * - a purchase raises the balance and the thresholds and leaves the burn alone: the dates move
- *   out at once.
+ * When the balance reaches the `low` and `critical` thresholds and zero at the current burn rate (the
+ * README states the rule): operations' credits over the window plus this month's retention a day; a
+ * threshold reached is dated now; null when the burn is zero or past ten years.
  */
 export function forecastCredits(input: {
   creditBalance: number;

@@ -18,10 +18,7 @@ import { operationKey } from './observe.js';
 /** Executions by engine, for the metrics: compiled, reference, and documents that would not compile. */
 export type ExecutionCounts = { compiled: number; reference: number; compileFailures: number };
 
-/**
- * The result in the reference executor's shape: `errors` before `data` (graphql-js' order, which
- * is the order of the bytes clients receive), and nothing else added.
- */
+/** The result in the reference executor's shape: `errors` before `data`, nothing added. */
 export function asReference(result: ExecutionResult): ExecutionResult {
   if (!result.errors?.length)
     return result.extensions === undefined
@@ -35,11 +32,8 @@ export function asReference(result: ExecutionResult): ExecutionResult {
 }
 
 /**
- * Whether graphql-jit gives this operation's fields in the reference executor's order. It
- * collects a selection set's own fields first and then its fragments' fields, the fragments in
- * reverse order; graphql-js keeps the document's order. The two agree when, in every selection
- * set, fragments come after the fields and at most one of them applies to any object (each
- * names a different object type).
+ * Whether graphql-jit gives this operation's fields in graphql-js' order: it puts fragments' fields
+ * after a set's own, in reverse, so the two agree only when fragments come last and name distinct types.
  */
 function fieldsInReferenceOrder(
   schema: GraphQLSchema,
@@ -73,14 +67,9 @@ function fieldsInReferenceOrder(
 }
 
 /**
- * Compiled execution (graphql-jit) for the query documents clients repeat, answering exactly as
- * the reference executor does (the differential test in test/graphql-transport.test.ts proves it
- * byte for byte). A document runs compiled from its `compileAfter + 1`-th execution; a
- * document, or an operation of one, that does not compile is said once in the log and runs on the
- * reference executor from then on. What stays with the reference executor: operations other than
- * queries, variables of the wrong type (graphql-jit words those refusals its own way), and
- * documents whose fields graphql-jit would give in another order (see above).
- * Compiled functions live as long as their parsed document (the parser cache bounds those).
+ * Compiled execution (graphql-jit) for the documents clients repeat, answering byte for byte as the
+ * reference executor (the differential test proves it). What stays on the reference executor:
+ * non-queries, mistyped variables, documents that do not compile or would reorder fields.
  */
 export function useCompiledExecution(options: {
   compileAfter: number;

@@ -3,34 +3,21 @@ import type { CompiledQuery } from 'graphql-jit';
 import { LRUCache } from 'lru-cache';
 
 /*
- * One cache of what is known of each GraphQL document text the server was sent: its parse (or
- * parse error), its validation, and the lean transport's notes (an id for its shared answers' names, the
- * plans of its operations). Envelop's parser and validation caches and the lean transport read it
- * through the views below, so one bound in bytes holds every document-keyed entry.
+ * One cache of what is known of each GraphQL document text: its parse, its validation, and the lean
+ * transport's notes, read through the views below so that one byte bound holds them all.
  */
 
-/**
- * The bound: 4 MiB of estimated bytes, about 140 documents of a dashboard's size (450 characters,
- * 30 KB parsed), inside the base reserve's margin over the heap the process measured once every
- * path ran (`ops/memory-budget.ts`, BASE_HEAP_BYTES).
- */
+/** The bound: about 140 documents of a dashboard's size, within the base reserve (`ops/memory-budget.ts`). */
 export const DOCUMENT_CACHE_BYTES = 4 * 1024 * 1024;
 /** Unused for an hour: forgotten, as envelop's own caches do. */
 const DOCUMENT_TTL_MS = 3_600_000;
-/**
- * A parsed document holds about 63 bytes for each character of its text (its nodes and their
- * locations: 28.7 KB for a 457-character dashboard query, measured with `parse` on this Node).
- */
+/** A parsed document holds about 63 bytes for each character of its text (measured with `parse`). */
 const PARSED_BYTES_PER_CHARACTER = 64;
 /** An entry's own objects, a parse error, a validation result: small beside a parsed document. */
 const ENTRY_BYTES = 256;
 const PART_BYTES = 1024;
 
-/**
- * A query operation that went through the whole pipeline before and runs compiled: parsed,
- * refused by none of the parse and validation rules (all of which depend on the document
- * alone), its label computed. See `GraphQLPipeline.runPlanned`.
- */
+/** A query that went through the whole pipeline before and runs compiled (see `GraphQLPipeline.runPlanned`). */
 export type PlannedQuery = {
   readonly label: string;
   /** The operation's name in the document, if it has one (for its span). */
@@ -39,11 +26,7 @@ export type PlannedQuery = {
   readonly query: CompiledQuery;
 };
 
-/**
- * What the lean transport notes of a document it ran: a short id for the names of its shared answers,
- * and by operation (the operation name sent, see `operationKey`) the plans of those that run
- * compiled.
- */
+/** What the lean transport notes of a document: an id for its shared answers' names, and its operations' plans. */
 export type DocumentNotes = {
   id: number;
   plans: Map<string, PlannedQuery>;
@@ -74,11 +57,8 @@ function sizeOf(entry: Entry, text: string): number {
 }
 
 /**
- * Where the text starts in a validation key. Envelop's validation cache joins the schema's hash,
- * the rule names and the document's text with `|`: the entry is the text's, and its validations
- * are keyed by what comes before (short, so a hit hashes the text once). A key of another shape is
- * all text (its entry then holds nothing else), so a change of that format costs sharing, never
- * an answer.
+ * Where the text starts in Envelop's validation key (schema hash, rule names and text joined by `|`).
+ * A key of another shape is all text, so a format change costs sharing, never an answer.
  */
 function textStart(key: string): number {
   const first = key.indexOf('|');
@@ -94,10 +74,7 @@ export class DocumentCache {
     this.entries = new LRUCache<string, Entry>({ maxSize: maxBytes, sizeCalculation: sizeOf, ttl: DOCUMENT_TTL_MS });
   }
 
-  /**
-   * Changes the entry of `text` (made if absent), and sizes it again: as a new object, since the
-   * LRU sizes an entry only when another value is set under its key.
-   */
+  /** Changes the entry of `text` and sizes it again, as a new object (the LRU sizes only on `set`). */
   private update(text: string, change: (entry: Entry) => void): void {
     const entry: Entry = { ...this.entries.get(text) };
     change(entry);
@@ -154,10 +131,7 @@ export class DocumentCache {
 
 /**
  * Whether every answer to the operation shows the caller's organization alone: a query whose root
- * selects `organization` (under any alias, with any selection below it) and nothing else but
- * `__typename`. Its answer is the same for every reader of the organization, but for the secret
- * shown to its parent by JWT alone (`RequestContext.sharedAnswer`); a fragment at the root is not
- * looked into (such an answer is not shared).
+ * selects `organization` and nothing else but `__typename` (a root fragment is not looked into).
  */
 export function showsOrganizationOnly(document: DocumentNode, operationName: string | null | undefined): boolean {
   const operation = getOperationAST(document, operationName);

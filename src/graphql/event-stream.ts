@@ -10,15 +10,10 @@ import { releaseRequestCaches, type GraphQLPipeline } from './pipeline.js';
 import { schema } from './schema.js';
 
 /*
- * Subscriptions over Server-Sent Events on node:http (GraphQL over SSE, distinct connections, as
- * graphql-sse and Yoga's client speak it, in Yoga's own framing): the lean transport's event stream.
- * Yoga holds a fetch Request, a Response, a web stream and graphql-js' iterators for each open
- * stream, about 50 KB of heap; this holds the response, the document (shared), the operation's
- * variables and the subscription's flags, and executes the operation's selection on each push
- * with a new context, as graphql-js does. What is not a subscription, or fails before its
- * resolver runs (a document that does not parse or validate), it leaves to the full server
- * before any of it was answered, so that those refusals are Yoga's own, word for word; a
- * subscription its resolver refuses it answers as Yoga does. See `live/README.md`.
+ * Subscriptions over Server-Sent Events on node:http (GraphQL over SSE, distinct connections, in
+ * Yoga's framing). Yoga holds about 50 KB a stream; this holds the response, the document and the
+ * flags, and executes the selection on each push as graphql-js does. Anything that is not a
+ * subscription, or fails before its resolver runs, goes to the full server (`live/README.md`).
  */
 
 /** Yoga's keep-alive: a comment every 12 seconds (proxies close a quiet connection). */
@@ -34,10 +29,7 @@ export function wantsEventStream(exchange: Exchange): boolean {
   return accept !== undefined && EVENT_STREAM_ONLY.test(accept);
 }
 
-/**
- * One open stream: what a push needs, and nothing of the request that opened it. It is the
- * subscription's sink itself (methods, not closures: an idle stream is counted in bytes).
- */
+/** One open stream: what a push needs, nothing of the opening request; methods, not closures. */
 class EventStream implements LiveSink<unknown> {
   constructor(
     readonly exchange: Exchange,

@@ -6,10 +6,8 @@ import type { HttpHint } from './pipeline.js';
 import { entityTag, type Exchange } from '../exchange.js';
 
 /*
- * GraphQL over HTTP's framing of a single result, as graphql-yoga frames it (its regular result
- * processor): the media type negotiated from Accept, the status from the errors' hints, and the
- * body without the hints. Both transports answer through the same edge; the parity test compares them
- * byte for byte.
+ * GraphQL over HTTP's framing of a single result as Yoga frames it: media type from Accept, status
+ * from the errors' hints, body without them. The parity test compares both transports byte for byte.
  */
 
 export type RegularMediaType = 'application/json' | 'application/graphql-response+json';
@@ -22,11 +20,8 @@ function matches(asked: string, offered: string): boolean {
 }
 
 /**
- * The JSON media type a single result is answered in, or null when the Accept list names
- * neither (an event stream, a multipart answer: the full server's to answer). As Yoga reads the
- * list: quality values play no part, a charset other than UTF-8 drops an entry, and the first
- * entry that matches wins, `application/json` over `application/graphql-response+json` for a
- * wildcard.
+ * The JSON media type for a single result, or null when Accept names neither (the full server's to
+ * answer). Read as Yoga reads it: no quality values, UTF-8 only, the first match wins.
  */
 export function regularMediaType(accept: string | undefined): RegularMediaType | null {
   if (accept === undefined) return WITHOUT_ACCEPT;
@@ -73,9 +68,7 @@ function isOriginalGraphQLError(error: unknown): boolean {
 }
 
 /**
- * The status of a result, and the headers its errors ask for: the highest status hint (hints
- * marked `spec` do not count for application/json while the errors are GraphQL's own), 500 for an
- * unexpected error with no data, else 200.
+ * A result's status (the highest hint; 500 for an unexpected error with no data) and the headers its errors ask for.
  */
 function statusOf(result: ExecutionResult, mediaType: RegularMediaType, headers: Record<string, string>): number {
   const errors = result.errors ?? [];
@@ -120,10 +113,7 @@ function sentError(error: GraphQLError): unknown {
   return json;
 }
 
-/**
- * The body as sent: errors and the result's extensions without the server's hints, written by
- * the result's own serialiser when it has one (a compiled query's), as Yoga writes it.
- */
+/** The body as sent, without the hints, by the result's own serialiser when it has one (a compiled query's). */
 export function serialiseResult(result: ExecutionResult): string {
   const stringify = (result as { stringify?: (value: unknown) => string }).stringify ?? JSON.stringify;
   const extensions = result.extensions as Record<string, unknown> | undefined;
@@ -137,11 +127,7 @@ export function serialiseResult(result: ExecutionResult): string {
   return stringify(sent);
 }
 
-/**
- * Whether a GraphQL answer may be kept by the caller's browser and revalidated: a successful GET
- * of a stored operation named by its id (a URL that names the same document every time). Every
- * other GraphQL answer is `no-store`.
- */
+/** Whether a GraphQL answer may be kept and revalidated: a successful GET of a stored operation by id. */
 export function revalidatable(exchange: Exchange, status: number, hasErrors: () => boolean): boolean {
   return status === 200 && exchange.record.persisted === true && exchange.request.method === 'GET' && !hasErrors();
 }
@@ -167,11 +153,7 @@ export function sendAnswer(exchange: Exchange, answer: SharedAnswer, mediaType: 
   else exchange.send(200, contentType, answer.body, { noStore: true });
 }
 
-/**
- * A refusal made before the pipeline (body or headers too large, rate limited, malformed request)
- * in the shape GraphQL clients read, `{ errors: [{ message, extensions: { code } }] }`, in the media
- * type the client accepts, with the refusal's own status.
- */
+/** A refusal made before the pipeline, in GraphQL's error shape and the accepted media type, with its status. */
 export function sendGraphQLError(exchange: Exchange, error: ApiError): void {
   exchange.record.code = error.code;
   const { retryAfterSeconds } = error;

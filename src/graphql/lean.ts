@@ -11,15 +11,10 @@ import { operationKey } from './observe.js';
 import { fromQueryString, isJsonBody, parseJson, RecentBodies, wellFormed } from './params.js';
 
 /*
- * The lean GraphQL transport: what API clients send (a JSON operation by POST, or a query string by
- * GET, answered as JSON) runs straight through the pipeline on node:http, with no fetch Request
- * or Response in between. Anything else it does not take, and the full server (yoga.ts) answers:
- * GraphiQL, event streams and multipart answers, form bodies, batches, and every malformed request
- * (so that its refusals are Yoga's own, word for word).
- *
- * A query that shows the organization alone is answered as the organization's readers share it
- * (`RequestContext.sharedAnswer`): computed once for them while nothing it read changed, the
- * caller verified and the retrieval counted for every request.
+ * The lean GraphQL transport: a JSON operation by POST or a query string by GET runs straight
+ * through the pipeline on node:http, with no fetch Request or Response between. Anything else is the
+ * full server's (yoga.ts), so that its refusals are Yoga's own. A query showing the organization
+ * alone is answered as its readers share it (`RequestContext.sharedAnswer`).
  */
 
 /** An execution's result, whether its operation was a query, and the operation's name in the document. */
@@ -54,10 +49,7 @@ export function createLeanTransport(pipeline: GraphQLPipeline, options: LeanTran
   const bodies = new RecentBodies();
   const { documents } = pipeline;
 
-  /**
-   * The name of a query's shared answer; undefined when it is too long to be worth holding, or when
-   * JSON cannot say its variables as sent.
-   */
+  /** The name of a query's shared answer; undefined when too long, or when JSON cannot say its variables. */
   function answerName(document: number, params: GraphQLParams): string | undefined {
     const variables = params.variables == null ? '' : JSON.stringify(params.variables);
     // A number past the doubles (`1e400`) was read as Infinity, which JSON writes as null: named
@@ -110,10 +102,8 @@ export function createLeanTransport(pipeline: GraphQLPipeline, options: LeanTran
   }
 
   /**
-   * The result, and whether the operation was a query; undefined for a subscription (not the lean
-   * transport's). A query operation that runs compiled runs as planned from then on: the pipeline's
-   * parse and validation outcomes for its document are known, and its hooks' orchestration is
-   * what the plan saves.
+   * The result, and whether the operation was a query (undefined for a subscription). A query that ran
+   * compiled runs from its plan from then on, without the hooks' orchestration.
    */
   async function execute(
     exchange: Exchange,

@@ -8,11 +8,7 @@ import { endSpan, recording, startOperationSpan, inSpan, type Span } from '../op
 /** Root selections beyond this many are summarised: a label stays short whatever the document. */
 const MAX_LABELLED_FIELDS = 8;
 
-/**
- * What a GraphQL operation asks for, as a metric label and a log field: its root fields, sorted
- * and without aliases (`childAccounts,me`). Field names come from the schema (only validated
- * documents execute), so the labels form a small fixed set, unlike client-chosen operation names.
- */
+/** An operation's root fields, sorted, without aliases (`childAccounts,me`): a bounded label, unlike its name. */
 export function operationLabel(document: DocumentNode, operationName: string | null | undefined): string {
   const operation = getOperationAST(document, operationName);
   if (!operation) return 'none';
@@ -25,10 +21,7 @@ export function operationLabel(document: DocumentNode, operationName: string | n
   return operation.operation === 'query' ? label : `${operation.operation}:${label}`;
 }
 
-/**
- * The key of the operation a request names, exactly as sent: no name and `""` are two requests
- * (the first may pick a document's only operation, the second names none of them).
- */
+/** The key of the operation a request names, as sent: no name and `""` differ. */
 export function operationKey(operationName: string | null | undefined): string {
   return operationName == null ? '' : `"${operationName}`;
 }
@@ -38,10 +31,7 @@ export function observedIn(context: unknown): RequestRecord | undefined {
   return (context as { exchange?: { record: RequestRecord } } | undefined)?.exchange?.record;
 }
 
-/**
- * The code a client will read for this error: its own, or (for a resolver's error, before Yoga
- * masks it) the one the API's error mapping gives what it wraps.
- */
+/** The code a client will read for this error: its own, or the API's mapping of what it wraps. */
 function codeOf(error: GraphQLError | undefined): string | undefined {
   if (error === undefined) return undefined;
   const code = error.extensions?.['code'];
@@ -51,10 +41,8 @@ function codeOf(error: GraphQLError | undefined): string | undefined {
 }
 
 /**
- * Records, in the request's record (on its exchange), the operation's label and the
- * first error code: a parse or validation failure, or the first error of the result. Logs each
- * resolver error that is not one of the API's own (a database fault, a bug) with the request id,
- * before Yoga masks it for the client.
+ * Records the operation's label and first error code on the request's record, and logs each resolver
+ * error that is not the API's own, before it is masked.
  */
 export function useObserve(logger: Logger): Plugin {
   return {
@@ -83,10 +71,7 @@ export function useObserve(logger: Logger): Plugin {
   };
 }
 
-/**
- * What an execution's errors leave in the request's record and the log (before they are masked):
- * the first one's code, and each resolver error that is not one of the API's own.
- */
+/** What an execution's errors leave in the request's record and the log, before they are masked. */
 export function observeErrors(
   logger: Logger,
   contextValue: unknown,
@@ -115,10 +100,7 @@ export function spanFailure(result: unknown): string | undefined {
   return codeOf(errors[0]) ?? 'GRAPHQL_ERROR';
 }
 
-/**
- * The span of a document's operation (its type, name and root fields), under the active span;
- * undefined unless that one is sampled (nothing of the document is read then).
- */
+/** The span of a document's operation, under the active span; undefined unless that one is sampled. */
 export function startDocumentSpan(
   document: DocumentNode,
   operationName: string | null | undefined,
@@ -134,11 +116,7 @@ export function startDocumentSpan(
   );
 }
 
-/**
- * The GraphQL operation's span (ops/tracing.ts), under the request's: made where the execution
- * runs, so that its resolvers' database spans hang under it. A subscription's span lasts as long
- * as its stream. Nothing when tracing is off.
- */
+/** The GraphQL operation's span, made where the execution runs so that database spans hang under it. */
 export function useTracing(): Plugin {
   return {
     onExecute({ args, executeFn, setExecuteFn }) {

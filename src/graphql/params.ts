@@ -1,10 +1,6 @@
 import type { GraphQLParams } from './persisted.js';
 
-/*
- * The lean transport's reading of a request's GraphQL parameters (its body or query string), checked
- * as Yoga checks them: what is not well formed here is left to Yoga, which refuses it in its own
- * words.
- */
+/* The lean transport's reading of a request's GraphQL parameters; what is not well formed is Yoga's to refuse. */
 
 const MEMBERS = new Set(['query', 'variables', 'operationName', 'extensions']);
 
@@ -23,10 +19,7 @@ export function wellFormed(candidate: unknown): GraphQLParams | undefined {
   return candidate as GraphQLParams;
 }
 
-/**
- * A JSON body by its Content-Type, as Yoga recognises one: the first entry of a list is
- * `application/json` or `application/graphql+json`, exactly or followed by parameters.
- */
+/** A JSON body by its Content-Type, as Yoga recognises one. */
 const JSON_BODY = /^application\/(?:graphql\+)?json(?:[;,]|$)/;
 
 export function isJsonBody(contentType: string | undefined): boolean {
@@ -63,14 +56,9 @@ const BODIES_REMEMBERED = 16;
 const MAX_REMEMBERED_BODY = 4096;
 
 /**
- * The members of the JSON bodies sent most recently, by their bytes: API clients send the same few
- * operations again and again, only their credentials changing. A body equal to one remembered is
- * not parsed again, and its document text is the string already known, whose hash the lookups by
- * it keep: the parse and the hash of an 800-character document measured 2.5 to 3.5 µs a request,
- * comparing a body with the slots 0.05 µs. A fixed number of slots of bounded size, replaced in
- * turn: a caller sending a new body each time costs a copy of it and leaves everyone with the
- * parse. Not an `lru-cache`: its key would be the body's text or hash, the very cost saved. The
- * members are frozen: one parse serves many requests.
+ * The JSON bodies sent most recently, by their bytes: a body equal to one remembered is not parsed
+ * again, and its document is the string already known (with its hash). A fixed number of slots, taken
+ * in turn; not an LRU, whose key would be the very text or hash saved.
  */
 export class RecentBodies {
   private readonly slots: { body: Buffer; params: GraphQLParams }[] = [];

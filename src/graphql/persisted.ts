@@ -3,10 +3,7 @@ import { LRUCache } from 'lru-cache';
 import type { RequestRecord } from '../context.js';
 import { operationId, PERSISTED_OPERATIONS } from './operations.js';
 
-/**
- * Documents registered by Automatic Persisted Queries: at most this many bytes in all, each at most
- * MAX_DOCUMENT_BYTES.
- */
+/** Documents registered by Automatic Persisted Queries: at most this many bytes in all. */
 const REGISTERED_BYTES = 4 * 1024 * 1024;
 const MAX_DOCUMENT_BYTES = 64 * 1024;
 
@@ -17,14 +14,9 @@ export const DEFAULT_REGISTRATION_BUDGET: RegistrationBudget = { perCredential: 
 const BUDGETS_TRACKED = 20_000;
 
 /**
- * Automatic Persisted Queries as Apollo's link speaks them: a client sends an operation's hash
- * alone; unknown, it is told PERSISTED_QUERY_NOT_FOUND and sends the document with the hash. Once
- * that request is answered, the document is registered under its hash, so that the client's next
- * requests carry the hash alone, but only when the request's credential verified (every field
- * needs one; an anonymous caller must not fill the store and evict everyone's documents) and
- * within that credential's budget of registrations a window. Kept per instance, bounded in bytes
- * (the least recently used go first); a client whose hash another instance does not know just
- * sends its document there once.
+ * Automatic Persisted Queries as Apollo's link speaks them. A document is registered under its hash
+ * once its request is answered, only for a verified credential within its budget, per instance and
+ * bounded in bytes.
  */
 export class RegisteredOperations {
   private readonly documents: LRUCache<string, string>;
@@ -50,10 +42,7 @@ export class RegisteredOperations {
     return this.documents.get(id);
   }
 
-  /**
-   * Settles the offer a request made (`resolvePersistedOperation` noted it on its record) once the
-   * request is answered: registered when its caller verified (`record.viewer`) and has budget left.
-   */
+  /** Settles a request's offer once it is answered: registered when its caller verified and has budget left. */
   settle(record: RequestRecord): void {
     const offer = record.registration;
     if (offer === undefined) return;
@@ -114,9 +103,8 @@ function persistedId(params: GraphQLParams): string | undefined {
 }
 
 /**
- * Stored operations (operations.ts), for both transports: a request that names one by id runs its
- * document; with GRAPHQL_PERSISTED_ONLY every document sent as text is refused, even one equal to
- * a stored one. Refusals are 400 with their code, recorded on the request's record.
+ * Stored operations (operations.ts), for both transports; with GRAPHQL_PERSISTED_ONLY any document sent
+ * as text is refused (400).
  */
 export function resolvePersistedOperation(
   params: GraphQLParams,

@@ -35,30 +35,17 @@ import type { GraphQLParams } from './persisted.js';
 import { schema } from './schema.js';
 
 /*
- * The one GraphQL pipeline: a single envelop instance, built once, with one plugin list, one
- * context factory and one error mask. Both transports run every operation through it: the lean transport
- * (lean.ts) calls it directly, Yoga (yoga.ts) receives it whole with `useEnvelop`. A rule of this
- * API lives in an envelop hook here (parse, validate, context, execute), never in a hook only one
- * transport has. The shortcuts are the pipeline's own: a query that already went through every hook
- * and runs compiled runs again from its plan (`runPlanned`), which does what the execute phase's
- * hooks do without their orchestration; its parse and validation outcomes depend on the
- * document alone, so they are those of its first run. And a subscription on the lean event
- * stream (`event-stream.ts`) is parsed, validated and given its context by the hooks, then
- * executes each event as graphql-js does, finished by `settle` as the execute hooks finish one.
+ * The one GraphQL pipeline: one envelop instance, plugin list, context factory and error mask, which
+ * both transports run (the lean transport directly, Yoga through `useEnvelop`). A rule of this API
+ * lives in an envelop hook here, never in one transport. A query already run compiled runs again
+ * from its plan (`runPlanned`), doing what the execute hooks do.
  */
 
-/**
- * What each transport hands the pipeline: the request's exchange (credentials, request id, record), and
- * the request's context when the transport made it already (the lean transport does, for a shared answer).
- */
+/** What a transport hands the pipeline: the exchange, and the request's context if it made one already. */
 export type GraphQLInitialContext = { exchange: Exchange; prepared?: RequestContext };
 export type GraphQLContext = GraphQLInitialContext & RequestContext;
 
-/**
- * Executions of one document before it is compiled (graphql-jit): the documents real clients send
- * again and again run as compiled functions; a document sent a few times, or one of a caller
- * making up a new document per request, is executed as usual and costs no compilation.
- */
+/** Executions of a document before it is compiled (graphql-jit): only documents clients repeat pay for compiling. */
 const COMPILE_AFTER_EXECUTIONS = 20;
 
 /** What an error tells the HTTP answer (`extensions.http`, as Yoga reads it): its status and headers. */
@@ -70,12 +57,8 @@ function httpHint(error: GraphQLError): HttpHint {
 }
 
 /**
- * GraphQL over HTTP's rules for the request's own faults, as the specification and Yoga have
- * them: a document that does not parse is 400 `GRAPHQL_PARSE_FAILED`; one that names no
- * operation to run is 400 `OPERATION_RESOLUTION_FAILURE`; a mutation by GET is 405; a document
- * that fails validation is 400 `GRAPHQL_VALIDATION_FAILED`. The status hints are read by the transports
- * (application/graphql-response+json answers with them; application/json only with those not
- * marked `spec`) and never sent.
+ * GraphQL over HTTP's rules for the request's own faults (parse 400, no operation 400, mutation by
+ * GET 405, validation 400). The transports read the status hints and never send them.
  */
 function useHttpSemantics(): Plugin<GraphQLInitialContext> {
   return {
@@ -120,12 +103,8 @@ function useHttpSemantics(): Plugin<GraphQLInitialContext> {
 }
 
 /**
- * Scope-auth's per-request cache is dropped once the operation's result is known. It lives in a
- * WeakMap keyed by the request's context and refers to that context: V8's young-generation
- * collector keeps such an entry's value alive while the map holds it, so, left to the WeakMap,
- * every GraphQL request's objects (context, loaders, results) would survive until the next full
- * collection. Measured: several times the garbage collection of a REST request, and a full
- * collection every second under load (test/bench/README.md).
+ * Drops scope-auth's per-request cache once the result is known: its WeakMap entry would keep each
+ * request's objects alive until a full collection (figures: test/bench/README.md).
  */
 export function releaseRequestCaches(contextValue: unknown): void {
   if (typeof contextValue === 'object' && contextValue !== null) RequestCache.clearForContext(contextValue);
@@ -156,10 +135,8 @@ const graphQLShaped = (value: unknown): value is GraphQLError =>
   value instanceof Error && 'extensions' in value && typeof value.extensions === 'object';
 
 /**
- * The one error mask. Expected errors reach the client with their contract code; the request's
- * own faults (parse, validation, variables, operation choice) with their message and code;
- * everything else as the API's error mapping has it (503 for an outage, else 500), masked.
- * Idempotent: an error it made is returned as it is, so that masking twice changes nothing.
+ * The one error mask: expected errors keep their contract code, the request's own faults their message
+ * and code, anything else is masked (503 for an outage, else 500). Idempotent.
  */
 export function createErrorMask(): (error: unknown) => GraphQLError {
   const masked = new WeakSet<object>();
@@ -177,10 +154,8 @@ export function createErrorMask(): (error: unknown) => GraphQLError {
       graphQLShaped(error) &&
       graphQLShaped(original)
     ) {
-      // Only the code (and the status hint, which is never sent) reach the client: parsers attach
-      // the thrown error's name and message, which are not for clients. Such an error is answered
-      // with its own status even to application/json clients; without the attachment, the hint
-      // must say so itself (no "spec" marker).
+      // Only the code and the status hint reach the client, not the parser's attached error; such an
+      // error keeps its own status even for application/json clients.
       const { code, originalError } = error.extensions;
       let { http } = error.extensions as { http?: Record<string, unknown> };
       if (originalError !== undefined && http?.['spec']) {
@@ -214,28 +189,17 @@ export function createErrorMask(): (error: unknown) => GraphQLError {
 
 export type GraphQLPipeline = {
   getEnveloped: GetEnvelopedFn<GraphQLContext>;
-  /**
-   * The plan of a query operation of a document that this pipeline parsed, validated and executed
-   * compiled; undefined for anything else (a mutation, a document not compiled yet or that does
-   * not compile).
-   */
+  /** The plan of a query this pipeline parsed, validated and ran compiled; undefined for anything else. */
   plan: (document: DocumentNode, operationName: string | null | undefined) => PlannedQuery | undefined;
   /**
-   * Runs a planned query for a request as the pipeline's execute phase does, without the hooks'
-   * orchestration (whose parse and validation outcomes the plan holds): the same context, the
-   * operation's label and first error code recorded, unexpected resolver errors logged, compiled
-   * execution counted, errors masked. Undefined when the variables do not fit the operation
-   * (the whole pipeline answers those, in the reference executor's words).
+   * Runs a planned query as the execute phase does, without the hooks' orchestration. Undefined when
+   * the variables do not fit (the whole pipeline answers those).
    */
   runPlanned: (
     plan: PlannedQuery,
     initial: GraphQLInitialContext & { params: GraphQLParams },
   ) => Promise<ExecutionResult> | undefined;
-  /**
-   * What the execute phase's hooks do once a result is known, for an execution made outside them
-   * (a planned query, a subscription's push on the lean event stream): the request's caches
-   * released, unexpected errors logged with the request id, errors masked.
-   */
+  /** What the execute hooks do once a result is known, for an execution made outside them. */
   settle: (contextValue: object, result: ExecutionResult) => ExecutionResult;
   /** The error mask, for what fails outside execution (a transport's own refusals, a thrown parse error). */
   maskError: (error: unknown) => GraphQLError;
@@ -243,18 +207,11 @@ export type GraphQLPipeline = {
   executions: ExecutionCounts;
   /** The one context factory, for a transport that needs the request's context before the pipeline runs. */
   context: (exchange: Exchange) => RequestContext;
-  /**
-   * What is known of each document text: its parse and validation, and the lean transport's notes. A
-   * compiled document lives as long as its parsed one, so its bound also bounds the compiled
-   * functions held.
-   */
+  /** What is known of each document text: parse, validation, the lean transport's notes (and so its plan). */
   documents: DocumentCache;
 };
 
-/**
- * graphql-js' validation with each rule once: the full server adds the specified rules too when
- * it takes the pipeline in, and a rule listed twice reports every error twice.
- */
+/** graphql-js' validation with each rule once: Yoga adds the specified rules too, and twice reports twice. */
 const validateOnce: typeof validate = (schema, document, rules, options, typeInfo) =>
   validate(schema, document, rules && [...new Set(rules)], options, typeInfo);
 

@@ -12,10 +12,8 @@ import { CreditAnalysis, type CreditAnalysisRoot } from './credit-analysis.js';
 import { Organization } from './organization.js';
 
 /*
- * Live updates over Server-Sent Events (GraphQL over SSE, as graphql-sse and Yoga's own client
- * speak it): each subscription answers at once, then again when the database announces a change
- * that alters its answer, at most once per LIVE_MIN_INTERVAL_MS (see `live/live-updates.ts`). Each answer is read
- * afresh (new loaders, the caller verified again); an answer equal to the last one is not sent.
+ * Live updates over SSE: each subscription answers at once, then after each change that alters its
+ * answer, at most once per LIVE_MIN_INTERVAL_MS (`live/live-updates.ts`); an unchanged answer is not sent.
  */
 
 /** A token's `exp` in milliseconds: the subscription ends then. Only a JWT caller may subscribe. */
@@ -28,11 +26,8 @@ function expiryOf(context: RequestContext): number {
 }
 
 /**
- * The subscription's answers: `read` with a renewed context (shared with the organization's other
- * subscriptions of the same `kind`, which names the answer and the account, at the same change:
- * the same account sees the same answer whichever of its tokens it came with), skipped when equal to the last,
- * an API error said once. What it keeps while it waits is the renewal (the credentials, not the
- * request's context) and a digest of the last answer.
+ * A subscription's answers, read with a renewed context and shared by the organization's subscriptions
+ * of the same kind and account; it keeps only the renewal and a digest of the last answer.
  */
 function follow<T>(
   context: RequestContext,
@@ -78,11 +73,7 @@ const unwrap = <T>(payload: T | ApiError): T => {
 const creditConcerns: Concerns = (change, organizationId) =>
   change.entity !== 'account' || change.stable || change.id === organizationId;
 
-/**
- * What alters organization details: the organization's settings, or its parent's identity. Not
- * its balances, which every sign-in changes and the details do not show (running out of credits
- * is a settings change here: it refuses the children).
- */
+/** What alters organization details: its settings or its parent's identity, not its balances. */
 const organizationConcerns: Concerns = (change, organizationId) =>
   change.stable && (change.entity === 'organization' || (change.entity === 'account' && change.id === organizationId));
 

@@ -7,10 +7,9 @@ import { resolvePersistedOperation, type PersistedRule } from './persisted.js';
 import type { GraphQLInitialContext, GraphQLPipeline } from './pipeline.js';
 
 /*
- * The full GraphQL server at /graphql, graphql-yoga, for what the lean transport does not take:
- * GraphiQL, event streams and multipart answers, form bodies and every malformed request. It runs
- * the same pipeline (`useEnvelop`), with the same error mask; CORS, limits and framing are the
- * edge's. Reached through its public Node entry, `handleNodeRequestAndResponse`.
+ * The full GraphQL server (graphql-yoga) for what the lean transport does not take: GraphiQL, event
+ * streams, multipart, form bodies, malformed requests. Same pipeline and error mask; the edge owns
+ * CORS, limits and framing.
  */
 
 /** Stored operations by id: the rule is persisted.ts', shared with the lean transport. */
@@ -24,11 +23,7 @@ function usePersistedOperations(rule: PersistedRule): Plugin<GraphQLInitialConte
   };
 }
 
-/**
- * Headers of Yoga's answer that describe its own connection or framing, not the content: the
- * edge writes the answer whole, with its own Content-Length, and owns the connection. Yoga marks
- * event streams `Content-Encoding: none`, which is no encoding at all.
- */
+/** Yoga's headers about its own connection or framing, which the edge owns. */
 const CONNECTION_HEADERS = new Set([
   'connection',
   'keep-alive',
@@ -47,10 +42,8 @@ const COMPRESS_HTML_FROM_BYTES = 64 * 1024;
 const JSON_BODY = /^\s*application\/(graphql\+)?json\s*(;|$)/i;
 
 /**
- * The body as handed to Yoga's Node adapter: a JSON operation already parsed, as body-parsing
- * frameworks pass it (the adapter answers `request.json()` with it), and any other body as its text.
- * A JSON body that does not parse to an object with members stays text, so that Yoga reports it
- * exactly as it reports any malformed operation.
+ * The body as Yoga's Node adapter takes it: a JSON operation parsed, anything else as text (so that
+ * Yoga reports a malformed one its own way).
  */
 function parsedBody(contentType: string | undefined, body: Buffer): string | Record<string, unknown> {
   const text = body.toString('utf8');
@@ -174,10 +167,8 @@ export function createYogaTransport(
   }
 
   /**
-   * Writes an event stream: each piece once the socket has taken the last, so that a client that
-   * does not read leaves the stream unread (the subscription holds one pending answer at most, see
-   * live/live-updates.ts) and is cut off after LIVE_STALL_MS. The client leaving cancels the stream, which ends
-   * the subscription at once.
+   * Writes an event stream a piece at a time once the socket took the last, so a client that does not
+   * read is cut off after LIVE_STALL_MS; the client leaving ends the subscription.
    */
   async function streamEvents(
     exchange: Exchange,

@@ -74,10 +74,8 @@ const REFUSED = {
   busy: { retryAfter: 1, message: 'The server is busy; try again shortly or on another instance.' },
 } as const;
 /**
- * The edge: one route table, one CORS policy, the bounds every request is held to, and the
- * per-request exchange handed to REST and to both GraphQL transports. Every answer leaves through the
- * exchange, and every answer is counted and logged once, when it is finished. It receives the
- * process's objects built (`dependencies.ts`), and closes them in the order stated there.
+ * The edge: one route table, CORS policy and set of bounds, and the exchange handed to REST and both
+ * GraphQL transports. Every answer is counted and logged once, when it is finished.
  */
 export function createApp(built: Dependencies): App {
   const {
@@ -277,9 +275,7 @@ export function createApp(built: Dependencies): App {
       return exchange.send(204, undefined, '');
     }
     if (route.protocol === 'rest' && refusedMethod(exchange)) return;
-    // The memory budget: no more requests in progress than its working reserve holds, none at
-    // all at the last resort near it, and no client (its address, its credential) holding more
-    // than its part of them; refused before any work, probes still answered.
+    // The memory budget: the bound on requests in progress and a client's part of it, before any work.
     if (route.shed) {
       const clients = client!.keys;
       const refusal = pressure.refusesRequest(clients);

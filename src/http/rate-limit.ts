@@ -17,16 +17,10 @@ export type RateLimitVerdict =
   | { allowed: false; headers: Record<string, string>; retryAfterSeconds: number };
 
 /**
- * Requests per window per client address and per credential (each distinct bearer token or
- * public key, however it is spelled; hashed, so forged tokens naming someone else's account
- * cannot use up that account's allowance). Decided before any database work. The client address
- * is the peer's, or with TRUST_PROXY the one the trusted proxies report (proxy-addr, as Express
- * derives it: X-Forwarded-For is read from the right, past the trusted hops only). In memory by default; with
- * RATE_LIMIT_STORE=redis (a Redis-protocol server: Redis or Valkey) or postgres (the shared
- * database, one write on it per request) the counters are shared, so the limits hold across
- * instances behind a load balancer. A shared store that cannot be reached, or does not answer
- * within its bound (250 ms for Redis), never fails or holds a request: each instance limits in memory
- * meanwhile (the insurance limiter), and the shared counters are used again once it answers.
+ * Requests per window per client address (behind TRUST_PROXY, as proxy-addr derives it) and per
+ * credential (hashed), decided before any database work. In memory, or shared across instances in
+ * Redis or PostgreSQL; a shared store that does not answer within its bound never fails or holds a
+ * request: the instance limits in memory meanwhile.
  */
 export class RateLimiter {
   private readonly byAddress: RateLimiterAbstract | undefined;
@@ -116,7 +110,9 @@ export class RateLimiter {
     return request.socket.remoteAddress ?? 'unknown';
   }
 
-  /** Who sent `request`, as the limits count it: derived once a request, for the limits and the memory budget's parts. */
+  /**
+   * Who sent `request`, as the limits count it: derived once a request, for the limits and the memory budget's parts.
+   */
   clientOf(request: IncomingMessage): Client {
     const address = this.clientAddress(request);
     const credential = credentialOf(request);
@@ -181,12 +177,7 @@ function credentialOf(request: IncomingMessage): string | undefined {
 const REDIS_COMMAND_TIMEOUT_MS = 250;
 const REDIS_CONNECT_TIMEOUT_MS = 1000;
 
-/**
- * The connection to a Redis-protocol store (ioredis): no offline queue (a command sent while
- * disconnected fails at once instead of waiting for a reconnection), each command bounded in
- * time, reconnection forever with a backoff capped at 2 s. State changes are reported once each,
- * not once per failed attempt.
- */
+/** The Redis-protocol connection: no offline queue, each command bounded, reconnecting forever (2 s backoff cap). */
 function connectRedis(url: string, onStoreState?: (up: boolean, error?: Error) => void): Redis {
   const client = new Redis(url, {
     enableOfflineQueue: false,
@@ -209,10 +200,8 @@ function connectRedis(url: string, onStoreState?: (up: boolean, error?: Error) =
 }
 
 /**
- * rate-limiter-flexible's memory store holds every key it saw until its window ends, with a timer
- * each: a flood of distinct callers grows it without bound. This store has the same calls on an
- * LRU of at most `maxKeys` keys, whose windows end on read (no timer): past the bound the caller
- * least recently seen is forgotten, and starts a new window when it comes back.
+ * rate-limiter-flexible's memory store keeps every key with a timer until its window ends: this one
+ * has the same calls on an LRU of `maxKeys`, whose windows end on read.
  */
 class BoundedMemoryStorage {
   private readonly records: LRUCache<string, { value: number; expiresAt: number | null }>;

@@ -46,10 +46,7 @@ function refuseUnparsable(
   );
 }
 
-/**
- * METRICS_PORT: a server of its own answering `GET /metrics` (404 for anything else, 503 until
- * the app is ready), so that the metrics are not exposed with the API. Not rate limited.
- */
+/** METRICS_PORT: a server answering `GET /metrics` alone, so the metrics are not exposed with the API. */
 export function createMetricsServer(
   metricsText: () => Promise<{ contentType: string; text: string }> | undefined,
 ): Server {
@@ -70,19 +67,10 @@ export function createMetricsServer(
 
 /** The HTTP server, with a way to close the connections that have no request under way. */
 export type HttpServer = Server & {
-  /**
-   * Closes every connection that is not being answered: idle keep-alive ones, and ones that
-   * opened but never completed a request head (a slow or stalled client). For shutdown.
-   */
+  /** Closes every connection not being answered (idle, or with an unfinished head), for shutdown. */
   closeWaitingConnections(): void;
 };
 
-/**
- * The HTTP server around a request handler (the app, or a stand-in while it starts). The whole
- * request head (request line and headers) is bounded by MAX_HEAD_BYTES and MAX_HEADER_COUNT;
- * within it, the target by MAX_URL_BYTES (414), each header by MAX_HEADER_BYTES and a bearer
- * token by MAX_TOKEN_BYTES.
- */
 /** An answer before the app is ready: alive (a long migration must not look like a dead process), not ready. */
 export function answerStarting(request: IncomingMessage, response: ServerResponse): void {
   const exchange = new Exchange(request, response);
@@ -91,6 +79,7 @@ export function answerStarting(request: IncomingMessage, response: ServerRespons
   sendRestError(exchange, new ServiceUnavailableError('The service is starting; try again shortly.'));
 }
 
+/** The HTTP server around a request handler, its request head bounded by the MAX_* settings. */
 export function createHttpServer(
   limits: Config['limits'],
   handle: (request: IncomingMessage, response: ServerResponse) => void,
@@ -120,10 +109,8 @@ export function createHttpServer(
     connections.add(socket);
     socket.on('close', () => connections.delete(socket));
   });
-  // No count limit in the parser: the head is bounded in bytes (maxHeaderSize), and the edge refuses
-  // more than MAX_HEADER_COUNT fields itself (http/app.ts), with CORS and in the route's protocol.
-  // (Node 24's parser fails a head with more than maxHeadersCount fields outright, before any
-  // handler, where Node 20 cut the list.)
+  // No count limit in the parser (Node 24's fails the head outright): the head is bounded in bytes,
+  // and the edge refuses more than MAX_HEADER_COUNT fields itself.
   server.maxHeadersCount = 0;
   server.on('clientError', (error, socket) => {
     // Node reports the parser's error again for every further chunk: answered once.

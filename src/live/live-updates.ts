@@ -4,12 +4,9 @@ import { Repeater } from '@repeaterjs/repeater';
 import { ApiError } from '../errors.js';
 
 /*
- * Live updates (GraphQL subscriptions over Server-Sent Events): which open subscription a change
- * the database announces concerns, and when it may push. Each subscription holds one flag, not a
- * queue: however many changes arrive, and however slowly its client reads, it holds the same few
- * bytes, and the next push reads the current answer. Bounded per credential, per organization and
- * in total (per instance); every subscription ends when its token expires and when the instance
- * starts to shut down.
+ * Live updates (GraphQL subscriptions over SSE): which subscription a database change concerns, and
+ * when it may push. A subscription holds a flag, not a queue, so a slow client holds the same few
+ * bytes; the next push reads the current answer. Bounded per credential, organization and instance.
  */
 
 export type LiveLimits = {
@@ -32,10 +29,7 @@ export class LiveUnavailableError extends ApiError {
   }
 }
 
-/**
- * Which of an organization's changes alter an answer. One function for every subscription of a
- * kind (not a closure each): a change is asked once per kind, however many subscriptions follow it.
- */
+/** Which of an organization's changes alter an answer: one function per kind, asked once per change. */
 export type Concerns = (change: RowChange, organizationId: string) => boolean;
 
 /** What one subscription follows: the organization, and which of its changes alter its answer. */
@@ -55,17 +49,11 @@ function followers(following: Following | undefined): number {
 export type LiveSink<T> = {
   /** Sends an answer; the next is computed only once the returned promise settles (the client took it). */
   push(value: T): Promise<unknown> | void;
-  /**
-   * The subscription ended by itself (its token expired, the instance drains, an error was said), or failed
-   * (`error`).
-   */
+  /** The subscription ended by itself, or failed (`error`). */
   end(error?: unknown): void;
 };
 
-/**
- * One open subscription, registered and counted from the moment it is made. It holds flags and at
- * most one timer, no promise, while it waits: an idle stream costs a few hundred bytes here.
- */
+/** One open subscription: flags and at most one timer while it waits, a few hundred bytes. */
 class Subscription<T = unknown> {
   dirty = false;
   ended = false;
@@ -86,9 +74,8 @@ class Subscription<T = unknown> {
 }
 
 /**
- * A subscription made but not started: `start` gives it a sink and pushes its first answer;
- * `cancel` ends it without a word (the client left). As an AsyncIterable it is what graphql-js
- * subscribes with (the full server's path); the lean event stream starts it with its own sink.
+ * A subscription made but not started: `start` gives it a sink and pushes its first answer, `cancel`
+ * ends it silently. As an AsyncIterable it is what graphql-js subscribes with.
  */
 export class LiveSubscription<T> implements AsyncIterable<T> {
   constructor(
@@ -178,11 +165,8 @@ export class LiveUpdates {
   }
 
   /**
-   * One read of an answer per organization and change, however many subscriptions push it: the
-   * subscriptions of one organization are woken by the same change, or open in a burst, and would
-   * otherwise each read the same rows. `key` names what is read and for whom (the answer's kind
-   * and the caller). The answer is held for SHARED_HOLD_MS, then weakly: it holds the loaders it
-   * was read with, and an idle stream must not.
+   * One read of an answer per organization and change, however many subscriptions push it; held for
+   * SHARED_HOLD_MS, then weakly, since it holds its loaders.
    */
   shared<T>(organizationId: string, key: string, read: () => Promise<T>): Promise<T> {
     const version = (this.versions.get(organizationId) ?? 0) + this.epoch * 1e9;
@@ -239,12 +223,9 @@ export class LiveUpdates {
   }
 
   /**
-   * Makes a subscription, counted at once against the bounds (refused beyond them): started, it
-   * pushes `compute()`'s answer at once, then after each change that concerns it, at most once per
-   * `minIntervalMs`, until the token expires (`expiresAtMs`), the client goes away (`cancel`), or
-   * the instance shuts down. An answer equal to the last one pushed is not pushed again (`compute`
-   * returns undefined for it). The next answer is computed only once the client has taken the
-   * last: a slow reader holds one answer at most.
+   * Makes a subscription, counted against the bounds: it pushes `compute()`'s answer, then after each
+   * change that concerns it at most once per `minIntervalMs`, until its token expires, the client
+   * leaves or the instance stops. An unchanged answer is not pushed; a slow reader holds one at most.
    */
   subscribe<T>(
     credential: string,

@@ -3,17 +3,10 @@ import v8 from 'node:v8';
 import { RECORDS_SHARE, RING_MAX_BYTES } from '../db/record-ring.js';
 
 /*
- * One memory budget, from which every bound that holds memory follows (see `ops/README.md`,
- * "Memory budget"). The budget is the process's resident memory: MEMORY_BUDGET_MB, else the
- * container's limit (cgroup v2 `memory.max`), else 250 MB. The entity cache's records (one buffer
- * outside the heap, `db/record-ring.ts`) take their part of it first. The V8 heap gets 64 % of the
- * rest: a fixed young generation and the old generation, where everything that lives longer than a
- * moment is kept and whose limit is what V8 dies of. The old generation up to where shedding starts (80 %)
- * is accounted: the process's own objects and the requests in progress keep a reserve, and what
- * is left is shared between the structures that grow with use: the entity cache, the live streams,
- * the rate limiter's memory store and the registered operations. The rest is headroom for what
- * the estimates miss. A bound set explicitly takes its own figure instead of its
- * share; bounds that together exceed the accounted part stop the start.
+ * One memory budget, from which every bound that holds memory follows (`ops/README.md`, "Memory
+ * budget"): MEMORY_BUDGET_MB, else the container's limit, else 250 MB. The records take their part
+ * first; the heap gets 64 % of the rest, and its old generation up to where shedding starts is shared
+ * between the structures that grow with use. Explicit bounds that exceed it stop the start.
  */
 
 const MIB = 1024 * 1024;
@@ -21,46 +14,29 @@ export const DEFAULT_BUDGET_BYTES = 250_000_000;
 /** The heap's part of the budget (the rest: code, buffers, the allocator and native memory). */
 const HEAP_FRACTION = 0.64;
 /**
- * The live heap's share of the old generation at which each level of shedding starts
- * (`memory-pressure.ts`): the caches shrink, new streams are refused, requests are refused. The
- * first is where the accounted part ends: bounds that are full shed nothing.
+ * The live heap's share of the old generation at which the caches shrink, new streams and then requests are refused.
  */
 export const SHEDDING_THRESHOLDS = [0.8, 0.88, 0.95] as const;
 const ACCOUNTED_FRACTION = SHEDDING_THRESHOLDS[0];
 /** The young generation beside the old space (three semi-spaces of `--max-semi-space-size=8`). */
 export const YOUNG_GENERATION_BYTES = 24 * MIB;
-/**
- * The process's own objects in the old generation: 34 MiB live at rest, 40 MiB once every path
- * ran (compiled code, the database clients' buffers); `test/bench/README.md` has the figures.
- */
+/** The process's own objects in the old generation, with every path run (figures: test/bench/README.md). */
 export const BASE_HEAP_BYTES = 44 * MIB;
 /** Of the accounted part: what requests in progress hold at once. */
 const WORKING_FRACTION = 0.15;
-/**
- * What one request in progress holds at most, for the bound on requests in progress (the working
- * reserve over this): a subscription being opened measured 55 KB, a query waiting for the database less.
- */
+/** What one request in progress holds at most (a subscription being opened measured 55 KB). */
 export const REQUEST_BYTES = 64 * 1024;
 /** What one idle live stream holds (test/memory-budget.test.ts measures it). */
 export const STREAM_BYTES = 10 * 1024;
-/**
- * Traced (`ops/tracing.ts`): the SDK's objects (4.9 MiB measured once loaded) and its export queue
- * (2,048 spans) join the process's own, and an open stream holds its two open spans too (11.3 KB
- * a stream measured at 100 % sampling, against 9.6 KB untraced; `npm run bench:live`).
- */
+/** Traced: the SDK's objects and its export queue (figures: test/bench/README.md). */
 export const TRACING_HEAP_BYTES = 8 * MIB;
 export const TRACED_STREAM_BYTES = 12 * 1024;
 /** What one key of the rate limiter's memory store holds (its LRU slot, the key, the count). */
 export const RATE_LIMIT_KEY_BYTES = 200;
 
 /**
- * The entity cache's records: the accounts and verified tokens of a large population, as bytes in
- * one buffer that the garbage collector does not walk, outside the heap and so outside its limit.
- * Their part of the budget is taken before the heap's: 14 % of it, and 40 % of what the budget has
- * above 190 MB, where the heap already holds the process's own objects, the requests in progress
- * and its shares with room (59 MB of 250, about 139,000 users). The users of a large population
- * are most of the requests, and a user held here costs a miss nothing; the least budget (166 MB)
- * is not raised by it.
+ * The records' part of the budget, taken before the heap's: 14 %, and 40 % of what is above 190 MB
+ * (59 MB of 250, about 139,000 users). A user held there costs a miss nothing.
  */
 const RECORDS_FRACTION = 0.14;
 const RECORDS_GROWTH_ABOVE_BYTES = 190_000_000;
@@ -189,8 +165,7 @@ export function memoryBudget(
   // The records first (outside the heap), then the heap from what they leave.
   if (explicit.cacheMaxBytes !== undefined)
     return divide(budgetBytes, source, inOneRing(explicit.cacheMaxBytes * RECORDS_SHARE), explicit, facts, sayLeast);
-  // Explicit streams that do not fit beside the grown records keep them at their 14 %: the budget
-  // that bound needs is not raised by the growth.
+  // Explicit streams that do not fit beside the grown records keep them at 14 %.
   if (budgetBytes > RECORDS_GROWTH_ABOVE_BYTES && explicit.maxStreams !== undefined) {
     try {
       return divide(budgetBytes, source, recordsPart(budgetBytes), explicit, facts, false);
@@ -223,8 +198,7 @@ function divide(
       `the memory budget (${source}, ${mib(budgetBytes)}) keeps ${mib(recordBytes)} for the cache's records and gives the heap's old generation ${mib(oldGenerationBytes)}, too little for the process's own ${mib(base + working)} below where shedding starts: raise MEMORY_BUDGET_MB${least}`,
     );
   }
-  // Explicit bounds first; the other shares divide what they leave, in their proportions (with a
-  // MiB at least between them).
+  // Explicit bounds first; the other shares divide what is left, in their proportions.
   const fixed: Partial<Record<Share, number>> = {
     entityCache: explicit.cacheMaxBytes === undefined ? undefined : explicit.cacheMaxBytes - recordBytes,
     streams: explicit.maxStreams !== undefined ? explicit.maxStreams * streamBytes : undefined,

@@ -3,19 +3,10 @@ import v8 from 'node:v8';
 import { SHEDDING_THRESHOLDS } from './memory-budget.js';
 
 /*
- * Refuse before running out (see `ops/README.md`, "Memory budget"). The live heap is read against
- * the budget's old generation several times a second; as it rises the process sheds, in order:
- * the caches shrink (level 1), new live streams are refused (level 2), and, only as a last
- * resort, requests are answered 503 with Retry-After while readiness says so (level 3). A level
- * is left once the heap is a margin below the level's threshold, so that it does not flap.
- *
- * The live heap is what a full (mark-compact) collection left, or the heap in use if that is less:
- * the heap in use alone counts the garbage not yet collected, which under load fills the old
- * generation up to V8's next collection and would refuse requests with memory to spare. Before
- * the first full collection there is only the heap in use, so it may shrink the caches but refuses
- * nothing: a process started without the budget's heap flag (V8's own limit, gigabytes) can run a
- * while on garbage before V8 collects in full, and a fresh server refused requests 503 with two
- * thirds of its old generation live.
+ * Refuse before running out (`ops/README.md`, "Memory budget"): as the live heap rises the caches
+ * shrink, then new streams are refused, then requests are answered 503; a level is left a margin
+ * below its threshold. The live heap is what the last full collection left (or the heap in use, if
+ * less): the heap in use alone counts garbage, and before the first full collection nothing is refused.
  */
 
 export type PressureLevel = 0 | 1 | 2 | 3;
@@ -31,10 +22,7 @@ const CLIENT_PART = 1 / 4;
 export type MemoryPressureOptions = {
   /** The old generation the budget allows (bytes). */
   oldGenerationBytes: number;
-  /**
-   * Level 1 was entered, or is still on after a later collection: the caches shrink to this fraction of what
-   * they hold.
-   */
+  /** Level 1 is on: the caches shrink to this fraction of what they hold. */
   shrink: (fraction: number) => void;
   /** The requests in progress the budget's working reserve holds. */
   maxRequests: number;
@@ -78,17 +66,11 @@ const isFullCollection = (entry: PerformanceEntry) =>
 
 export class MemoryPressure {
   level: PressureLevel = 0;
-  /**
-   * What was refused because of memory, since the start: streams, requests near the budget, requests past the
-   * bound on requests in progress, and past a client's part of it.
-   */
+  /** What memory refused since the start: streams, requests near the budget, past the bound, past a client's part. */
   readonly refusals = { streams: 0, requests: 0, busy: 0, client: 0 };
   /** Requests admitted and not yet finished (or turned into a stream). */
   inProgress = 0;
-  /**
-   * The same, by client (address or credential); one with none has no entry, so it holds at most `inProgress`
-   * twice.
-   */
+  /** Requests in progress by client (address or credential). */
   private readonly byClient = new Map<string, number>();
   private readonly timer: NodeJS.Timeout;
   private lastShrink = 0;
@@ -141,10 +123,8 @@ export class MemoryPressure {
   }
 
   /**
-   * Why a request may not start now, counted ('memory': the last resort near the budget; 'busy':
-   * as many requests in progress as the working reserve holds; 'client': one of `clients`, the
-   * request's address and its credential, holds its part of them already); undefined when it may,
-   * and it then counts as in progress until `finished` is called with the same clients.
+   * Why a request may not start now ('memory' near the budget, 'busy' at the bound, 'client' at a
+   * client's part), counted; undefined when it may, and it counts until `finished`.
    */
   refusesRequest(clients: readonly string[] = []): 'memory' | 'busy' | 'client' | undefined {
     if (this.level >= 3) {
@@ -179,10 +159,7 @@ export class MemoryPressure {
     return this.options.maxRequests;
   }
 
-  /**
-   * The requests in progress one client may hold: a quarter of the bound, so that it takes four
-   * clients together, each at its part, to leave none for the others.
-   */
+  /** A client's part of the requests in progress: a quarter, so that it takes four to leave none. */
   get clientPart(): number {
     return Math.max(1, Math.floor(this.maxRequests * CLIENT_PART));
   }

@@ -73,10 +73,7 @@ export type Metrics = {
   /** The change feed went live (`true`) or was lost; a live after the first is a reconnection. */
   feedState(live: boolean): void;
   retrievalWriteFailed(): void;
-  /**
-   * Adds the series read from the process's objects when scraped: called once, when they all
-   * exist (the events above are counted from the start).
-   */
+  /** Adds the series read from the process's objects when scraped, once they all exist. */
   watch(sources: MetricSources): void;
 };
 
@@ -84,11 +81,8 @@ export type Metrics = {
 const BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 
 /**
- * Prometheus metrics (`GET /metrics`): requests by route, method, status and error code; latency
- * per route and per GraphQL operation; rate-limit refusals; the entity cache; the change feed; the
- * database pool; the retrieval counter; and the process's own (CPU, memory, event loop, GC). Every
- * label takes its value from a fixed set (routes, methods, statuses, the API's error codes, the
- * schema's root fields), never from what a request sent, so the series stay a bounded set.
+ * Prometheus metrics (`GET /metrics`). Every label takes its value from a fixed set (routes, statuses,
+ * error codes, the schema's root fields), never from what a request sent.
  */
 export function createMetrics(): Metrics {
   const registry = new Registry();

@@ -20,14 +20,9 @@ import {
 } from '@opentelemetry/api';
 
 /*
- * OpenTelemetry traces (src/ops/README.md, "Tracing"), configured by the standard OTEL_* variables
- * and off unless an OTLP endpoint is set. Off, the SDK is never loaded and every helper here is one
- * branch: the request path costs what it cost without tracing. On, the maintained SDK exports
- * batches over OTLP/HTTP, and the maintained instrumentations of `pg` and Prisma add the database
- * spans; the HTTP, GraphQL, stream and export spans are ours, made by the helpers below with the
- * semantic conventions' names. What a span carries is chosen, never copied wholesale: no header
- * but the user agent, no query string (the child list's search term travels in it), no GraphQL
- * document (its literals can hold a search term or an email), no variables, no statement values.
+ * OpenTelemetry traces (src/ops/README.md, "Tracing"), off unless an OTLP endpoint is set; off, the
+ * SDK is never loaded. A span carries no header but the user agent, no query string, document,
+ * variables or statement values: they can hold a search term or an email.
  */
 
 export type { Span };
@@ -45,10 +40,7 @@ let decide: (parent: Context) => boolean = () => false;
 /** The trace id a root's sampling was decided on, taken by the span made next (synchronously). */
 let decidedTraceId: string | undefined;
 
-/**
- * Sampled spans since the start: handed to the export queue, exported, refused by the collector.
- * Ended but neither exported nor failed: in the queue, or dropped by it when full (`api_trace_*`).
- */
+/** Sampled spans since the start: ended, exported, refused by the collector (`api_trace_*`). */
 export const spanCounts = { ended: 0, exported: 0, failed: 0 };
 let shutdownProvider: (() => Promise<void>) | undefined;
 
@@ -57,12 +49,7 @@ export function tracingActive(): boolean {
   return active;
 }
 
-/**
- * Starts the SDK when the settings ask for it: the exporter for the protocol, the sampler and
- * resource from the environment (OTEL_TRACES_SAMPLER, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES),
- * a batch processor (OTEL_BSP_*: a bounded queue; spans beyond it are dropped, not held), and the
- * `pg` and Prisma instrumentations. Their database spans are made only inside a request's trace.
- */
+/** Starts the SDK when the settings ask for it (exporter, sampler, a bounded batch queue, pg and Prisma spans). */
 export async function startTracing(
   settings: TracingSettings,
   options: { version?: string; warn?: (message: string, fields: Record<string, unknown>) => void } = {},
@@ -167,18 +154,14 @@ export async function startTracing(
   provider.register();
   registerInstrumentations({
     tracerProvider: provider,
-    // Statements as sent: parametrised, their values never added (enhancedDatabaseReporting off).
-    // No span for taking a connection from the pool: one for each statement, it would double what
-    // a sampled request exports (each span costs its serialization, about 20 µs); a wait for the
-    // pool shows as the time between a statement's span and what came before it.
+    // Statements as sent, without their values. No span for a pool checkout: it would double what a
+    // sampled request exports.
     instrumentations: [
       new PgInstrumentation({ requireParentSpan: true, enhancedDatabaseReporting: false, ignoreConnectSpans: true }),
     ],
   });
-  // Enabled by hand: it installs its provider when enabled, which its constructor would do with the
-  // global one. One span a Prisma call (its model and method); its statement span is pg's span of
-  // the same statement again, and its query plan's, serialization's and connection's are parts of
-  // the call's: each span costs its serialization, so they are not made.
+  // Enabled by hand, with our provider. One span a Prisma call: its other spans repeat pg's or are
+  // parts of the call, and each costs its serialization.
   const prisma = new PrismaInstrumentation({
     enabled: false,
     ignoreSpanTypes: [
@@ -202,11 +185,8 @@ export async function startTracing(
 type PoolClass = { prototype: { connect: (this: unknown, callback?: (...args: unknown[]) => void) => unknown } };
 
 /**
- * A busy pool runs a waiting `pool.query`'s callback (and so its statement) in the context of
- * whichever query released the connection; the instrumentation binds the callback to its caller
- * only when the caller has a span. Bound always, work outside requests (the change feed's LISTEN,
- * the retrieval counter's writes) stays out of the requests' traces, as each request's statements
- * stay in its own.
+ * A busy pool runs a waiting query's callback in the context of whichever query released the
+ * connection: bound always, so that work outside requests stays out of the requests' traces.
  */
 function keepCallersContext(Pool: PoolClass): void {
   const connect = Pool.prototype.connect;
@@ -230,12 +210,7 @@ let cachedTracer: Tracer | undefined;
 /** The tracer, asked of the provider once (each ask builds a key and looks it up). */
 const tracer = (): Tracer => (cachedTracer ??= trace.getTracer(TRACER));
 
-/**
- * Whether a span made now would be recorded: tracing is on and the active span (the request's) is
- * sampled. The spans of ours under an unsampled request are not made at all: they would not be
- * exported, and making one (ids, the sampler's decision, its context) is most of what an unsampled
- * request's tracing costs (`test/bench/README.md`).
- */
+/** Whether a span made now would be recorded; under an unsampled request ours are not made at all. */
 export function recording(): boolean {
   return active && trace.getActiveSpan()?.isRecording() === true;
 }
@@ -246,12 +221,7 @@ export function startSpan(name: string, attributes: Attributes, kind: SpanKind =
   return tracer().startSpan(name, { kind, attributes });
 }
 
-/**
- * Runs `work` with `span` as the active span (what the spans made inside it hang under). Spans are
- * made only for sampled requests, so an unsampled one runs its work with no active context: one
- * carried through every asynchronous step is most of what tracing costs a request
- * (`test/bench/README.md`, "Tracing").
- */
+/** Runs `work` with `span` active; an unsampled request runs without an active context, which is what tracing costs. */
 export function inSpan<T>(span: Span | undefined, work: () => T): T {
   return span === undefined ? work() : context.with(trace.setSpan(context.active(), span), work);
 }
@@ -259,10 +229,8 @@ export function inSpan<T>(span: Span | undefined, work: () => T): T {
 const NOT_RECORDED = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
 
 /**
- * Prisma's instrumentation has no `requireParentSpan` (pg's has): through this provider its spans
- * are made only under a sampled span, and outside one its calls run as they would untraced. So an
- * unsampled request costs Prisma nothing, and Prisma's calls outside requests (the retrieval
- * counter's flush) start no traces of their own.
+ * Prisma's instrumentation has no `requireParentSpan`: through this provider its spans are made
+ * only under a sampled span, so untraced calls cost nothing and start no traces.
  */
 function underSampledSpans(provider: TracerProvider): TracerProvider {
   const sampled = (parent: Context) => trace.getSpan(parent)?.isRecording() === true;
@@ -297,11 +265,7 @@ export function boundedName(name: string): string {
 
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'CONNECT', 'TRACE']);
 
-/**
- * The server span of a request (HTTP semantic conventions): a child of the caller's `traceparent`
- * when it sent one, named by method and route. Undefined when tracing is off or the request is
- * not sampled.
- */
+/** The server span of a request, a child of the caller's `traceparent`; undefined when not sampled. */
 export function startRequestSpan(request: IncomingMessage, path: string, route: string | undefined): Span | undefined {
   if (!active) return undefined;
   // Most callers send no trace context, and most requests are not sampled: neither pays for a
@@ -363,10 +327,7 @@ export function endRequestSpan(span: Span | undefined, outcome: RequestOutcome):
   span.end();
 }
 
-/**
- * The ids a log line carries to join its trace: the span's (the active one's when none is named),
- * if it is sampled. An unsampled trace is exported nowhere, so its ids would join nothing.
- */
+/** The ids a log line carries to join its trace, if it is sampled. */
 export function traceFields(
   span: Span | undefined = active ? trace.getActiveSpan() : undefined,
 ): { trace_id: string; span_id: string } | undefined {
@@ -378,10 +339,7 @@ export function traceFields(
 /** Where a GraphQL answer came from: a shared answer held, a compiled plan, or the whole pipeline. */
 export type AnswerSource = 'kept' | 'plan' | 'execution';
 
-/**
- * A GraphQL operation's span (semantic conventions: `graphql.operation.type` and `.name`; the
- * document is not carried), and where its answer came from.
- */
+/** A GraphQL operation's span (`graphql.operation.type` and `.name`, never the document). */
 export function startOperationSpan(
   type: string,
   name: string | null | undefined,

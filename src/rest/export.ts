@@ -10,10 +10,8 @@ import { single } from './child-accounts.js';
 import { queryParameters, sendRestError } from './http.js';
 
 /*
- * GET /auth/parent/child-accounts/export?format=csv|ndjson: the whole child list, with the list's
- * filters, streamed. Memory stays bounded whatever the list's size: one batch of rows is read at a
- * time, and the next is read only once the client has taken the previous one (the socket's buffer
- * drained). A client that stops reading is cut off after EXPORT_STALL_MS.
+ * The child-list export, streamed as CSV or NDJSON in batches, the next read once the client took the
+ * last; a client that stops reading is cut off after EXPORT_STALL_MS.
  */
 
 export const EXPORT_PATH = '/auth/parent/child-accounts/export';
@@ -27,11 +25,7 @@ const MEDIA_TYPES: Record<ExportFormat, string> = {
 
 export const CSV_HEADER = 'username,email,lastSeen,registered\r\n';
 
-/**
- * One CSV field (RFC 4180): quoted when it holds a comma, a quote or a line break. A value that a
- * spreadsheet would run as a formula (starting with `=`, `+`, `-`, `@`, a tab or a carriage return)
- * is prefixed with `'` so that it stays text: usernames are chosen by end users.
- */
+/** One CSV field (RFC 4180); a value a spreadsheet would run as a formula is prefixed with `'`. */
 export function csvField(value: string): string {
   const safe = /^[=+\-@\t\r]/.test(value) ? `'${value}` : value;
   return /[",\r\n]/.test(safe) ? `"${safe.replace(/"/g, '""')}"` : safe;

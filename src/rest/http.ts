@@ -19,10 +19,7 @@ export function sendRestError(exchange: Exchange, error: ApiError, options: { no
 /** What the read-only paths take (decisions §6). */
 export const READ_ONLY = 'GET, HEAD';
 
-/**
- * Everything but GET and HEAD is answered 405 `METHOD_NOT_ALLOWED` with `Allow: GET, HEAD`
- * (decisions §6), here; returns whether it was.
- */
+/** Anything but GET and HEAD is 405 `METHOD_NOT_ALLOWED` with `Allow` (decisions §6); returns whether it was. */
 export function refusedMethod(exchange: Exchange): boolean {
   const method = exchange.request.method ?? 'GET';
   if (method === 'GET' || method === 'HEAD') return false;
@@ -34,11 +31,7 @@ export function refusedMethod(exchange: Exchange): boolean {
 /** One documented path: its answer's body from the request context and the query parameters. */
 export type RestOperation = (context: RequestContext, parameters: Map<string, string[]>) => Promise<unknown>;
 
-/**
- * Answers one documented path: the operation's body with 200 (revalidated by its ETag, kept by
- * no shared cache), or its refusal in the envelope, `no-store`. An error that is not one of the API's own is
- * logged with the request id and answered as the mapping says (503 for an outage, else 500).
- */
+/** Answers one documented path: 200 revalidated by its ETag, or its refusal in the envelope, `no-store`. */
 export async function answerRest(
   exchange: Exchange,
   operation: RestOperation,
@@ -46,7 +39,9 @@ export async function answerRest(
   options: {
     maxQueryParameters: number;
     logger: Logger;
-    /** The path's answer shows the caller's organization alone: held for its readers (`RequestContext.sharedAnswer`). */
+    /**
+     * The path's answer shows the caller's organization alone: held for its readers (`RequestContext.sharedAnswer`).
+     */
     sharedByOrganization?: boolean;
   },
 ): Promise<void> {
@@ -86,10 +81,8 @@ function decode(text: string): string | undefined {
 }
 
 /**
- * Query parameters by name (the raw query string, without `?`); a name given more than once keeps
- * every value so it can be refused. Unlike URLSearchParams, invalid UTF-8 is not silently
- * replaced: the value becomes UNDECODABLE. Work is linear in the input, and only the first
- * `maxParameters` parameters are read: the rest are ignored.
+ * Query parameters by name, every value kept so repeats can be refused; invalid UTF-8 becomes
+ * UNDECODABLE. Linear, and only the first `maxParameters` are read.
  */
 export function queryParameters(query: string, maxParameters: number): Map<string, string[]> {
   const parameters = new Map<string, string[]>();

@@ -56,24 +56,14 @@ export type ChildAccountPage = {
   hasMore: boolean;
   /** Present when hasMore. */
   nextPageToken: string | undefined;
-  /**
-   * Relay's page info: whether older children follow the page (`hasNextPage`) and newer ones
-   * precede it (`hasPreviousPage`). The side the page was read towards is known from the read; the
-   * other side is asked of the database (one indexed probe), only when asked for.
-   */
+  /** Relay's page info: the side read towards is known; the other is one indexed probe, only when asked. */
   hasNextPage: () => Promise<boolean>;
   hasPreviousPage: () => Promise<boolean>;
   /** Counts of all children matching the filters (not just the page); computed on demand. */
   stats: () => Promise<{ total: number; active: number }>;
 };
 
-/**
- * Cursors signed, by the row they continue after and the list they belong to: the cached first
- * page's rows are shared by every request that reads the page, so each of its cursors is signed
- * once, not on every request (an HMAC each, twice a request for the page's last one: 5 % of the
- * dashboard query's busy CPU). The value does not refer to the row, so a row read for one request
- * is collected with its entry.
- */
+/** Signed cursors by row, so that the cached first page's cursors are signed once, not per request. */
 const signed = new WeakMap<ListedRow, { scope: PageScope; key: string | Uint8Array; cursor: string }>();
 
 /** A row of the list; a class, not an object literal with a getter, which V8 builds far slower. */

@@ -1,12 +1,9 @@
 import { z } from 'zod';
 
 /*
- * The database's change announcements (migrations change_notifications and announced_versions),
- * parsed once, where they arrive, into a typed change. The triggers send one-letter JSON:
- * {"t": entity, "id": key, "x": transaction, "k"?: public key, "p"?: parent, "o"?: "i" or "d" for
- * a row added or removed under that parent, "s"?: whether what authentication relies on changed,
- * "l"/"n"?: last login before and after (epoch ms)} or
- * {"t": entity, "all": true} for a statement that changed more rows than it lists.
+ * The triggers' change announcements, parsed once into a typed change: one-letter JSON keys (entity,
+ * id, transaction, public key, parent, insert/delete, stable, last login before and after), or
+ * `"all": true` for more rows than it lists.
  */
 
 /** The tables the triggers announce, by the name they announce them under. */
@@ -23,15 +20,9 @@ export type RowChange = {
   publicKey: string | undefined;
   /** A child account's parent. */
   parentId: string | undefined;
-  /**
-   * The row was added (`insert`) or removed (`delete`) under this key and parent; a row moved to
-   * another parent is removed from the old and added to the new. Undefined for other updates.
-   */
+  /** Added or removed under this key and parent (a move is both); undefined for other updates. */
   op: 'insert' | 'delete' | undefined;
-  /**
-   * False when only activity changed (counters, last login, balances): identities, signing keys
-   * and verified tokens built on the row stay valid.
-   */
+  /** False when only activity changed (counters, last login, balances): what is built on the identity stays. */
   stable: boolean;
   /** A child's last login before and after, when the announcement names its transaction (null: never). */
   lastLogin: { before: number | null; after: number | null } | undefined;
@@ -55,10 +46,7 @@ const ANNOUNCEMENT = z.object({
 
 const EVERYTHING: Change = { kind: 'all' };
 
-/**
- * One announcement as a change. Anything not understood (malformed JSON, an unknown entity, no
- * key) means everything may have changed: never a change silently missed.
- */
+/** One announcement as a change; anything not understood means everything may have changed. */
 export function parseChange(payload: string): Change {
   let json: unknown;
   try {

@@ -1,10 +1,6 @@
 import { parseChange, type Change } from './changes.js';
 
-/*
- * The database's committed changes, as the caches hear them. Two sources give them: the logical
- * replication stream (`logical.ts`), which adds nothing to the writers' transactions, and the
- * announcement triggers (`triggers.ts`), where the stream is not available. `select.ts` chooses.
- */
+/* The database's committed changes as the caches hear them, from logical replication or triggers (`select.ts`). */
 
 export type ChangeListener = {
   /** One committed change, made once for every listener. */
@@ -13,20 +9,14 @@ export type ChangeListener = {
   reset(): void;
 };
 
-/**
- * The database's committed changes. `live` is true only while every change committed up to a
- * moment ago is known to have been delivered: a cache may serve entries only then.
- */
+/** The committed changes; `live` only while every change committed up to a moment ago was delivered. */
 export interface ChangeFeed {
   readonly live: boolean;
   /** Which source delivers the changes, for `/health` and the logs. */
   readonly source: 'logical' | 'triggers' | 'none';
   /** Resolves once the first attempt to listen has ended, live or not. */
   started(): Promise<void>;
-  /**
-   * Resolves once every change committed before the call has reached the listeners; rejects when
-   * that cannot be known within `timeoutMs` (the source is down or stalled).
-   */
+  /** Resolves once every change committed before the call reached the listeners; rejects past `timeoutMs`. */
   caughtUp(timeoutMs?: number): Promise<void>;
   subscribe(listener: ChangeListener): () => void;
   close(): Promise<void>;
@@ -70,10 +60,7 @@ export function timeBound<T>(work: Promise<T>, timeoutMs: number, what: string):
   return Promise.race([work, bound]).finally(() => clearTimeout(timer));
 }
 
-/**
- * The sources' checks: two a second; not live 2 s after the last one answered was sent (a source
- * gone silent is bypassed within 2 s); its connections replaced when one is not answered in 5 s.
- */
+/** The sources' checks: how often, when a silent source stops being live, and when its connections are replaced. */
 export type FeedTiming = { heartbeatMs: number; staleAfterMs: number; heartbeatTimeoutMs: number };
 export function feedTiming(options: Partial<FeedTiming>): FeedTiming {
   return {
@@ -83,11 +70,7 @@ export function feedTiming(options: Partial<FeedTiming>): FeedTiming {
   };
 }
 
-/**
- * How long to wait before the next attempt after `failures` failed ones: up to 200 ms, doubling to
- * 5 s, the later half of it drawn at random ("equal jitter"), so that the instances that lost the
- * database at one moment (a restart) do not all come back in the same instant, every time.
- */
+/** The wait before the next attempt: 200 ms doubling to 5 s, half of it random, so instances do not return together. */
 export function retryDelay(failures: number, random: () => number = Math.random): number {
   const ceiling = Math.min(100 * 2 ** Math.min(failures, 6), 5000);
   return ceiling / 2 + random() * (ceiling / 2);

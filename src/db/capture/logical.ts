@@ -5,23 +5,11 @@ import { BaseFeed, feedTiming, retryLater, timeBound, type ChangeFeed } from './
 import { parseLsn, PgoutputDecoder, type Malformed } from './pgoutput.js';
 
 /*
- * The logical replication feed: the committed changes of the publication `api_cache` (the tables
- * the API caches), decoded by PostgreSQL's walsender from the write-ahead log after commit, with
- * the built-in `pgoutput` plugin. Nothing runs in the writers' transactions.
- *
- * Each instance reads through a temporary replication slot of its own, created on the replication
- * connection that reads it: the server drops it when that session ends, however it ends (the
- * process killed, the connection cut: within `wal_sender_timeout`, which this connection sets to
- * `SENDER_TIMEOUT_MS`; a server restart drops every temporary slot). So no slot outlives its
- * reader and holds WAL.
- *
- * Freshness: every heartbeat (`feedTiming`, 500 ms by default) the instance writes a logical message of its
- * own into the WAL
- * (`pg_logical_emit_message`, outside any transaction) on a second, ordinary connection. The stream
- * delivers in WAL order, so when the message arrives every transaction committed before it was
- * written has been delivered: the feed is live while such a message written less than
- * `staleAfterMs` ago has come back. The same query reads the next transaction id, which gives the
- * stream's 32-bit transaction ids their epoch.
+ * The logical replication feed: the committed changes of the publication `api_cache`, decoded by
+ * the walsender with `pgoutput`; nothing runs in the writers' transactions. Each instance reads its
+ * own temporary slot, which the server drops when the session ends, so no slot outlives its reader.
+ * Freshness: each heartbeat writes a logical message into the WAL, and the feed is live while one
+ * written less than `staleAfterMs` ago has come back (the stream delivers in WAL order).
  */
 
 /** The publication the migrations create (migration change_capture). */
@@ -35,10 +23,8 @@ export type LogicalFeedOptions = {
   /** Where the server is: the same settings as the pool's. The heartbeats are written there. */
   connection: pg.ClientConfig;
   /**
-   * A PostgreSQL 16+ standby of that server to read the stream from (its slot is made there, and
-   * its walsender decodes); unset, the server itself. The heartbeats are still written on the
-   * primary, so a heartbeat back through the standby's stream bounds the staleness from the
-   * primary's COMMIT, the standby's replay lag included.
+   * A PostgreSQL 16+ standby to read the stream from; heartbeats are still written on the primary, so
+   * staleness is bounded from the primary's COMMIT.
    */
   decodeFrom?: pg.ClientConfig;
   /** How often a heartbeat is written (and the position acknowledged). */
@@ -55,16 +41,9 @@ export type LogicalFeedOptions = {
 
 type Heartbeat = { token: string; sentAt: number; back?: () => void };
 
-/**
- * The library's pgoutput plugin over a temporary slot, created on the replication connection
- * itself, with values in binary. Its parser's refusals (a malformed message, a row of a relation
- * never described) are handed on as `Malformed` rather than thrown inside the stream's event.
- */
+/** pgoutput over a temporary slot made on the replication connection; parse failures become `Malformed`. */
 export class TemporarySlotPlugin extends PgoutputPlugin {
-  /**
-   * `whileCreating`: started when the slot's creation starts, stopped when it ends (a standby's
-   * slot waits for the primary to log the transactions running, which the feed asks it to).
-   */
+  /** `whileCreating`: runs while the slot is being made (a standby's waits for the primary's snapshot record). */
   constructor(
     private readonly onSlotTimeout: () => void,
     private readonly slotTimeoutMs: number,
@@ -73,10 +52,7 @@ export class TemporarySlotPlugin extends PgoutputPlugin {
     super({ protoVersion: 1, publicationNames: [PUBLICATION], messages: true });
   }
 
-  /**
-   * The data event's value: a parsed message, or `Malformed` (typed as the base's return, which the handler
-   * widens).
-   */
+  /** A parsed message, or `Malformed`. */
   override parse(buffer: Buffer): Pgoutput.Message {
     try {
       return super.parse(buffer);
@@ -252,10 +228,8 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
   }
 
   /**
-   * A slot on a standby is made once the standby replays a record of the transactions running on
-   * the primary, which the primary writes every 15 s when idle: asked for every 250 ms on the
-   * heartbeat connection until the slot exists (`pg_log_standby_snapshot`, PostgreSQL 16; a role
-   * not allowed to call it waits for the primary's own).
+   * A standby's slot waits for a record of the primary's running transactions: asked for every 250 ms
+   * until the slot exists (`pg_log_standby_snapshot`, PostgreSQL 16).
    */
   private nudgeStandby(generation: number): () => void {
     let allowed = true;
@@ -303,9 +277,8 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
   }
 
   /**
-   * One heartbeat: written into the WAL (one at a time: never queued behind an unanswered one),
-   * the position reached acknowledged, and the connections given up when an earlier heartbeat has
-   * not come back within its bound (a frozen server, a cut path, a stalled walsender).
+   * One heartbeat, never queued behind an unanswered one; the connections are given up when an earlier
+   * one has not come back within its bound.
    */
   private async beat(generation: number): Promise<void> {
     const session = this.session;

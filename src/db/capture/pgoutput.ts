@@ -2,16 +2,10 @@ import type { Pgoutput } from 'pg-logical-replication';
 import type { Change, ChangedEntity, RowChange } from './changes.js';
 
 /*
- * The changes of PostgreSQL's logical replication stream (the `pgoutput` plugin, protocol version
- * 1) as the caches' changes. The messages are parsed by pg-logical-replication's `PgoutputParser`
- * (through the plugin in `logical.ts`); the stream is asked for values in binary
- * (`binary 'true'`), which the parser keeps as the bytes they came in: the walsender then writes
- * each column with its type's send function, not its text output (formatting a timestamp as text
- * is most of what decoding a sign-in costs the server). This file only classifies rows: it
- * compares a row's old and new bytes and decodes the few columns it needs (text keys, a
- * timestamp, an integer). A message the parser refuses (malformed, or a row of a relation the
- * stream never described) means that anything may have changed, as an unreadable announcement
- * does for the triggers' feed.
+ * The `pgoutput` stream's rows as the caches' changes. Values come in binary, which spares the
+ * walsender formatting timestamps as text (most of what decoding a sign-in cost); this file compares
+ * old and new bytes and decodes the few columns it needs. A message the parser refuses means that
+ * anything may have changed.
  */
 
 /** A transaction changing more rows than this empties the caches instead of naming each row. */
@@ -21,10 +15,7 @@ export const BULK_ROWS = 500;
 type Value = Buffer | null | undefined;
 type Tuple = Record<string, Value>;
 
-/**
- * A message the parser could not read (`logical.ts`'s plugin hands it on instead of throwing in the stream's
- * event).
- */
+/** A message the parser could not read. */
 export type Malformed = { tag: 'malformed'; error: unknown };
 
 /** Tables and the entity their changes are announced as (the publication's tables). */
@@ -70,9 +61,8 @@ const OTHER: StreamEvent = { kind: 'other' };
 const EVERYTHING: Change = { kind: 'all' };
 
 /**
- * Turns the stream's messages into the caches' changes, a transaction at a time: its changes are
- * handed over at its commit, with its transaction id (widened to the 64-bit id read snapshots
- * carry, by `nextXid`), or as one "everything changed" past `BULK_ROWS` rows or on a TRUNCATE.
+ * The stream's messages as the caches' changes, handed over at each commit with the 64-bit
+ * transaction id, or as one "everything changed" past `BULK_ROWS` rows or on a TRUNCATE.
  */
 export class PgoutputDecoder {
   private xid = 0;

@@ -6,10 +6,8 @@ import { LogicalChangeFeed, PUBLICATION } from './logical.js';
 import { installTriggers, NotifyChangeFeed, removeTriggers } from './triggers.js';
 
 /*
- * Which source a PostgreSQL server's changes come from, chosen at start: the logical replication
- * stream when the server can give it (wal_level = logical, a role with REPLICATION, the
- * publication of the migrations), the announcement triggers otherwise, with one line saying why
- * and how to enable the stream. A server reading the stream removes the triggers a fallback left.
+ * Which source a PostgreSQL server's changes come from, chosen at start: logical replication when the
+ * server can give it, the triggers otherwise with one line saying why.
  */
 
 /** `auto`: the stream when available; the others force a source (`CHANGE_SOURCE`). */
@@ -57,11 +55,8 @@ function unavailable({ walLevel, replication, published }: Capability): string |
 }
 
 /**
- * Why `standby` cannot decode the primary's stream, or undefined when it can: PostgreSQL 16 or
- * later, in recovery from this primary (the same system identifier), `wal_level = logical`,
- * `hot_standby_feedback` on (without it the primary's vacuum may remove catalog rows the slot
- * needs, and the standby invalidates the slot), room for a slot and a sender, the role with
- * REPLICATION, and the publication replayed.
+ * Why `standby` cannot decode the primary's stream (PostgreSQL 16+, this primary's, `wal_level =
+ * logical`, `hot_standby_feedback`, room for a slot, REPLICATION, the publication), or undefined.
  */
 async function standbyProblem(
   standby: pg.ClientConfig,

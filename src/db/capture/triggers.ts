@@ -5,12 +5,9 @@ import type { SqlDriver } from '../sql-driver.js';
 import { BaseFeed, feedTiming, retryDelay, retryLater, timeBound, type ChangeFeed } from './feed.js';
 
 /*
- * The trigger feed: where logical replication is not available (the embedded database, a
- * PostgreSQL server with `wal_level` below `logical` or a role without REPLICATION), the server
- * installs statement-level triggers that announce every committed change with `pg_notify` on the
- * channel `api_cache`, and listens there. They run inside every writer's transaction (the cost
- * is measured in src/ops/README.md), so they are installed only then, and removed by a server
- * that reads the replication stream instead. The announcements are the JSON `changes.ts` parses.
+ * The trigger feed, where logical replication is not available (the embedded database, `wal_level`
+ * below `logical`): statement-level triggers announce each committed change with `pg_notify` on
+ * `api_cache`. They run in every writer's transaction, so they are installed only then.
  */
 
 /** The channel the triggers announce changes on. */
@@ -29,11 +26,9 @@ const ACTIVITY_COLUMNS = `ARRAY['childSignupCount', 'signInCount', 'emailConfirm
     'lastLogin', 'lastLoginProvider', 'lastLoginAttempt', 'loginAttempts', 'updatedAt']`;
 
 /**
- * The announcement functions and triggers. Statement-level, with transition tables: a bulk change
- * is one message ("all") past 500 rows. Accounts say whether their identity changed ("s"), a
- * child's last login before and after ("l", "n"), and a child added to or removed from a parent
- * ("o"); organizations whether anything but their balances changed, or a balance reached or left
- * zero; the retrieval counter's own writes are not announced.
+ * The announcement triggers, statement-level with transition tables ("all" past 500 rows). They say
+ * whether an account's identity changed, its last login, its parent, and whether an organization
+ * changed beyond its balances; the retrieval counter's writes are not announced.
  */
 const TRIGGERS_SQL = `
 CREATE OR REPLACE FUNCTION "api_cache_announce"(entity text, keys jsonb) RETURNS void LANGUAGE plpgsql AS $$
@@ -193,11 +188,7 @@ async function underLock(sql: SqlDriver, script: string): Promise<void> {
   });
 }
 
-/**
- * Installs the announcement triggers, unless this version of them is there already: creating a
- * trigger locks its table against writes for a moment, which an instance's start should not do
- * for nothing. One server at a time.
- */
+/** Installs the triggers unless this version is there: creating one locks its table for a moment. */
 export async function installTriggers(sql: SqlDriver): Promise<void> {
   const [row] = await sql.query<{ current: boolean | null; installed: number }>(INSTALLED_SQL);
   if (row?.current === true && row.installed === TRIGGER_NAMES.length) return;
@@ -216,10 +207,8 @@ export async function removeTriggers(sql: SqlDriver): Promise<boolean> {
 }
 
 /**
- * The embedded database: one session, shared by every client of its socket. Its thread reads the
- * announcements out of every answer it sends, whichever client the answer goes to (see
- * `embedded-worker.ts`), and hands them to `session` as `notification` events: a change made at
- * a `psql` prompt on the socket reaches the caches as the server's own do.
+ * The embedded database: its thread reads the announcements out of every answer it sends, whichever
+ * client it goes to (`embedded-worker.ts`), so a change made on the socket reaches the caches too.
  */
 export class SessionChangeFeed extends BaseFeed {
   private listening = false;
@@ -302,10 +291,8 @@ export type NotifyFeedOptions = {
 };
 
 /**
- * PostgreSQL without logical replication: a dedicated connection that LISTENs, reconnecting after
- * a loss. The server sends a session's pending notifications before the answer to its next query,
- * so a check answered at T proves that every change committed before T was delivered; the check
- * also counts the triggers, so a feed whose triggers another server removed is not live either.
+ * PostgreSQL without logical replication: a connection that LISTENs. A check answered at T proves
+ * every change committed before T was delivered, and counts the triggers too.
  */
 export class NotifyChangeFeed extends BaseFeed implements ChangeFeed {
   private client: pg.Client | undefined;
@@ -388,10 +375,7 @@ export class NotifyChangeFeed extends BaseFeed implements ChangeFeed {
     }
   }
 
-  /**
-   * One check at a time: while the last is unanswered (a frozen server, a path that drops
-   * packets) no other is sent behind it; past its bound the connection is given up and replaced.
-   */
+  /** One check at a time; past its bound the connection is given up and replaced. */
   private async check(client: pg.Client): Promise<void> {
     if (this.checking === client) return;
     this.checking = client;
