@@ -639,7 +639,6 @@ try {
     floorRps: number;
     non2xx: number;
     cacheHitRatio?: number;
-    answerHitRatio?: number;
     executionsPerRequest?: number;
     target?: number;
   };
@@ -658,7 +657,7 @@ try {
   const cacheLookups = async (server: string) => {
     const text = await metricsOf(server);
     const read = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
-    // Executions by engine, summed: the GraphQL requests that ran the pipeline (not answered kept or shared).
+    // Executions by engine, summed: the GraphQL requests that ran the pipeline (not answered shared).
     const executions = [...text.matchAll(/^api_graphql_executions_total\{[^}]*\} (\S+)$/gm)].reduce(
       (sum, match) => sum + Number(match[1]),
       0,
@@ -671,8 +670,6 @@ try {
     return {
       hits: read('api_cache_hits_total'),
       misses: read('api_cache_misses_total'),
-      answerHits: read('api_answer_cache_hits_total'),
-      answerMisses: read('api_answer_cache_misses_total'),
       executions,
       gcSeconds,
     };
@@ -783,8 +780,6 @@ try {
       tx: 0,
       hits: 0,
       misses: 0,
-      answerHits: 0,
-      answerMisses: 0,
       executions: 0,
       gcSeconds: 0,
     };
@@ -805,7 +800,7 @@ try {
       // Each statement outside a transaction is one; the stats query itself adds one per reading.
       sum.tx += txAfter - tx - 1;
       if (lookups && lookupsAfter)
-        for (const key of ['hits', 'misses', 'answerHits', 'answerMisses', 'executions', 'gcSeconds'] as const)
+        for (const key of ['hits', 'misses', 'executions', 'gcSeconds'] as const)
           sum[key] += lookupsAfter[key] - lookups[key];
       if (bracketed) floors.push(floorSlice(duration / slices));
     }
@@ -817,7 +812,7 @@ try {
       p99: Math.max(...runs.map((run) => run.p99)),
       non2xx: total(runs, 'non2xx'),
     };
-    const { hits, misses, answerHits, answerMisses, executions } = sum;
+    const { hits, misses, executions } = sum;
     const cpuSeconds = ((sum.user + sum.system) * CLOCK_TICK_US) / 1e6;
     const gcShare = ofApp && cpuSeconds > 0 ? Number((sum.gcSeconds / cpuSeconds).toFixed(2)) : undefined;
     if (writer) {
@@ -853,12 +848,7 @@ try {
       floorRps: Math.round(floorBeside),
       non2xx: result.non2xx,
       ...(hits + misses > 0 ? { cacheHitRatio: Number((hits / (hits + misses)).toFixed(2)) } : {}),
-      // GraphQL requests answered with a kept answer, of those that looked for one.
-      ...(answerHits + answerMisses > 0
-        ? { answerHitRatio: Number((answerHits / (answerHits + answerMisses)).toFixed(2)) }
-        : {}),
-      // GraphQL requests that ran an execution (the rest were answered kept, or shared with a request
-      // computing the same answer).
+      // GraphQL requests that ran an execution (the rest were answered with the organization's shared answer).
       ...(scenario.url.endsWith('/graphql')
         ? { executionsPerRequest: Number((executions / Math.max(1, result.requests)).toFixed(2)) }
         : {}),
@@ -885,7 +875,7 @@ try {
   }
   for (const row of rows) console.log(format(row));
   function format(row: Row): string {
-    return `${row.scenario.padEnd(38)} ${String(row.rps).padStart(6)} req/s  p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${String(row.cpuUsPerRequest).padStart(5)} µs CPU (${String(row.systemUsPerRequest).padStart(3)} sys, ${String(row.otherThreadsUsPerRequest).padStart(3)} off-main)  ${String(row.dbTxPerRequest).padStart(5)} db tx  ${String(row.peakRssMb).padStart(4)} MB  ${row.gcShare === undefined ? '   -' : row.gcShare.toFixed(2)} gc  ${row.cacheHitRatio === undefined ? '   -' : row.cacheHitRatio.toFixed(2)} hit  ${row.answerHitRatio === undefined ? '   -' : row.answerHitRatio.toFixed(2)} kept  ${row.executionsPerRequest === undefined ? '   -' : row.executionsPerRequest.toFixed(2)} exec  x${row.ratioToFloor.toFixed(2)}${sliced(row.scenario) ? ` of ${row.floorRps}` : ''}${row.target ? ` (target ${row.target})` : ''}${row.non2xx ? `  non-2xx ${row.non2xx}` : ''}`;
+    return `${row.scenario.padEnd(38)} ${String(row.rps).padStart(6)} req/s  p50 ${String(row.p50).padStart(4)} ms  p99 ${String(row.p99).padStart(4)} ms  ${String(row.cpuUsPerRequest).padStart(5)} µs CPU (${String(row.systemUsPerRequest).padStart(3)} sys, ${String(row.otherThreadsUsPerRequest).padStart(3)} off-main)  ${String(row.dbTxPerRequest).padStart(5)} db tx  ${String(row.peakRssMb).padStart(4)} MB  ${row.gcShare === undefined ? '   -' : row.gcShare.toFixed(2)} gc  ${row.cacheHitRatio === undefined ? '   -' : row.cacheHitRatio.toFixed(2)} hit  ${row.executionsPerRequest === undefined ? '   -' : row.executionsPerRequest.toFixed(2)} exec  x${row.ratioToFloor.toFixed(2)}${sliced(row.scenario) ? ` of ${row.floorRps}` : ''}${row.target ? ` (target ${row.target})` : ''}${row.non2xx ? `  non-2xx ${row.non2xx}` : ''}`;
   }
   const row = (name: string) => rows.find((r) => r.scenario === name);
   /**

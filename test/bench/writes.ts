@@ -24,7 +24,8 @@
  *   triggers x1   the fallback: announcement triggers in every transaction, one listener
  * For each: PostgreSQL's CPU a sign-in at a fixed rate (every postgres process: backends,
  * walsenders, background workers; from /proc, with exited backends through the postmaster's
- * children's times), WAL bytes a sign-in, and peak sign-ins a second with 16 writers. Then the
+ * children's times), WAL bytes a sign-in, peak sign-ins a second with 16 writers, and this process's
+ * CPU a sign-in decoded at that peak (the feeds decode while pgbench writes, until they caught up). Then the
  * staleness after COMMIT under sign-ins: the time from an UPDATE's COMMIT returning to its
  * change reaching the feed's listeners, worst and p99, for the stream and for the triggers.
  */
@@ -194,6 +195,23 @@ try {
     const tps = Number(/tps = ([\d.]+) \(without initial connection time\)/.exec(result.stdout)?.[1] ?? 0);
     return { transactions, tps };
   };
+  /** `pgbench` run beside this process's event loop, so that the instances' feeds decode while it writes. */
+  const pgbenchBeside = (args: string[], file?: string): Promise<{ transactions: number; tps: number }> =>
+    new Promise((resolve, reject) => {
+      const child = spawn(...pgbenchCommand(args, file), { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      let err = '';
+      child.stdout.on('data', (chunk) => (out += chunk));
+      child.stderr.on('data', (chunk) => (err += chunk));
+      child.on('error', reject);
+      child.on('exit', (status) => {
+        if (status !== 0) return reject(new Error(`pgbench failed: ${err}`));
+        resolve({
+          transactions: Number(/number of transactions actually processed: (\d+)/.exec(out)?.[1] ?? 0),
+          tps: Number(/tps = ([\d.]+) \(without initial connection time\)/.exec(out)?.[1] ?? 0),
+        });
+      });
+    });
 
   /** A row: its set-up, the transaction pgbench runs (the sign-in's by default), and the row it is compared with. */
   type Mode = { name: string; setUp(): Promise<() => Promise<void>>; script?: string; baseline?: string };
@@ -218,8 +236,11 @@ try {
       await tearDown();
     };
   };
+  /** The feeds the running row opened: the peak run waits for them to catch up. */
+  let running: ChangeFeed[] = [];
   const feeds = (count: number, open: () => ChangeFeed) => async () => {
     const opened = Array.from({ length: count }, open);
+    running = opened;
     for (const feed of opened) feed.subscribe({ change: () => {}, reset: () => {} });
     await Promise.all(
       opened.map(async (feed) => {
@@ -229,6 +250,7 @@ try {
     );
     if (!opened.every((feed) => feed.live)) throw new Error('a feed did not become live');
     return async () => {
+      running = [];
       await Promise.all(opened.map((feed) => feed.close()));
     };
   };
@@ -295,10 +317,23 @@ try {
       ...modes.filter((mode, i) => i === 0 || only.split('|').some((part) => mode.name.includes(part))),
     );
 
-  /** `instancesMs`: this process's CPU, where the instances' feeds run (pgbench is a process of its own). */
-  type Figures = { cpuMs: number[]; standbyMs: number[]; instancesMs: number[]; walBytes: number[]; peak: number[] };
+  /**
+   * `instancesMs`: this process's CPU, where the instances' feeds run (pgbench is a process of its own);
+   * `decodedUs`: the same a sign-in at the peak, while pgbench writes, until every feed caught up.
+   */
+  type Figures = {
+    cpuMs: number[];
+    standbyMs: number[];
+    instancesMs: number[];
+    decodedUs: number[];
+    walBytes: number[];
+    peak: number[];
+  };
   const figures = new Map<string, Figures>(
-    modes.map((mode) => [mode.name, { cpuMs: [], standbyMs: [], instancesMs: [], walBytes: [], peak: [] }]),
+    modes.map((mode) => [
+      mode.name,
+      { cpuMs: [], standbyMs: [], instancesMs: [], decodedUs: [], walBytes: [], peak: [] },
+    ]),
   );
   for (let round = 0; round < rounds; round++) {
     const order = round % 2 === 0 ? modes : [...modes].reverse();
@@ -320,15 +355,19 @@ try {
           standby ? postgresTicks(standby.dataDir) : 0,
           process.cpuUsage(instancesBefore),
         ];
-        const peak = pgbench(['-c', '16', '-j', '2', '-T', String(seconds)], mode.script);
+        const peakFrom = process.cpuUsage();
+        const peak = await pgbenchBeside(['-c', '16', '-j', '2', '-T', String(seconds)], mode.script);
+        await Promise.all(running.map((feed) => feed.caughtUp(60_000)));
+        const decoding = process.cpuUsage(peakFrom);
         const row = figures.get(mode.name)!;
+        row.decodedUs.push((decoding.user + decoding.system) / peak.transactions);
         row.cpuMs.push((((cpuAfter - cpuBefore) / ticks) * 1000) / fixed.transactions);
         row.standbyMs.push((((standbyAfter - standbyBefore) / ticks) * 1000) / fixed.transactions);
         row.instancesMs.push((instances.user + instances.system) / 1000 / fixed.transactions);
         row.walBytes.push(Number(walAfter - walBefore) / fixed.transactions);
         row.peak.push(peak.tps);
         console.log(
-          `round ${round + 1} ${mode.name}: ${row.cpuMs.at(-1)!.toFixed(2)} ms CPU a transaction${standby ? ` (the standby ${row.standbyMs.at(-1)!.toFixed(2)} ms)` : ''}, the instances ${row.instancesMs.at(-1)!.toFixed(2)} ms, ${Math.round(row.walBytes.at(-1)!)} WAL bytes, ${Math.round(peak.tps)}/s peak`,
+          `round ${round + 1} ${mode.name}: ${row.cpuMs.at(-1)!.toFixed(2)} ms CPU a transaction${standby ? ` (the standby ${row.standbyMs.at(-1)!.toFixed(2)} ms)` : ''}, the instances ${row.instancesMs.at(-1)!.toFixed(2)} ms (${Math.round(row.decodedUs.at(-1)!)} µs a sign-in at the peak), ${Math.round(row.walBytes.at(-1)!)} WAL bytes, ${Math.round(peak.tps)}/s peak`,
         );
       } finally {
         await tearDown();
@@ -402,12 +441,12 @@ try {
   // --rounds 0: the staleness alone.
   if (rounds > 0) {
     console.log(
-      `\nmedians of ${rounds} rounds, ${seconds} s each; fixed rate ${rate}/s with 4 writers, peak with 16 (2 cores shared with pgbench)`,
+      `\nmedians of ${rounds} rounds, ${seconds} s each; fixed rate ${rate}/s with 4 writers, peak with 16 (2 cores shared with pgbench, the instances' feeds decoding beside it)`,
     );
     console.log(
-      `| row | ${standby ? 'primary' : 'PostgreSQL'} CPU a transaction | x bare (rounds' spread) |${standby ? " the standby's CPU a transaction |" : ''} the instances' CPU a transaction | WAL bytes a transaction | peak transactions/s | x bare |`,
+      `| row | ${standby ? 'primary' : 'PostgreSQL'} CPU a transaction | x bare (rounds' spread) |${standby ? " the standby's CPU a transaction |" : ''} the instances' CPU a transaction | their CPU a sign-in decoded at the peak | WAL bytes a transaction | peak transactions/s | x bare |`,
     );
-    console.log(`|---|---|---|${standby ? '---|' : ''}---|---|---|---|`);
+    console.log(`|---|---|---|${standby ? '---|' : ''}---|---|---|---|---|`);
     // Each round's ratio to that round's bare row: the spread of the rounds, not of the medians.
     const spread = (row: number[], bare: number[]) => {
       const ratios = row.map((value, i) => value / bare[i]!);
@@ -416,7 +455,7 @@ try {
     for (const [name, row] of figures) {
       const baseline = figures.get(modes.find((mode) => mode.name === name)?.baseline ?? 'bare (no API)') ?? base;
       console.log(
-        `| ${name} | ${median(row.cpuMs).toFixed(2)} ms | ${spread(row.cpuMs, baseline.cpuMs)} |${standby ? ` ${median(row.standbyMs).toFixed(2)} ms |` : ''} ${median(row.instancesMs).toFixed(3)} ms | ${Math.round(median(row.walBytes))} | ${Math.round(median(row.peak))} | ${spread(row.peak, baseline.peak)} |`,
+        `| ${name} | ${median(row.cpuMs).toFixed(2)} ms | ${spread(row.cpuMs, baseline.cpuMs)} |${standby ? ` ${median(row.standbyMs).toFixed(2)} ms |` : ''} ${median(row.instancesMs).toFixed(3)} ms | ${Math.round(median(row.decodedUs))} µs | ${Math.round(median(row.walBytes))} | ${Math.round(median(row.peak))} | ${spread(row.peak, baseline.peak)} |`,
       );
     }
   }
