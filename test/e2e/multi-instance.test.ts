@@ -1,5 +1,4 @@
 import path from 'node:path';
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { SIGN_IN_SQL, createChild, createOrganization, tokenFor } from '../helpers/builders.js';
 import { createEmptyDatabase, createTestDatabase, testMode, type TestDatabase } from '../helpers/database.js';
@@ -163,6 +162,10 @@ describe.skipIf(!runnable)(`several instances behind a balancer (${testMode})`, 
       [0, 1, 2].map(() => start(envFor(primary.url!, { RATE_LIMIT_PER_CREDENTIAL: '9', RATE_LIMIT_PER_ADDRESS: '0' }))),
     );
     try {
+      // Until its store is connected an instance limits in memory, on its own: wait for all three.
+      const storeUp = async (instance: Instance) =>
+        (await (await fetch(`${instance.base}/metrics`)).text()).includes('\napi_rate_limit_store_up 1');
+      for (const instance of limited) await expect.poll(() => storeUp(instance), { timeout: 10_000 }).toBe(true);
       const fresh = await createOrganization(primary);
       const other = await tokenFor(fresh.parent, fresh);
       const statuses: number[] = [];
