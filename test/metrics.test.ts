@@ -1,6 +1,4 @@
 import { describe, expect, it } from 'vitest';
-import { Counter, Histogram, Registry } from 'prom-client';
-import { RequestCounter, RequestHistogram } from '../src/ops/request-series.js';
 import { operationLabel } from '../src/graphql/observe.js';
 import { parse } from 'graphql';
 import type { AddressInfo } from 'node:net';
@@ -168,56 +166,5 @@ describe('GraphQL operation labels', () => {
       'none',
     );
     expect(operationLabel(parse('{ ...F } fragment F on Query { me { userID } }'), undefined)).toBe('fragment');
-  });
-});
-
-describe('the per-request series', () => {
-  it("read as prom-client's own counter and histogram would, in text and in JSON, and reset alike", async () => {
-    const bounds = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
-    const [theirs, ours] = [new Registry(), new Registry()];
-    const histogram = new Histogram({
-      name: 'x_seconds',
-      help: 'Time "by" route.',
-      labelNames: ['route'],
-      buckets: bounds,
-      registers: [theirs],
-    });
-    const counter = new Counter({
-      name: 'x_total',
-      help: 'Requests.',
-      labelNames: ['route', 'method', 'status', 'code'],
-      registers: [theirs],
-    });
-    const ourHistogram = new RequestHistogram('x_seconds', 'Time "by" route.', 'route', bounds, ours);
-    const ourCounter = new RequestCounter('x_total', 'Requests.', ['route', 'method', 'status', 'code'], ours);
-    const same = async () => {
-      expect(await ours.metrics()).toBe(await theirs.metrics());
-      const sorted = (metrics: { values: { labels: object; value: number; metricName?: string }[] }[]) =>
-        metrics.map((metric) =>
-          metric.values
-            .map((v) => `${v.metricName ?? ''}${JSON.stringify(Object.entries(v.labels).sort())} ${v.value}`)
-            .sort(),
-        );
-      expect(sorted(await ours.getMetricsAsJSON())).toEqual(sorted(await theirs.getMetricsAsJSON()));
-    };
-    await same();
-    // On a bound, between bounds, past the last, and a label that needs escaping.
-    for (const [route, seconds, status, code] of [
-      ['/graphql', 0.0005, '200', ''],
-      ['/graphql', 0.003, '400', 'BAD_REQUEST'],
-      ['/a"b\\c', 7, '200', ''],
-      ['/graphql', 0.0004, '200', ''],
-      ['/x', 1, '503', 'SERVICE_UNAVAILABLE'],
-    ] as const) {
-      histogram.observe({ route }, seconds);
-      ourHistogram.observe(route, seconds);
-      counter.inc({ route, method: 'GET', status, code });
-      ourCounter.inc([route, 'GET', status, code]);
-    }
-    await same();
-    expect(await ours.metrics()).toMatch(/^x_seconds_bucket\{le="0.005",route="\/graphql"\} 3$/m);
-    theirs.resetMetrics();
-    ours.resetMetrics();
-    await same();
   });
 });

@@ -1,9 +1,8 @@
 import type pg from 'pg';
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { spanCounts, tracingActive } from './tracing.js';
 import type { ChangeFeed } from '../db/capture/feed.js';
 import type { EntityCache } from '../db/entity-cache.js';
-import { RequestCounter, RequestHistogram } from './request-series.js';
 import type { MemoryBudget, Share } from './memory-budget.js';
 
 /** What the metrics read when scraped; given as functions, since some are made after the metrics. */
@@ -31,7 +30,6 @@ export type MetricSources = {
   liveSubscriptions: () => number;
   livePushes: () => number;
   liveComputations: () => number;
-  /** Child-list exports running. */
   exportsRunning: () => number;
   /** GraphQL executions by engine, and documents that did not compile. */
   executions: () => { compiled: number; reference: number; compileFailures: number };
@@ -59,7 +57,6 @@ export type AnsweredRequest = {
   route: string;
   method: string;
   status: number;
-  /** The error code answered, or '' for none. */
   code: string;
   seconds: number;
   /** GraphQL: the operation's root fields (`graphql/observe.ts`). */
@@ -119,28 +116,26 @@ export function createMetrics(): Metrics {
         this.set(read());
       },
     });
-  // The series every request moves, kept by request-series.ts (prom-client's inc and observe cost more than
-  // the rest of a request's bookkeeping).
-  const requests = new RequestCounter(
-    'api_http_requests_total',
-    'Answered requests by route, method, status and error code ("" when none).',
-    ['route', 'method', 'status', 'code'],
-    registry,
-  );
-  const latency = new RequestHistogram(
-    'api_http_request_duration_seconds',
-    'Time from the request to the end of its answer, by route.',
-    'route',
-    BUCKETS,
-    registry,
-  );
-  const operations = new RequestHistogram(
-    'api_graphql_operation_duration_seconds',
-    'GraphQL requests that executed, by the root fields they selected (sorted, without aliases).',
-    'operation',
-    BUCKETS,
-    registry,
-  );
+  const requests = new Counter({
+    name: 'api_http_requests_total',
+    help: 'Answered requests by route, method, status and error code ("" when none).',
+    labelNames: ['route', 'method', 'status', 'code'],
+    registers: [registry],
+  });
+  const latency = new Histogram({
+    name: 'api_http_request_duration_seconds',
+    help: 'Time from the request to the end of its answer, by route.',
+    labelNames: ['route'],
+    buckets: BUCKETS,
+    registers: [registry],
+  });
+  const operations = new Histogram({
+    name: 'api_graphql_operation_duration_seconds',
+    help: 'GraphQL requests that executed, by the root fields they selected (sorted, without aliases).',
+    labelNames: ['operation'],
+    buckets: BUCKETS,
+    registers: [registry],
+  });
   const refusals = new Counter({
     name: 'api_rate_limited_total',
     help: 'Requests refused by the rate limiter (429).',
@@ -160,9 +155,9 @@ export function createMetrics(): Metrics {
   return {
     registry,
     request(answer) {
-      requests.inc([answer.route, answer.method, String(answer.status), answer.code]);
-      latency.observe(answer.route, answer.seconds);
-      if (answer.operation !== undefined) operations.observe(answer.operation, answer.seconds);
+      requests.inc({ route: answer.route, method: answer.method, status: String(answer.status), code: answer.code });
+      latency.observe({ route: answer.route }, answer.seconds);
+      if (answer.operation !== undefined) operations.observe({ operation: answer.operation }, answer.seconds);
     },
     rateLimited: () => refusals.inc(),
     feedState(live) {
