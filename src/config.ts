@@ -201,91 +201,8 @@ const environment = z.object({
   ),
 });
 
-export type Config = {
-  env: 'development' | 'production' | 'test';
-  port: number;
-  /** Set: /metrics is served on this port only (not on the API's). */
-  metricsPort: number | undefined;
-  host: string;
-  /** Unset: the embedded PGlite database in `dataDir`. */
-  databaseUrl: string | undefined;
-  dataDir: string;
-  migrateOnStart: boolean;
-  /** How long to wait for another instance's migrations. */
-  migrationLockTimeoutMs: number;
-  seedDemoOnStart: boolean;
-  database: { poolSize: number; connectTimeoutMs: number; statementTimeoutMs: number };
-  /** The child list's searches (`db/search-reads.ts`): time bound, concurrency, per-organization limits. */
-  search: { timeoutMs: number; maxConcurrent: number; maxPerOrganization: number; maxTimePercent: number };
-  /** DATABASE_REPLICA_URL, split; empty when unset. */
-  replicaUrls: string[];
-  /** Replicas whose data is older than this are skipped for the primary. */
-  replicaMaxLagMs: number;
-  /** PostgreSQL: the source of the caches' changes (`src/db/capture/`). */
-  changeSource: 'auto' | 'logical' | 'triggers';
-  /** PostgreSQL: the standby the stream is decoded on; undefined: the primary. */
-  changeDecodeUrl: string | undefined;
-  jwt: { issuer: string | undefined; audience: string | undefined };
-  /** Key for page tokens; unset: derived per organization from its signing secret. */
-  paginationSecret: string | undefined;
-  /** GraphiQL and introspection; default on except in production. */
-  graphiql: boolean;
-  /** Origins browsers may call from: `*` (any) or an explicit list. */
-  corsOrigins: '*' | string[];
-  /** Introspection; default follows GraphiQL. */
-  introspection: boolean;
-  /** Refuse tokens issued longer ago than this (unset: only `exp` counts). */
-  jwtMaxAgeSeconds: number | undefined;
-  /** Refuse tokens whose `exp` lies further than this past their `iat`. */
-  jwtMaxLifetimeSeconds: number;
-  limits: {
-    maxBodyBytes: number;
-    maxHeaderBytes: number;
-    /** The request target (path and query). */
-    maxUrlBytes: number;
-    /** The whole request head: request line and every header. */
-    maxHeadBytes: number;
-    maxHeaderCount: number;
-    /** Query parameters read; the ones after are ignored. */
-    maxQueryParameters: number;
-    /** Bearer tokens longer than this are refused before any work. */
-    maxTokenBytes: number;
-  };
-  /** The child-list export: exports at once per instance, the unread time allowed, its rate-limit cost in requests. */
-  export: { maxConcurrent: number; stallMs: number; rateCost: number };
-  /** Live updates: the push interval, the bounds on open subscriptions, the unread time allowed. */
-  live: {
-    minIntervalMs: number;
-    maxPerCredential: number;
-    maxPerOrganization: number;
-    maxTotal: number;
-    stallMs: number;
-  };
-  rateLimit: {
-    perAddress: number;
-    perCredential: number;
-    windowSeconds: number;
-    store: 'memory' | 'postgres' | 'redis';
-    /** RATE_LIMIT_STORE=redis: the Redis-protocol server (Redis or Valkey). */
-    redisUrl: string | undefined;
-    /** Proxies whose X-Forwarded-For is believed: none, a hop count, or addresses and subnets. */
-    trustProxy: undefined | number | string[];
-  };
-  shutdownTimeoutMs: number;
-  /** After SIGTERM: readiness is 503 and the listener still accepts, so balancers stop sending first. */
-  shutdownDelayMs: number;
-  /** The entity cache (0 entries or 0 bytes: no cache). */
-  cache: { maxEntries: number; maxBytes: number; recordBytes: number; ttlMs: number };
-  logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
-  /** auto: pretty on a terminal outside production (when pino-pretty is installed), JSON otherwise. */
-  logFormat: 'auto' | 'json' | 'pretty';
-  /** GraphQL runs only the operations stored in the repository, named by their hash. */
-  persistedOperationsOnly: boolean;
-  /** The memory budget and its shares (`ops/memory-budget.ts`): the bounds above that hold memory follow from it. */
-  memory: MemoryBudget;
-  /** OpenTelemetry traces, from the OTEL_* variables (`ops/tracing.ts`). */
-  tracing: TracingSettings;
-};
+/** The settings as the code reads them. */
+export type Config = ReturnType<typeof loadConfig>;
 
 export class ConfigError extends Error {
   constructor(readonly problems: string[]) {
@@ -294,7 +211,7 @@ export class ConfigError extends Error {
 }
 
 /** Parses the environment once; every invalid setting is reported on its own line. */
-export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFacts = processMemoryFacts()): Config {
+export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFacts = processMemoryFacts()) {
   const parsed = environment.safeParse(env);
   if (parsed.success && parsed.data.RATE_LIMIT_STORE === 'postgres' && !parsed.data.DATABASE_URL) {
     throw new ConfigError(['RATE_LIMIT_STORE: postgres needs DATABASE_URL (the embedded database serves one process)']);
@@ -432,7 +349,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFa
     },
     corsOrigins:
       e.CORS_ORIGINS.trim() === '*'
-        ? '*'
+        ? ('*' as const)
         : e.CORS_ORIGINS.split(',')
             .map((o) => o.trim())
             .filter(Boolean),

@@ -41,7 +41,6 @@ export type RequestContext = {
   jwtViewer: () => Promise<Viewer>;
   /** The JWT caller, or else the X-Public-Key caller (organization details). */
   organizationViewer: () => Promise<Viewer>;
-  /** The credentials as sent. */
   credentials: Credentials;
   live: LiveUpdates | undefined;
   /** What this request read (through the cache or around it) and computed from the clock. */
@@ -59,7 +58,6 @@ export type RequestContext = {
 /** An organization's answer held for its readers (`RequestContext.sharedAnswer`). */
 export type SharedAnswer = {
   readonly body: Buffer;
-  /** The request record's operation label, for its log line and metrics. */
   readonly label: string | undefined;
   /** The body's entity tag, made the first time a revalidatable answer needs it. */
   etag?: string;
@@ -183,7 +181,6 @@ export function createRequestContext(
     live: deps.live,
     reads,
     sharedAnswer: async (name, compute) => {
-      // The label is the record's once the answer is computed.
       const computed = (body: Buffer | undefined): SharedAnswer | undefined =>
         body === undefined ? undefined : { body, label: record.operation };
       const viewer = await organizationViewer().catch(() => undefined);

@@ -4,18 +4,18 @@ import type { Database } from './db/database.js';
 import { EntityCache } from './db/entity-cache.js';
 import { Replicas } from './db/replicas.js';
 import { Searches } from './db/search-reads.js';
-import { createEventStreams, type EventStreams } from './graphql/event-stream.js';
-import { createLeanTransport, type LeanTransport } from './graphql/lean.js';
-import { RegisteredOperations, type PersistedRule } from './graphql/persisted.js';
-import { createGraphQLPipeline, type GraphQLPipeline } from './graphql/pipeline.js';
-import { createYogaTransport, type YogaTransport } from './graphql/yoga.js';
+import { createEventStreams } from './graphql/event-stream.js';
+import { createLeanTransport } from './graphql/lean.js';
+import { RegisteredOperations } from './graphql/persisted.js';
+import { createGraphQLPipeline } from './graphql/pipeline.js';
+import { createYogaTransport } from './graphql/yoga.js';
 import { RateLimiter } from './http/rate-limit.js';
 import { Readiness } from './http/readiness.js';
 import { LiveUpdates } from './live/live-updates.js';
 import type { Logger } from './logger.js';
-import { createMetrics, type Metrics } from './ops/metrics.js';
+import { createMetrics } from './ops/metrics.js';
 import { MemoryPressure } from './ops/memory-pressure.js';
-import { createExports, type Exports } from './rest/export.js';
+import { createExports } from './rest/export.js';
 import { RetrievalCounter } from './services/retrieval-counter.js';
 
 /** How long a readiness check waits for the database. */
@@ -36,31 +36,10 @@ export type DependencyOptions = {
 };
 
 /** The process's objects, which the edge (`http/app.ts`) routes requests to. */
-export type Dependencies = {
-  config: Config;
-  database: Database;
-  logger: Logger;
-  /** Events are counted from the start; the series read from the objects are added by the edge. */
-  metrics: Metrics;
-  feed: ReturnType<Database['changeFeed']>;
-  replicas: Replicas | undefined;
-  /** What each request's context is made from. */
-  deps: AppDependencies;
-  pipeline: GraphQLPipeline;
-  persisted: PersistedRule & { registered: RegisteredOperations };
-  yoga: YogaTransport;
-  streams: EventStreams | undefined;
-  lean: LeanTransport | undefined;
-  limiter: RateLimiter;
-  pressure: MemoryPressure;
-  readiness: Readiness;
-  exports: Exports;
-  /** Closes everything, in the order `closing` states. */
-  close(): Promise<void>;
-};
+export type Dependencies = ReturnType<typeof buildDependencies>;
 
 /** Builds the process's objects, each after what it uses; `close` ends them in the order stated below. */
-export function buildDependencies(options: DependencyOptions): Dependencies {
+export function buildDependencies(options: DependencyOptions) {
   const { config, database, logger } = options;
   const metrics = createMetrics();
   const feed = database.changeFeed({
@@ -172,7 +151,6 @@ export function buildDependencies(options: DependencyOptions): Dependencies {
     pipeline,
     persisted,
     yoga,
-    streams,
     lean,
     limiter,
     pressure,

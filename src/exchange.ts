@@ -88,14 +88,12 @@ export class Exchange {
     this.inProgress = finished;
   }
 
-  /** The request no longer counts as in progress (idempotent). */
   leavesProgress(): void {
     const finished = this.inProgress;
     this.inProgress = undefined;
     finished?.();
   }
 
-  /** The value of a request header (the first, when repeated). */
   header(name: string): string | undefined {
     return firstValue(this.request.headers[name]);
   }
@@ -228,7 +226,6 @@ const REVALIDATION_HEADERS = new Set(['etag', 'cache-control', 'vary']);
 /** A revalidated answer differs by the credentials it was answered for. */
 const VARY_CREDENTIALS = 'Authorization, X-Public-Key';
 
-/** Two `Vary` values as one, each name once, in the order first seen. */
 function mergeVary(existing: string, added: string): string {
   const values = new Set([...existing.split(','), ...added.split(',')].map((v) => v.trim()).filter(Boolean));
   return [...values].join(', ');

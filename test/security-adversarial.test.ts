@@ -2,7 +2,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { hostileTokens } from './helpers/hostile-tokens.js';
 import type { Account } from '../src/generated/prisma/client.js';
 import { createChild, createOrganization, tokenFor, type BuiltOrganization } from './helpers/builders.js';
-import { rest, startServer, useServer, type TestServer } from './helpers/app.js';
+import { rest, useServer } from './helpers/app.js';
 import { testMode, useTestDatabase } from './helpers/database.js';
 
 /*
@@ -39,7 +39,6 @@ describe(`adversarial requests (${testMode})`, () => {
   const server = useServer(database, { env: { NODE_ENV: 'production' } });
   let org: BuiltOrganization;
   let child: Account;
-  let token: string;
   const cases: Case[] = [];
   const now = () => Math.floor(Date.now() / 1000);
 
@@ -91,7 +90,6 @@ describe(`adversarial requests (${testMode})`, () => {
   beforeAll(async () => {
     org = await createOrganization(database());
     child = await createChild(database(), org.parent);
-    token = await tokenFor(org.parent, org);
     const secret = org.organization.jwtSecret;
     const kid = org.parent.publicKey;
     const good = await tokenFor(org.parent, org);

@@ -1,7 +1,6 @@
 import { alertLevel, creditAlerts, type AlertLevel } from '../domain/catalogue.js';
 import type { Account, Prisma, PrismaClient } from '../generated/prisma/client.js';
 import { dateOf, dateText, enumOf, enumText, enumValues, FIELD, optionalOf, optionalText } from './compact-text.js';
-import { shared } from './estimate-bytes.js';
 
 /** The Account columns with their SQL types (the bulk insert casts its arrays to them). */
 export const ACCOUNT_COLUMN_TYPES: Record<keyof Prisma.AccountCreateManyInput, string> = {
@@ -121,48 +120,6 @@ export async function findTokenSubject(prisma: PrismaClient, who: string): Promi
     kid: organization.parent.publicKey,
     secret: organization.jwtSecret,
     accountType: account.type,
-  };
-}
-
-/** The timestamp columns of an account row. */
-type TimestampColumn = {
-  [K in keyof AccountRow]: AccountRow[K] extends Date | null ? (Date extends AccountRow[K] ? K : never) : never;
-}[keyof AccountRow];
-
-const TIMESTAMP_COLUMNS = (Object.keys(ACCOUNT_COLUMN_TYPES) as (keyof AccountRow)[]).filter(
-  (column): column is TimestampColumn => ACCOUNT_COLUMN_TYPES[column] === 'timestamptz',
-);
-
-/** An account row as the cache holds it: times as epoch milliseconds (a Date costs several times a number). */
-export type PackedAccount = Omit<AccountRow, TimestampColumn> & {
-  [K in TimestampColumn]: Date extends AccountRow[K] ? (null extends AccountRow[K] ? number | null : number) : never;
-};
-
-export function packAccount(row: AccountRow): PackedAccount {
-  const packed = { ...row } as unknown as Record<string, unknown>;
-  for (const column of TIMESTAMP_COLUMNS)
-    packed[column] = row[column] === null ? null : (row[column] as Date).getTime();
-  packed.type = shared(row.type);
-  packed.status = shared(row.status);
-  packed.authProvider = shared(row.authProvider);
-  if (row.lastLoginProvider !== null) packed.lastLoginProvider = shared(row.lastLoginProvider);
-  if (row.parentId !== null) packed.parentId = shared(row.parentId);
-  return packed as PackedAccount;
-}
-
-const dateOrNull = (time: number | null): Date | null => (time === null ? null : new Date(time));
-
-/** The row again for a cache hit, built in one object shape (half the time of a keyed store per column). */
-export function unpackAccount(packed: PackedAccount): AccountRow {
-  return {
-    ...packed,
-    createdAt: new Date(packed.createdAt),
-    updatedAt: new Date(packed.updatedAt),
-    lastLogin: dateOrNull(packed.lastLogin),
-    lastPasswordChanged: dateOrNull(packed.lastPasswordChanged),
-    lastLoginAttempt: dateOrNull(packed.lastLoginAttempt),
-    lockedUntil: dateOrNull(packed.lockedUntil),
-    lastResetPasswordRequestAt: dateOrNull(packed.lastResetPasswordRequestAt),
   };
 }
 

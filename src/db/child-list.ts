@@ -47,7 +47,6 @@ export function filterSql(parentId: string, search: string | undefined, range: {
   const unsearched = clauses.join(' AND ');
   let match: string | undefined;
   let scanWhere: string | undefined;
-  /** The ILIKE pattern's parameter number. */
   let n = 0;
   if (search) {
     n = params.push(`%${escapeLike(search)}%`);
@@ -98,14 +97,12 @@ export function filterSql(parentId: string, search: string | undefined, range: {
     scanWhere: scanWhere ?? where,
     params,
     filtered,
-    /** Whether registration dates bound the list. */
     dated: range.from !== undefined || range.to !== undefined,
     scope,
     cacheKey: `stats:${scope}`,
   };
 }
 
-/** The child list's filters as SQL (see `filterSql`). */
 export type ChildFilters = ReturnType<typeof filterSql>;
 
 /** A keyset condition on (parentId, createdAt DESC, id DESC): rows that compare to `position` as `op` says. */
@@ -389,11 +386,7 @@ async function queryCounts(
   };
 }
 
-/**
- * How many children registered in each calendar month (UTC) since `from` (a month's first day),
- * by the month's first day, `YYYY-MM-DD`: one count over the window, kept until a child of the
- * parent changes what the counts see (the `children:` tag).
- */
+/** How many children registered in each UTC month since `from`, by the month's first day, cached as the counts. */
 export function readRegistrations(cache: CacheReader, parentId: string, from: string): Promise<Record<string, number>> {
   return cache.through(`registrations:${parentId}|${from}`, {
     tags: [cacheTags.children(parentId)],

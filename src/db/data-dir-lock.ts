@@ -37,7 +37,6 @@ export class DataDirInUseError extends Error {
 export type Owner = { pid: number; host: string; what: string; since: string; socketDir?: string };
 
 export type DataDirLock = {
-  /** Gives the folder up (also done at exit). */
   release(): void;
   /** Names the folder of the socket the database answers on, for commands run beside this process. */
   advertise(socketDir: string): void;

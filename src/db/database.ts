@@ -33,9 +33,7 @@ export interface Database {
   dump?(file: string): Promise<void>;
   /** Opens the database's committed changes, for the caches (see `capture/`). */
   changeFeed(options?: ChangeFeedOptions): ChangeFeed;
-  /**
-   * Reads with a time bound of their own (searches): `statement_timeout` on PostgreSQL, the client's bound on PGlite.
-   */
+  /** Reads with a time bound of their own (searches): `statement_timeout`, or the client's bound on PGlite. */
   boundedReads(options: BoundedReadOptions): BoundedReads;
   /** Embedded mode: where its socket is, for another client of the same database (`psql`, tests). */
   readonly socket?: { host: string; port: number };

@@ -14,18 +14,15 @@ import { droppedBy } from './cache-tags.js';
 type Entry = { value: unknown; tags: readonly string[]; seen?: Snapshot; amend?: Amend<unknown> };
 
 /** How a change that drops an entry may bring it up to date instead (undefined: drop it); asked once a change. */
-export type Amend<Stored> = (stored: Stored | null, change: RowChange, now: number) => Stored | null | undefined;
+export type Amend<V> = (value: V | null, change: RowChange, now: number) => V | null | undefined;
 
 /** The last announcement of a tag: when (the cache's epoch) and, if the database said, by which transaction. */
 type Invalidation = { epoch: number; version: number | undefined };
 
-/** A read in flight whose result callers arriving meanwhile may share. */
 type RunningRead = { epoch: number; result: Promise<{ value: unknown; seen?: Snapshot }> };
 
 export type EntityCacheOptions = {
-  /** Entries kept at most; the least recently used go first. */
   maxEntries: number;
-  /** Estimated bytes kept at most (keys, values and tags); the least recently used go first. */
   maxBytes: number;
   /** Of `maxBytes`, the record ring's, outside the heap (by default `RECORDS_SHARE`). */
   recordBytes?: number;
@@ -33,22 +30,15 @@ export type EntityCacheOptions = {
   ttlMs: number;
 };
 
-/** How a value is held in the cache, when a more compact form than the value itself pays. */
-export type CacheForm<V, Stored> = { pack: (value: V) => Stored; unpack: (stored: Stored) => V };
-
-/**
- * A value as text, for the record ring (`record-ring.ts`): `decode(encode(v), key)` must equal `v`.
- * Never asked of `null`, which the ring holds as ''.
- */
+/** A value as text for the record ring: `decode(encode(v), key)` must equal `v` (never asked of `null`). */
 export type CompactForm<V> = { encode: (value: V) => string; decode: (text: string, key: string) => V };
 
 /** How to find a cached thing's values: what `hit` needs of its declaration. */
-export type CachedLookup<V, Stored = V> = {
+export type CachedLookup<V> = {
   /** Prefixed to each key (`<namespace>:<key>`); '' for keys that are whole already. */
   namespace: string;
   /** The tags of a key's value (a `null` value: no such row). */
   tags: (key: string, value: V | null) => readonly string[];
-  form?: CacheForm<V, Stored>;
   /** Held in the record ring as text rather than as an entry (see `CompactForm`): not amended, dropped. */
   compact?: CompactForm<V>;
   /** Whether a cached value may still be served (a count past its validity is read again). */
@@ -56,19 +46,19 @@ export type CachedLookup<V, Stored = V> = {
 };
 
 /** One cached thing, declared once: how it is found, read, shared and kept current. */
-export type CachedRead<V, Stored = V> = CachedLookup<V, Stored> & {
+export type CachedRead<V> = CachedLookup<V> & {
   /** Reads the missing keys' values; the misses of every request in one turn of the event loop are read together. */
   load: (misses: string[], query: SnapshotQuery) => Promise<Map<string, V>>;
   /** Callers of other requests missing the same key while a read of it runs share that read. */
   share?: boolean;
   /** Kept through the changes it can follow (see `Amend`), rather than dropped and read again. */
-  amend?: Amend<Stored>;
+  amend?: Amend<V>;
   /** Only for one value under its whole key (`through`): where its statements go. */
   via?: Pick<SqlDriver, 'query'>;
 };
 
 /** One value under its whole key: `through`'s declaration (its tags may depend on the value read). */
-export type CachedValue<V> = Omit<CachedRead<V>, 'namespace' | 'tags' | 'load' | 'form'> & {
+export type CachedValue<V> = Omit<CachedRead<V>, 'namespace' | 'tags' | 'load'> & {
   tags: readonly string[] | ((value: V) => readonly string[]);
   read: (query: SnapshotQuery) => Promise<V>;
   /** Where `read`'s statements go, when not the cache's own connection (a search's bounded reads). */
@@ -91,7 +81,6 @@ const RING_MIN_BYTES = 16 * 1024;
 /** Room enough for a record of the usual size (an account's is about 300 bytes): below it, the ring is full. */
 const RING_ROOM_BYTES = 512;
 
-/** The tags of an entry whose only tag is its own key. */
 const NO_TAGS: readonly string[] = [];
 
 /** The tags besides the entry's own key: a tag spelled as the key needs no index, an invalidation names it directly. */
@@ -110,25 +99,19 @@ const keyIn = (namespace: string, key: string) => (namespace === '' ? key : `${n
 /** The lookup of a value under its whole key whose tags were stored with it (`computed`). */
 const COMPUTED: CachedLookup<unknown> = { namespace: '', tags: () => NO_TAGS };
 
-/** What `hit` answers for a key the cache does not hold (or may not serve). */
 export const MISS: unique symbol = Symbol('miss');
 
-/** The read-through calls of the cache, as loaders and services use them. */
 export type CacheReader = Pick<EntityCache, 'through' | 'throughMany' | 'hit'>;
 
 /** The most keys one statement reads for the misses of many requests (more make several). */
 const BATCH_MAX_KEYS = 256;
 
-/** A key's value as a batched read gave it, with the read's snapshot. */
 type BatchedValue = { value: unknown; seen: Snapshot | undefined };
 
 /** Invalidated tags remembered, with when: enough for every read in flight, bounded. */
 const INVALIDATIONS_REMEMBERED = 10_000;
 
-/**
- * The process's cache of what nearly every request reads, kept honest by the database's change
- * announcements (the rules: `src/db/README.md`, "Caching and consistency").
- */
+/** The process's cache of what nearly every request reads, kept honest by the database's change announcements. */
 export class EntityCache {
   /** Undefined when the cache is turned off (no entries or no bytes allowed). */
   private readonly entries: LRUCache<string, Entry> | undefined;
@@ -161,7 +144,6 @@ export class EntityCache {
   constructor(
     private readonly feed: ChangeFeed,
     options: EntityCacheOptions,
-    /** Where reads through the cache go (see `SnapshotQuery`). */
     private readonly sql?: Pick<SqlDriver, 'query'>,
     /** The clock changes are judged by (which sign-ins change the active counts, see `droppedBy`). */
     private readonly now: () => number = Date.now,
@@ -177,8 +159,7 @@ export class EntityCache {
       this.entries = new LRUCache<string, Entry>({
         max: options.maxEntries,
         maxSize: this.ring ? shared - ringBytes : shared,
-        // Tag strings are not counted: most are shared by many entries (an organization's) or are
-        // the entry's own key; an entry's place in the tag index is.
+        // Tag strings are shared or the key itself, so only the tag index's slots are counted.
         sizeCalculation: (entry, key) =>
           ENTRY_OVERHEAD_BYTES + estimateBytes(key) + estimateBytes(entry.value) + TAG_INDEX_BYTES * entry.tags.length,
         ttl: options.ttlMs,
@@ -213,7 +194,6 @@ export class EntityCache {
     };
   }
 
-  /** Entries and records held now. */
   get size(): number {
     return (this.entries?.size ?? 0) + (this.ring?.size ?? 0);
   }
@@ -228,29 +208,10 @@ export class EntityCache {
     this.ring?.shrinkTo(this.ring.bytes * kept);
   }
 
-  /** Estimated bytes held now (never above the configured bound). */
   get bytes(): number {
     return (this.entries?.calculatedSize ?? 0) + (this.ring?.bytes ?? 0);
   }
 
-  /** The value held under the whole key, as stored, wrapped so that a cached `null` differs from a miss. */
-  get<V>(key: string): { value: V } | undefined {
-    if (!this.feed.live || !this.entries) return undefined;
-    const text = this.ring?.get(key);
-    if (text !== undefined) {
-      this.stats.hits += 1;
-      return { value: text as V };
-    }
-    const entry = this.entries.get(key);
-    if (entry === undefined) {
-      this.stats.misses += 1;
-      return undefined;
-    }
-    this.stats.hits += 1;
-    return entry as { value: V };
-  }
-
-  /** One lookup counted, in the cache's statistics and the request's. */
   private counted(hit: boolean, reads: ReadSet | undefined): void {
     if (hit) {
       this.stats.hits += 1;
@@ -261,15 +222,11 @@ export class EntityCache {
     }
   }
 
-  /** Take before reading the database; hand to `set` with what was read. */
   private ticket(): CacheTicket {
     return { epoch: this.epoch };
   }
 
-  /**
-   * Stores `value` unless one of its tags was invalidated since `ticket` by a change the read did not
-   * see, or the feed is not live.
-   */
+  /** Stores `value` unless a tag of it was invalidated since `ticket` by a change the read did not see. */
   private set(
     ticket: CacheTicket,
     key: string,
@@ -286,11 +243,8 @@ export class EntityCache {
   }
 
   /**
-   * Whether a value read for `key` (one more ask of it) may be stored: always while the cache has
-   * room, and when it is full only if the key was asked for more often lately than the entry it
-   * would evict (TinyLFU's admission). Under a population larger than the cache, entries then stay
-   * in place instead of being filled and evicted on every request, and a caller seen once never
-   * evicts a caller seen often.
+   * Whether a value read for `key` may be stored: always while there is room, else only if the key was
+   * asked for more often lately than the entry it would evict (TinyLFU's admission).
    */
   private admits(key: string): boolean {
     const entries = this.entries;
@@ -306,55 +260,41 @@ export class EntityCache {
 
   private store(key: string, entry: Entry): void {
     if (!this.entries) return;
-    // An entry larger than the whole bound is not stored (and any older one under the key is dropped).
     this.entries.set(key, entry);
     if (this.entries.peek(key) !== entry) return;
     this.byTag.add(key, entry.tags);
   }
 
-  /**
-   * The value held for `key`, recorded in `reads`; `MISS` when none is held or `usable` refuses it.
-   * Synchronous, and counts only hits: a miss is counted when `throughMany` looks again.
-   */
-  hit<V, Stored = V>(lookup: CachedLookup<V, Stored>, key: string, reads?: ReadSet): V | null | typeof MISS {
+  /** The value held for `key`, recorded in `reads`; `MISS` when none. Counts only hits (misses: `throughMany`). */
+  hit<V>(lookup: CachedLookup<V>, key: string, reads?: ReadSet): V | null | typeof MISS {
     const value = this.lookUp(lookup, key, reads);
     if (value !== MISS) this.counted(true, reads);
     return value;
   }
 
   /** `lookUp`, counted as a hit or a miss: for a caller that goes on to read what it misses. */
-  private lookUpCounted<V, Stored>(
-    lookup: CachedLookup<V, Stored>,
-    key: string,
-    reads: ReadSet | undefined,
-  ): V | null | typeof MISS {
+  private lookUpCounted<V>(lookup: CachedLookup<V>, key: string, reads: ReadSet | undefined): V | null | typeof MISS {
     const value = this.lookUp(lookup, key, reads);
     this.counted(value !== MISS, reads);
     return value;
   }
 
-  /** `hit`, uncounted. */
-  private lookUp<V, Stored>(
-    lookup: CachedLookup<V, Stored>,
-    key: string,
-    reads: ReadSet | undefined,
-  ): V | null | typeof MISS {
+  private lookUp<V>(lookup: CachedLookup<V>, key: string, reads: ReadSet | undefined): V | null | typeof MISS {
     if (!this.feed.live || !this.entries) return MISS;
     const held = keyIn(lookup.namespace, key);
     if (lookup.compact && this.ring) return this.lookUpRecord(lookup, lookup.compact, key, held, reads);
     const entry = this.entries.get(held);
     if (entry === undefined) return MISS;
     this.sketch.increment(held);
-    const stored = entry.value as Stored | null;
-    const value = stored === null ? null : lookup.form ? lookup.form.unpack(stored) : (stored as unknown as V);
+    const value = entry.value as V | null;
     if (value !== null && lookup.usable && !lookup.usable(value)) return MISS;
     reads?.add(lookup.tags(key, value), { epoch: this.epoch, seen: entry.seen });
     return value;
   }
 
   /** `lookUp` of a value held in the ring: current as of now (it was not dropped), without a snapshot. */
-  private lookUpRecord<V, Stored>(
-    lookup: CachedLookup<V, Stored>,
+  private lookUpRecord<V>(
+    lookup: CachedLookup<V>,
     compact: CompactForm<V>,
     key: string,
     held: string,
@@ -392,15 +332,8 @@ export class EntityCache {
     ring.set(held, value === null ? '' : compact.encode(value), besidesKey(tags, held), hash);
   }
 
-  /**
-   * The read-through every caller uses: hits answered from the cache, the misses loaded in one
-   * `load` and stored with their tags (a `null` too) unless a change the read did not see came meanwhile.
-   */
-  async throughMany<V, Stored = V>(
-    declared: CachedRead<V, Stored>,
-    keys: readonly string[],
-    reads?: ReadSet,
-  ): Promise<(V | null)[]> {
+  /** The read-through every caller uses: hits from the cache, misses loaded together and stored with their tags. */
+  async throughMany<V>(declared: CachedRead<V>, keys: readonly string[], reads?: ReadSet): Promise<(V | null)[]> {
     const results: (V | null | undefined)[] = keys.map((key) => {
       const value = this.lookUpCounted(declared, key, reads);
       return value === MISS ? undefined : value;
@@ -412,14 +345,13 @@ export class EntityCache {
   }
 
   /** The misses of `throughMany` or `through`: loaded, shared or read again as the rules say, and stored. */
-  private async fill<V, Stored = V>(
-    declared: CachedRead<V, Stored>,
+  private async fill<V>(
+    declared: CachedRead<V>,
     misses: string[],
     reads: ReadSet | undefined,
   ): Promise<Map<string, V | null>> {
-    const { namespace, load, tags, form, compact, share, amend, via } = declared;
-    // With `reads`, each value is recorded with what it is current as of: a read as of its ticket
-    // and its snapshot, a shared read as of this call (it is at least that current, see `join`).
+    const { namespace, load, tags, compact, share, amend, via } = declared;
+    // Each value is recorded as current as of its read's ticket and snapshot, a shared one as of this call.
     const called: TagRead = { epoch: this.epoch };
     const record = (key: string, value: V | null, read: TagRead) => reads?.add(tags(key, value), read);
     const read =
@@ -429,16 +361,8 @@ export class EntityCache {
     const store = (key: string, value: V | null, ticket: CacheTicket, seen: Snapshot | undefined) => {
       const held = keyIn(namespace, key);
       if (compact && this.ring) return this.storeRecord(ticket, held, value, compact, tags(key, value), seen);
-      // Nothing more is done for a value the cache will not keep (no packing, no size, no tags).
       if (!this.admits(held)) return;
-      this.set(
-        ticket,
-        held,
-        value !== null && form ? form.pack(value) : value,
-        tags(key, value),
-        seen,
-        amend as Amend<unknown> | undefined,
-      );
+      this.set(ticket, held, value, tags(key, value), seen, amend as Amend<unknown> | undefined);
     };
     const ticket = this.ticket();
     const joined = new Map<string, Promise<{ value: V | null } | undefined>>();
@@ -486,9 +410,8 @@ export class EntityCache {
     return values;
   }
 
-  /** One read of `keys`, with the snapshot its statement saw. */
   private async readNow<V>(
-    load: CachedRead<V, unknown>['load'],
+    load: CachedRead<V>['load'],
     keys: string[],
     via?: Pick<SqlDriver, 'query'>,
   ): Promise<{ rows: Map<string, V>; seen: Snapshot | undefined }> {
@@ -503,7 +426,7 @@ export class EntityCache {
    */
   private async batched<V>(
     namespace: string,
-    load: CachedRead<V, unknown>['load'],
+    load: CachedRead<V>['load'],
     keys: string[],
   ): Promise<{ rows: Map<string, V>; seen: Snapshot | undefined }> {
     let batch = this.batches.get(namespace);
@@ -536,16 +459,12 @@ export class EntityCache {
     return value === MISS || value === null ? undefined : value;
   }
 
-  /**
-   * Holds `value` under `key` with the tags of what it read, unless it read around the cache or the
-   * clock, or something it read changed since (as `set`).
-   */
+  /** Holds `value` with the tags of what it read, unless it read around the cache or something it read changed. */
   keepComputed(key: string, value: unknown, reads: ReadSet): void {
     if (reads.untracked || !this.unchangedSinceRead(reads.tags) || !this.admits(key)) return;
     this.store(key, { value, tags: besidesKey([...reads.tags.keys()], key) });
   }
 
-  /** `throughMany` for one value under its whole key. */
   through<V>(key: string, declared: CachedValue<V>, reads?: ReadSet): Promise<V> {
     const { tags, read, usable, compact } = declared;
     const lookup: CachedLookup<V> = {
@@ -554,7 +473,7 @@ export class EntityCache {
       usable,
       compact,
     };
-    const held = this.lookUpCounted<V, V>(lookup, key, reads);
+    const held = this.lookUpCounted<V>(lookup, key, reads);
     if (held !== MISS) return Promise.resolve(held as V);
     const load = async (_misses: string[], query: SnapshotQuery) => new Map([[key, await read(query)]]);
     return this.fill<V>(
@@ -564,10 +483,7 @@ export class EntityCache {
     ).then((values) => values.get(key) as V);
   }
 
-  /**
-   * A read of `key` another caller has in flight, if this caller may use it: undefined when it may
-   * predate a change announced before this caller came.
-   */
+  /** A read of `key` in flight that this caller may use: not one that may predate a change it knows of. */
   private join<V>(
     key: string,
     tags: readonly string[],
@@ -575,12 +491,10 @@ export class EntityCache {
   ): Promise<{ value: V } | undefined> | undefined {
     const running = this.reads.get(key);
     if (!running) return undefined;
-    // Nothing announced since it started: it reads at least everything this caller knows of.
     const clean = this.unchangedSince(running, tags);
     this.stats.sharedReads += 1;
     return running.result.then((read) => {
-      // Tags known only from the value read (the children on a page) are checked now, which also
-      // counts announcements made after this caller came: on the safe side.
+      // Tags known only from the value read are checked now: on the safe side.
       const more = tagsOf ? tagsOf(read.value as V).filter((tag) => !tags.includes(tag)) : [];
       const all = more.length === 0 ? tags : [...tags, ...more];
       const fresh =

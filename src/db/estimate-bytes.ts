@@ -4,18 +4,6 @@ const OPAQUE_BYTES = 256;
 /** Strings V8 holds at one byte a character (Latin-1 only). */
 const ONE_BYTE = /^[\u0000-\u00ff]*$/;
 
-/** Shared copies of the values many cached rows repeat; bounded, so a flood of parents cannot grow it. */
-const SHARED_STRINGS_MAX = 4096;
-const sharedStrings = new Map<string, string>();
-
-/** One copy of a repeated value (enum values, a parent's id), held by this table and not counted per holder. */
-export function shared(value: string): string {
-  const known = sharedStrings.get(value);
-  if (known !== undefined) return known;
-  if (sharedStrings.size < SHARED_STRINGS_MAX) sharedStrings.set(value, value);
-  return value;
-}
-
 /**
  * The heap a cached value holds, from V8's 64-bit layout, rounded up so the byte bound holds in
  * practice (`npm run bench:cache-memory` checks it against the heap measured).
@@ -23,9 +11,6 @@ export function shared(value: string): string {
 export function estimateBytes(value: unknown, depth = 0): number {
   switch (typeof value) {
     case 'string':
-      // A string equal to a shared one is that one wherever `shared` made the value (rows packed
-      // for the cache); anywhere else, an equal copy is a short name or id counted once too few.
-      if (value.length <= 64 && sharedStrings.get(value) !== undefined) return 0;
       return 16 + 8 * Math.ceil((ONE_BYTE.test(value) ? value.length : 2 * value.length) / 8);
     case 'number':
       return Number.isInteger(value) && Math.abs(value) < 2 ** 30 ? 0 : 16;

@@ -3,7 +3,7 @@ import { hmacKey, MIN_SECRET_BYTES, secretKey, verificationKey, type SigningKey 
 import { cacheTags } from './cache-tags.js';
 import { MISS, type CacheReader, type CachedRead } from './entity-cache.js';
 import type { SnapshotQuery } from './snapshots.js';
-import { compactAccount, packAccount, READ_ACCOUNT_COLUMNS, unpackAccount, type AccountRow } from './accounts.js';
+import { compactAccount, READ_ACCOUNT_COLUMNS, type AccountRow } from './accounts.js';
 import type { Organization, PrismaClient } from '../generated/prisma/client.js';
 import type { MonthlyUsageTotals, PackagePurchase } from '../domain/credit-analysis.js';
 
@@ -28,8 +28,6 @@ export type OrganizationSettings = Omit<Organization, 'creditBalance' | keyof ty
 
 /** Accounts without their secrets (decisions §7), which are never loaded. */
 const ACCOUNT_COLUMNS = READ_ACCOUNT_COLUMNS.map((column) => `"${column}"`).join(', ');
-
-const accountForm = { pack: packAccount, unpack: unpackAccount };
 
 /** Accounts, what a new user's first request misses: plain SQL with the read's snapshot, without the ORM's cost. */
 async function accountsWhere(
@@ -82,8 +80,8 @@ export class Loaders {
   ) {}
 
   /** A loader of one cached thing: hits at once, misses in one batch; `settle` shapes every value. */
-  private readThrough<V, Stored = V, W = V | null>(
-    declared: CachedRead<V, Stored>,
+  private readThrough<V, W = V | null>(
+    declared: CachedRead<V>,
     settle: (value: V | null) => W = (value) => value as W,
   ): ReadThroughLoader<W> {
     return new ReadThroughLoader<W>(
@@ -101,7 +99,6 @@ export class Loaders {
       load: (misses, query) => accountsWhere(query, 'id', misses),
       // Any change to the row announces its id, whatever changed.
       tags: (id) => [cacheTags.account(id)],
-      form: accountForm,
       // Every user's own row: held as bytes, so that a large population fits.
       compact: compactAccount,
       share: true,
@@ -116,7 +113,6 @@ export class Loaders {
         // The key's row changing, or a row taking the key.
         tags: (key, account) =>
           account ? [cacheTags.account(account.id), cacheTags.publicKey(key)] : [cacheTags.publicKey(key)],
-        form: accountForm,
         share: true,
       },
       // What is found by key is the account by id for the rest of the request.

@@ -12,7 +12,6 @@ const HEADER_BYTES = 24;
 const OFFSET = { hash: 0, length: 4, tagSet: 8, generation: 12, writtenAt: 16, keyBytes: 20 } as const;
 /** Key bytes of a padding record (the gap left at the end of the buffer when a record did not fit). */
 const PADDING = 0xffff;
-/** Records start at multiples of 8. */
 const align = (bytes: number) => (bytes + 7) & ~7;
 
 /** The index's part of the ring's bytes, for records of about 170 bytes on average. */
@@ -22,7 +21,6 @@ export const RING_MAX_BYTES = 2 ** 31 - 1;
 
 /** Of an explicit CACHE_MAX_BYTES, the records' part; the rest is the cache's entries, on the heap. */
 export const RECORDS_SHARE = 0.85;
-/** An index slot: a key hash and an offset, 4 bytes each. */
 const SLOT_BYTES = 8;
 /** The index's slots at most in use (open addressing stays short-probed below it). */
 const INDEX_LOAD = 0.75;
@@ -39,7 +37,6 @@ export class OffsetIndex {
   /** The record's offset plus one; 0: an empty slot. */
   private readonly offsets: Uint32Array;
   size = 0;
-  /** Records it may hold. */
   readonly maxSize: number;
 
   constructor(readonly slots: number) {
@@ -52,12 +49,10 @@ export class OffsetIndex {
     return (hash >>> 0) % this.slots;
   }
 
-  /** The slot after `slot`, the first after the last. */
   private next(slot: number): number {
     return slot + 1 === this.slots ? 0 : slot + 1;
   }
 
-  /** The slot holding `hash`, or -1. */
   private find(hash: number): number {
     const { hashes, offsets } = this;
     for (let slot = this.home(hash); ; slot = this.next(slot)) {
@@ -135,12 +130,10 @@ export class RecordRing {
     this.index = new OffsetIndex(slots);
   }
 
-  /** Records held at most (what the index's share holds). */
   get maxRecords(): number {
     return this.index.maxSize;
   }
 
-  /** Records that may be found now. */
   get size(): number {
     return this.index.size;
   }
@@ -231,7 +224,6 @@ export class RecordRing {
     return true;
   }
 
-  /** Drops the record of `key`, if held. */
   delete(key: string, hash = RecordRing.hash(key)): void {
     const at = this.index.get(hash);
     if (at !== undefined && this.keyIs(key, at + HEADER_BYTES, this.buffer.readUInt16LE(at + OFFSET.keyBytes)))

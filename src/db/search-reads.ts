@@ -28,7 +28,6 @@ const MAX_RETRY_AFTER_SECONDS = 30;
 const MAX_ORGANIZATIONS = 10_000;
 
 const CLOSED = 'The server is shutting down; try again shortly.';
-/** When a refused search may be tried again. */
 const RETRY_AFTER_SECONDS = 1;
 
 /** One organization over its own share of the searches: its concurrency or its part of the time (429). */
@@ -71,14 +70,12 @@ type Tenant = {
   pending: number;
 };
 
-/** A statement waiting for a slot. */
 type Waiter = { tenant: Tenant; begun: boolean; start: () => void; refuse: (error: Error) => void };
 
 export class Searches {
   private running = 0;
   private readonly tenants = new Map<string, Tenant>();
   private readonly waiting: Waiter[] = [];
-  /** Timers of waits in progress, ended by `close`. */
   private readonly timers = new Map<ReturnType<typeof setTimeout>, (error: Error) => void>();
   readonly stats = { refused: 0, timedOut: 0, delayed: 0 };
   private closed = false;
@@ -129,7 +126,6 @@ export class Searches {
     };
   }
 
-  /** Searches running now, in the instance. */
   get inFlight(): number {
     return this.running;
   }

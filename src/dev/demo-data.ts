@@ -122,7 +122,7 @@ async function seedOrganization(
     providerDAuthCount: 0,
   };
   for (let i = 0; i < childCount; i++) {
-    const child = seedChild(faker, parentId, publicKey, domain, i, now);
+    const child = seedChild(faker, parentId, domain, i, now);
     for (const key of COUNTER_KEYS) totals[key] += child[key] as number;
     children.push(child);
   }
@@ -238,7 +238,6 @@ function balanceFor(faker: Faker, level: AlertLevel, purchased: number): number 
 function seedChild(
   faker: Faker,
   parentId: string,
-  parentPublicKey: string,
   domain: string,
   index: number,
   now: number,

@@ -67,9 +67,7 @@ function isOriginalGraphQLError(error: unknown): boolean {
   return error.originalError == null || isOriginalGraphQLError(error.originalError);
 }
 
-/**
- * A result's status (the highest hint; 500 for an unexpected error with no data) and the headers its errors ask for.
- */
+/** A result's status (the highest hint; 500 for an unexpected error with no data) and its errors' headers. */
 function statusOf(result: ExecutionResult, mediaType: RegularMediaType, headers: Record<string, string>): number {
   const errors = result.errors ?? [];
   const lenient =
@@ -132,7 +130,6 @@ export function revalidatable(exchange: Exchange, status: number, hasErrors: () 
   return status === 200 && exchange.record.persisted === true && exchange.request.method === 'GET' && !hasErrors();
 }
 
-/** Answers a single result in the negotiated media type. */
 export function sendResult(exchange: Exchange, result: ExecutionResult, mediaType: RegularMediaType): void {
   const headers: Record<string, string> = {};
   const status = statusOf(result, mediaType, headers);

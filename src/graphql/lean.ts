@@ -121,7 +121,6 @@ export function createLeanTransport(pipeline: GraphQLPipeline, options: LeanTran
       if (errors.length > 0) return { result: { errors }, query: false };
       const definition = getOperationAST(document, params.operationName);
       const operation = definition?.operation;
-      // Subscriptions stream: the full server's transport answers them.
       if (operation === 'subscription') return undefined;
       const contextValue = await enveloped.contextFactory();
       const result = (await enveloped.execute({

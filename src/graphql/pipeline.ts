@@ -187,39 +187,14 @@ export function createErrorMask(): (error: unknown) => GraphQLError {
   };
 }
 
-export type GraphQLPipeline = {
-  getEnveloped: GetEnvelopedFn<GraphQLContext>;
-  /** The plan of a query this pipeline parsed, validated and ran compiled; undefined for anything else. */
-  plan: (document: DocumentNode, operationName: string | null | undefined) => PlannedQuery | undefined;
-  /**
-   * Runs a planned query as the execute phase does, without the hooks' orchestration. Undefined when
-   * the variables do not fit (the whole pipeline answers those).
-   */
-  runPlanned: (
-    plan: PlannedQuery,
-    initial: GraphQLInitialContext & { params: GraphQLParams },
-  ) => Promise<ExecutionResult> | undefined;
-  /** What the execute hooks do once a result is known, for an execution made outside them. */
-  settle: (contextValue: object, result: ExecutionResult) => ExecutionResult;
-  /** The error mask, for what fails outside execution (a transport's own refusals, a thrown parse error). */
-  maskError: (error: unknown) => GraphQLError;
-  /** Executions by engine since the start. */
-  executions: ExecutionCounts;
-  /** The one context factory, for a transport that needs the request's context before the pipeline runs. */
-  context: (exchange: Exchange) => RequestContext;
-  /** What is known of each document text: parse, validation, the lean transport's notes (and so its plan). */
-  documents: DocumentCache;
-};
+/** The pipeline both transports run. */
+export type GraphQLPipeline = ReturnType<typeof createGraphQLPipeline>;
 
 /** graphql-js' validation with each rule once: Yoga adds the specified rules too, and twice reports twice. */
 const validateOnce: typeof validate = (schema, document, rules, options, typeInfo) =>
   validate(schema, document, rules && [...new Set(rules)], options, typeInfo);
 
-export function createGraphQLPipeline(
-  deps: AppDependencies,
-  logger: Logger,
-  options: { compileAfter?: number } = {},
-): GraphQLPipeline {
+export function createGraphQLPipeline(deps: AppDependencies, logger: Logger, options: { compileAfter?: number } = {}) {
   const maskError = createErrorMask();
   const executions: ExecutionCounts = { compiled: 0, reference: 0, compileFailures: 0 };
   const compiledExecution = useCompiledExecution({
@@ -308,7 +283,7 @@ export function createGraphQLPipeline(
     settle,
     maskError,
     executions,
-    context: (exchange) => createRequestContext(deps, exchange),
+    context: (exchange: Exchange) => createRequestContext(deps, exchange),
     documents,
   };
 }

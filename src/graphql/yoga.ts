@@ -61,7 +61,6 @@ function parsedBody(contentType: string | undefined, body: Buffer): string | Rec
 
 type JsonAnswer = { errors?: { extensions?: { code?: unknown } }[] } | null;
 
-/** A JSON answer's body; undefined when it does not parse. */
 function parseAnswer(payload: Buffer): JsonAnswer | undefined {
   try {
     return JSON.parse(payload.toString('utf8')) as JsonAnswer;
@@ -98,12 +97,10 @@ export function createYogaTransport(
       )),
     landingPage: false,
     batching: false,
-    // The pipeline's own caches serve both transports.
     parserAndValidationCache: false,
     // The body arrives already read and capped (MAX_BODY_BYTES, 413 at the edge).
     maxRequestBodySize: false,
     plugins: [useEnvelop(pipeline.getEnveloped as never), usePersistedOperations(options.persisted)],
-    // One CORS policy, the edge's, for every answer.
     cors: false,
     logging: false,
     // For what fails outside execution (a thrown parse error, a refused parameter): the same mask.

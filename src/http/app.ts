@@ -36,13 +36,10 @@ export type App = {
   /** From now on every answer closes its connection (shutdown is under way). */
   drain(): void;
   deps: AppDependencies;
-  /** The full GraphQL server (Yoga) behind /graphql. */
   graphql: YogaTransport;
   /** GraphQL executions by engine since the start (shared answers served held are none). */
   executions(): ExecutionCounts;
-  /** The child-list exports running. */
   exports: Pick<Exports, 'running'>;
-  /** Where the heap stands against the memory budget. */
   pressure: MemoryPressure;
   /** What is known of each GraphQL document text (its parse, validation and plans), bounded in bytes. */
   documents: Pick<DocumentCache, 'size' | 'bytes'>;
@@ -50,7 +47,6 @@ export type App = {
   metricsText(): Promise<{ contentType: string; text: string }>;
 };
 
-/** One path the edge serves. */
 type Route = {
   path: string;
   /** The metric label and log field: a fixed name, never the raw path. */
@@ -89,7 +85,6 @@ export function createApp(built: Dependencies): App {
     pipeline,
     persisted,
     yoga,
-    streams,
     lean,
     limiter,
     pressure,
@@ -170,7 +165,6 @@ export function createApp(built: Dependencies): App {
   }
 
   const routes: Route[] = [
-    // The four documented paths (api-spec, Endpoints).
     rest('/auth/user-profile', (context) => userProfile(context)),
     // The same answer for every reader of an organization but its parent by JWT (decisions §3).
     rest('/auth/organization-details', (context) => organizationDetails(context), { sharedByOrganization: true }),

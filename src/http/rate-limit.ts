@@ -90,7 +90,6 @@ export class RateLimiter {
     return this.redis ? this.redis.status === 'ready' : undefined;
   }
 
-  /** Closes the connection to the shared store, if any. */
   close(): void {
     this.redis?.disconnect();
   }
@@ -110,9 +109,7 @@ export class RateLimiter {
     return request.socket.remoteAddress ?? 'unknown';
   }
 
-  /**
-   * Who sent `request`, as the limits count it: derived once a request, for the limits and the memory budget's parts.
-   */
+  /** Who sent `request`, as the limits count it: derived once, for the limits and the memory budget's parts. */
   clientOf(request: IncomingMessage): Client {
     const address = this.clientAddress(request);
     const credential = credentialOf(request);

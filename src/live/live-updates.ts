@@ -35,10 +35,8 @@ export type Concerns = (change: RowChange, organizationId: string) => boolean;
 /** What one subscription follows: the organization, and which of its changes alter its answer. */
 export type Topic = { organizationId: string; concerns: Concerns };
 
-/** An organization's open subscriptions, by what concerns them (no empty set is kept). */
 type Following = Map<Concerns, Set<Subscription<any>>>;
 
-/** How many subscriptions follow an organization (a sum over its kinds: two at most). */
 function followers(following: Following | undefined): number {
   let count = 0;
   for (const alike of following?.values() ?? []) count += alike.size;
@@ -126,7 +124,6 @@ export class LiveUpdates {
   /** The sweep of expired subscriptions, while any is open. */
   private expiries: NodeJS.Timeout | undefined;
   private closed = false;
-  /** Pushes made, for the metrics. */
   pushes = 0;
   /** Answers computed for pushes (each one reads what it shows): a change that concerns nobody computes none. */
   computations = 0;
@@ -189,7 +186,6 @@ export class LiveUpdates {
     this.schedule(subscription);
   }
 
-  /** The next answer now, or when the interval since the last push has passed. */
   private schedule(subscription: Subscription): void {
     if (subscription.busy || subscription.ended || subscription.timer !== undefined || subscription.sink === undefined)
       return;
@@ -265,7 +261,6 @@ export class LiveUpdates {
     return new LiveSubscription(this, subscription);
   }
 
-  /** `LiveSubscription.start`: the first answer now. */
   start<T>(subscription: Subscription<T>, sink: LiveSink<T>): void {
     if (subscription.sink !== undefined) return;
     subscription.sink = sink;
@@ -301,7 +296,6 @@ export class LiveUpdates {
 
   /** Ends a subscription from this side: released, and its stream told (it completes cleanly). */
   private end(subscription: Subscription, error?: unknown): void {
-    // Released already (`release` is what sets `ended`).
     if (!this.subscriptions.has(subscription)) return;
     this.release(subscription);
     subscription.sink?.end(error);

@@ -54,21 +54,17 @@ const SHARES = { entityCache: 0.55, streams: 0.25, rateLimiter: 0.12, registrati
 export type Share = keyof typeof SHARES;
 
 export type MemoryFacts = {
-  /** The container's memory limit (cgroup v2), when there is one. */
   containerLimitBytes: number | undefined;
   /** The heap V8 was started with (`--max-old-space-size` and the young generation). */
   heapLimitBytes: number;
 };
 
-/** The facts of this process: its cgroup's limit and V8's heap limit. */
 export function processMemoryFacts(): MemoryFacts {
   let containerLimitBytes: number | undefined;
   try {
     const text = readFileSync('/sys/fs/cgroup/memory.max', 'utf8').trim();
     if (/^\d+$/.test(text)) containerLimitBytes = Number(text);
-  } catch {
-    // No cgroup v2 limit here.
-  }
+  } catch {}
   return { containerLimitBytes, heapLimitBytes: v8.getHeapStatistics().heap_size_limit };
 }
 

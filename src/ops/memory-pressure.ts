@@ -20,7 +20,6 @@ const SAMPLE_MS = 100;
 const CLIENT_PART = 1 / 4;
 
 export type MemoryPressureOptions = {
-  /** The old generation the budget allows (bytes). */
   oldGenerationBytes: number;
   /** Level 1 is on: the caches shrink to this fraction of what they hold. */
   shrink: (fraction: number) => void;
@@ -68,7 +67,6 @@ export class MemoryPressure {
   level: PressureLevel = 0;
   /** What memory refused since the start: streams, requests near the budget, past the bound, past a client's part. */
   readonly refusals = { streams: 0, requests: 0, busy: 0, client: 0 };
-  /** Requests admitted and not yet finished (or turned into a stream). */
   inProgress = 0;
   /** Requests in progress by client (address or credential). */
   private readonly byClient = new Map<string, number>();
@@ -89,7 +87,6 @@ export class MemoryPressure {
     this.timer = setInterval(() => this.sample(), SAMPLE_MS).unref();
   }
 
-  /** The live heap (bytes), as the levels read it. */
   get heapUsed(): number {
     return this.used();
   }
@@ -154,7 +151,6 @@ export class MemoryPressure {
     }
   }
 
-  /** The bound on requests in progress. */
   get maxRequests(): number {
     return this.options.maxRequests;
   }

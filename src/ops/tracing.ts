@@ -31,7 +31,6 @@ const TRACER = 'credits-read-api';
 /** The longest operation name a span carries (GraphQL names are short identifiers; a hostile one is not). */
 const MAX_NAME = 100;
 const MAX_USER_AGENT = 256;
-/** How long the shutdown waits for the last batch to reach the collector. */
 const FLUSH_MS = 2000;
 
 let active = false;
@@ -44,7 +43,6 @@ let decidedTraceId: string | undefined;
 export const spanCounts = { ended: 0, exported: 0, failed: 0 };
 let shutdownProvider: (() => Promise<void>) | undefined;
 
-/** Whether spans are being made (a collector is configured and the SDK started). */
 export function tracingActive(): boolean {
   return active;
 }
@@ -150,7 +148,6 @@ export async function startTracing(
     idGenerator,
     spanProcessors: [new CountedBatches(counted)],
   });
-  // The W3C trace context propagator and the AsyncLocalStorage context manager.
   provider.register();
   registerInstrumentations({
     tracerProvider: provider,
@@ -207,7 +204,6 @@ export async function stopTracing(): Promise<void> {
 }
 
 let cachedTracer: Tracer | undefined;
-/** The tracer, asked of the provider once (each ask builds a key and looks it up). */
 const tracer = (): Tracer => (cachedTracer ??= trace.getTracer(TRACER));
 
 /** Whether a span made now would be recorded; under an unsampled request ours are not made at all. */
@@ -303,7 +299,6 @@ export type RequestOutcome = {
   caller?: string | undefined;
   organizationId?: string | undefined;
   cacheLookups?: { hits: number; misses: number } | undefined;
-  /** The client went away before the answer was complete. */
   aborted?: boolean;
 };
 

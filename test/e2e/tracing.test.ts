@@ -388,7 +388,7 @@ describe(`OpenTelemetry traces from a real server (${testMode})`, () => {
       OTEL_TRACES_SAMPLER_ARG: '0.5',
     });
     const from = receiver.spans.length;
-    const callers = Array.from({ length: 40 }, (_, i) => traceparent()).map((caller, i) => ({
+    const callers = Array.from({ length: 40 }, () => traceparent()).map((caller, i) => ({
       ...caller,
       header: i % 2 ? caller.header : caller.header.replace(/-01$/, '-00'),
     }));

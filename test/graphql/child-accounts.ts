@@ -1,5 +1,4 @@
 import { beforeAll, describe, expect, it } from 'vitest';
-import type { Account } from '../../src/generated/prisma/client.js';
 import { createChild, createOrganization, tokenFor, type BuiltOrganization } from '../helpers/builders.js';
 import { useServer } from '../helpers/app.js';
 import { testMode, useSharedDatabase } from '../helpers/database.js';

@@ -20,14 +20,13 @@ const HEARTBEAT_PREFIX = 'api_cache_heartbeat';
 export const SENDER_TIMEOUT_MS = 10_000;
 
 export type LogicalFeedOptions = {
-  /** Where the server is: the same settings as the pool's. The heartbeats are written there. */
+  /** Where the heartbeats are written: the same settings as the pool's. */
   connection: pg.ClientConfig;
   /**
    * A PostgreSQL 16+ standby to read the stream from; heartbeats are still written on the primary, so
    * staleness is bounded from the primary's COMMIT.
    */
   decodeFrom?: pg.ClientConfig;
-  /** How often a heartbeat is written (and the position acknowledged). */
   heartbeatMs?: number;
   /** Not live when no heartbeat written within this long has come back through the stream. */
   staleAfterMs?: number;
@@ -94,7 +93,6 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
   private nextXid: bigint | undefined;
   /** The highest position the stream has reached: what is acknowledged, so the slot lets WAL go. */
   private position = 0n;
-  /** Heartbeats written and not yet back, oldest first. */
   private readonly pending: Heartbeat[] = [];
   private sequence = 0;
   private writing = false;
@@ -103,7 +101,6 @@ export class LogicalChangeFeed extends BaseFeed implements ChangeFeed {
   private connecting: Promise<void> | undefined;
   private failures = 0;
   private generation = 0;
-  /** Resolves the wait for a stream's first heartbeat back. */
   private confirmed: (() => void) | undefined;
 
   constructor(private readonly options: LogicalFeedOptions) {

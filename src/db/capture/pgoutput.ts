@@ -51,7 +51,6 @@ const ORGANIZATION_NOT_SETTINGS = new Set([...ORGANIZATION_UNANNOUNCED, ...ORGAN
 /** PostgreSQL's epoch (2000-01-01 UTC) in Unix milliseconds: binary timestamps count from it. */
 const POSTGRES_EPOCH_MS = 946_684_800_000;
 
-/** A message of the stream as the feed needs it. */
 export type StreamEvent =
   | { kind: 'commit'; changes: Change[]; endLsn: bigint }
   | { kind: 'message'; prefix: string; content: string; lsn: bigint }

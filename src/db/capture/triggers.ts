@@ -10,7 +10,6 @@ import { BaseFeed, feedTiming, retryDelay, retryLater, timeBound, type ChangeFee
  * `api_cache`. They run in every writer's transaction, so they are installed only then.
  */
 
-/** The channel the triggers announce changes on. */
 export const CHANGE_CHANNEL = 'api_cache';
 
 /** Installing or removing the triggers: one server at a time (an arbitrary, fixed advisory lock id). */
@@ -276,7 +275,6 @@ export class SessionChangeFeed extends BaseFeed {
 }
 
 export type NotifyFeedOptions = {
-  /** Where the server is: the same settings as the pool's. */
   connection: pg.ClientConfig;
   /** How often the listening connection is checked. */
   heartbeatMs?: number;
@@ -306,7 +304,6 @@ export class NotifyChangeFeed extends BaseFeed implements ChangeFeed {
   private heartbeat: NodeJS.Timeout | undefined;
   private reconnect: NodeJS.Timeout | undefined;
   private connecting: Promise<void> | undefined;
-  /** The connection being opened, not yet listening. */
   private attempt: pg.Client | undefined;
   private failures = 0;
 
@@ -324,7 +321,6 @@ export class NotifyChangeFeed extends BaseFeed implements ChangeFeed {
     return this.client !== undefined && Date.now() - this.confirmedAt < this.staleAfterMs;
   }
 
-  /** Resolves once the first connection attempt has ended (live or not). */
   async started(): Promise<void> {
     await this.connecting;
   }
