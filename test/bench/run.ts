@@ -304,6 +304,9 @@ try {
     LOG_LEVEL: 'warn',
     RATE_LIMIT_PER_ADDRESS: '0',
     RATE_LIMIT_PER_CREDENTIAL: '0',
+    // The many-users rows send each user's address as a load balancer would (load.mjs): each is a
+    // client of its own, not 50 connections of one address holding its part of the requests in progress.
+    TRUST_PROXY: 'loopback',
     SEED_DEMO_ON_START: 'false',
     // The streams are one organization's: its bound is lifted, the instance's stays the budget's.
     ...(streams > 0 ? { LIVE_MAX_PER_ORGANIZATION: String(streams) } : {}),
