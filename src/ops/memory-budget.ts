@@ -64,7 +64,9 @@ export function processMemoryFacts(): MemoryFacts {
   try {
     const text = readFileSync('/sys/fs/cgroup/memory.max', 'utf8').trim();
     if (/^\d+$/.test(text)) containerLimitBytes = Number(text);
-  } catch {}
+  } catch {
+    // No cgroup v2 limit here.
+  }
   return { containerLimitBytes, heapLimitBytes: v8.getHeapStatistics().heap_size_limit };
 }
 

@@ -188,12 +188,15 @@ try {
       process.getuid?.() === 0 ? ['runuser', ['-u', 'postgres', '--', command, ...full]] : [command, full];
     return pin ? ['taskset', ['-c', '1', program, ...programArgs]] : [program, programArgs];
   };
+  /** What a pgbench run printed: the transactions it made, and their rate. */
+  const pgbenchFigures = (stdout: string): { transactions: number; tps: number } => ({
+    transactions: Number(/number of transactions actually processed: (\d+)/.exec(stdout)?.[1] ?? 0),
+    tps: Number(/tps = ([\d.]+) \(without initial connection time\)/.exec(stdout)?.[1] ?? 0),
+  });
   const pgbench = (args: string[], file?: string): { transactions: number; tps: number } => {
     const result = spawnSync(...pgbenchCommand(args, file), { encoding: 'utf8' });
     if (result.status !== 0) throw new Error(`pgbench failed: ${result.stderr}`);
-    const transactions = Number(/number of transactions actually processed: (\d+)/.exec(result.stdout)?.[1] ?? 0);
-    const tps = Number(/tps = ([\d.]+) \(without initial connection time\)/.exec(result.stdout)?.[1] ?? 0);
-    return { transactions, tps };
+    return pgbenchFigures(result.stdout);
   };
   /** `pgbench` run beside this process's event loop, so that the instances' feeds decode while it writes. */
   const pgbenchBeside = (args: string[], file?: string): Promise<{ transactions: number; tps: number }> =>
@@ -206,10 +209,7 @@ try {
       child.on('error', reject);
       child.on('exit', (status) => {
         if (status !== 0) return reject(new Error(`pgbench failed: ${err}`));
-        resolve({
-          transactions: Number(/number of transactions actually processed: (\d+)/.exec(out)?.[1] ?? 0),
-          tps: Number(/tps = ([\d.]+) \(without initial connection time\)/.exec(out)?.[1] ?? 0),
-        });
+        resolve(pgbenchFigures(out));
       });
     });
 
