@@ -6,22 +6,19 @@ import { CACHE_DEFAULTS } from './db/entity-cache.js';
 import { SAMPLERS, type TracingSettings } from './ops/tracing-settings.js';
 import { memoryBudget, processMemoryFacts, type MemoryBudget, type MemoryFacts } from './ops/memory-budget.js';
 
-const bool = (fallback: boolean) =>
-  z
-    .enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off'])
-    .optional()
-    .transform((v) => (v === undefined ? fallback : ['true', '1', 'yes', 'on'].includes(v)));
-
-/** A switch whose default depends on other settings: undefined when unset. */
+/** A switch: undefined when unset, for one whose default depends on other settings. */
 const optionalBool = z
   .enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off'])
   .optional()
   .transform((v) => (v === undefined ? undefined : ['true', '1', 'yes', 'on'].includes(v)));
+const bool = (fallback: boolean) => optionalBool.transform((v) => v ?? fallback);
 
 const optionalString = z
   .string()
   .optional()
   .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim()));
+/** An optional URL whose scheme `pattern` checks. */
+const url = (pattern: RegExp, message: string) => optionalString.pipe(z.string().regex(pattern, message).optional());
 
 /** The longest delay Node's timers take (2^31 - 1 ms); a longer one fires after 1 ms. */
 const MAX_TIMER_MS = 2_147_483_647;
@@ -52,12 +49,7 @@ const environment = z.object({
   PORT: withDefault(integer(0, 65535), 4000),
   METRICS_PORT: integer(0, 65535),
   HOST: z.string().min(1).default('0.0.0.0'),
-  DATABASE_URL: optionalString.pipe(
-    z
-      .string()
-      .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')
-      .optional(),
-  ),
+  DATABASE_URL: url(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL'),
   /** Streaming replicas for reads that tolerate bounded staleness: one URL, or several separated by commas. */
   DATABASE_REPLICA_URL: optionalString.pipe(
     z
@@ -97,7 +89,7 @@ const environment = z.object({
   JWT_AUDIENCE: optionalString,
   PAGINATION_SECRET: optionalString.pipe(z.string().min(32, 'must be at least 32 characters').optional()),
   CORS_ORIGINS: z.string().default('*'),
-  INTROSPECTION: z.enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off']).optional(),
+  INTROSPECTION: optionalBool,
   JWT_MAX_AGE_SECONDS: integer(1, 315_360_000),
   JWT_MAX_LIFETIME_SECONDS: withDefault(integer(60, 315_360_000), 86_400),
   MAX_TOKEN_BYTES: withDefault(integer(512, 65_536), 4096),
@@ -111,12 +103,7 @@ const environment = z.object({
   RATE_LIMIT_PER_CREDENTIAL: withDefault(integer(0, 1_000_000_000), 300),
   RATE_LIMIT_WINDOW_SECONDS: withDefault(integer(1, MAX_TIMER_SECONDS), 60),
   RATE_LIMIT_STORE: z.enum(['memory', 'postgres', 'redis']).default('memory'),
-  REDIS_URL: optionalString.pipe(
-    z
-      .string()
-      .regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL')
-      .optional(),
-  ),
+  REDIS_URL: url(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL'),
   TRUST_PROXY: z
     .string()
     .optional()
@@ -164,7 +151,7 @@ const environment = z.object({
   CACHE_TTL_SECONDS: withDefault(integer(1, MAX_TIMER_SECONDS), CACHE_DEFAULTS.ttlMs / 1000),
   /** The process's memory (resident), from which every bound follows; unset: the container's limit, else 250 MB. */
   MEMORY_BUDGET_MB: integer(64, 1_048_576),
-  GRAPHIQL: z.enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off']).optional(),
+  GRAPHIQL: optionalBool,
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
   LOG_FORMAT: z.enum(['auto', 'json', 'pretty']).default('auto'),
   GRAPHQL_PERSISTED_ONLY: bool(false),
@@ -176,18 +163,8 @@ const environment = z.object({
       .enum(['otlp', 'none'], { message: 'must be otlp or none (this server exports traces over OTLP only)' })
       .optional(),
   ),
-  OTEL_EXPORTER_OTLP_ENDPOINT: optionalString.pipe(
-    z
-      .string()
-      .regex(/^https?:\/\//, 'must be an http:// or https:// URL')
-      .optional(),
-  ),
-  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: optionalString.pipe(
-    z
-      .string()
-      .regex(/^https?:\/\//, 'must be an http:// or https:// URL')
-      .optional(),
-  ),
+  OTEL_EXPORTER_OTLP_ENDPOINT: url(/^https?:\/\//, 'must be an http:// or https:// URL'),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: url(/^https?:\/\//, 'must be an http:// or https:// URL'),
   OTEL_EXPORTER_OTLP_PROTOCOL: optionalString.pipe(otlpProtocol),
   OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: optionalString.pipe(otlpProtocol),
   OTEL_TRACES_SAMPLER: optionalString.pipe(
@@ -213,34 +190,33 @@ export class ConfigError extends Error {
 /** Parses the environment once; every invalid setting is reported on its own line. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFacts = processMemoryFacts()) {
   const parsed = environment.safeParse(env);
-  if (parsed.success && parsed.data.RATE_LIMIT_STORE === 'postgres' && !parsed.data.DATABASE_URL) {
-    throw new ConfigError(['RATE_LIMIT_STORE: postgres needs DATABASE_URL (the embedded database serves one process)']);
-  }
-  if (parsed.success && parsed.data.DATABASE_REPLICA_URL && !parsed.data.DATABASE_URL) {
-    throw new ConfigError([
-      'DATABASE_REPLICA_URL: replicas need DATABASE_URL, their primary (the embedded database has none)',
-    ]);
-  }
-  if (parsed.success && parsed.data.CHANGE_DECODE_URL && !parsed.data.DATABASE_URL) {
-    throw new ConfigError([
-      'CHANGE_DECODE_URL: a standby to decode on needs DATABASE_URL, its primary (the embedded database has no stream)',
-    ]);
-  }
-  if (parsed.success && parsed.data.RATE_LIMIT_STORE === 'redis' && !parsed.data.REDIS_URL) {
-    throw new ConfigError(['RATE_LIMIT_STORE: redis needs REDIS_URL (redis://host:6379)']);
-  }
-  if (
-    parsed.success &&
-    parsed.data.METRICS_PORT !== undefined &&
-    parsed.data.METRICS_PORT !== 0 &&
-    parsed.data.METRICS_PORT === parsed.data.PORT
-  ) {
-    throw new ConfigError(['METRICS_PORT: must differ from PORT (unset it to serve /metrics on the API port)']);
-  }
-  if (parsed.success && parsed.data.SHUTDOWN_DELAY_MS >= parsed.data.SHUTDOWN_TIMEOUT_MS) {
-    throw new ConfigError([
-      'SHUTDOWN_DELAY_MS: must be shorter than SHUTDOWN_TIMEOUT_MS (the delay is part of the shutdown)',
-    ]);
+  if (parsed.success) {
+    const e = parsed.data;
+    const conflicts: [boolean, string][] = [
+      [
+        e.RATE_LIMIT_STORE === 'postgres' && !e.DATABASE_URL,
+        'RATE_LIMIT_STORE: postgres needs DATABASE_URL (the embedded database serves one process)',
+      ],
+      [
+        !!e.DATABASE_REPLICA_URL && !e.DATABASE_URL,
+        'DATABASE_REPLICA_URL: replicas need DATABASE_URL, their primary (the embedded database has none)',
+      ],
+      [
+        !!e.CHANGE_DECODE_URL && !e.DATABASE_URL,
+        'CHANGE_DECODE_URL: a standby to decode on needs DATABASE_URL, its primary (the embedded database has no stream)',
+      ],
+      [e.RATE_LIMIT_STORE === 'redis' && !e.REDIS_URL, 'RATE_LIMIT_STORE: redis needs REDIS_URL (redis://host:6379)'],
+      [
+        !!e.METRICS_PORT && e.METRICS_PORT === e.PORT,
+        'METRICS_PORT: must differ from PORT (unset it to serve /metrics on the API port)',
+      ],
+      [
+        e.SHUTDOWN_DELAY_MS >= e.SHUTDOWN_TIMEOUT_MS,
+        'SHUTDOWN_DELAY_MS: must be shorter than SHUTDOWN_TIMEOUT_MS (the delay is part of the shutdown)',
+      ],
+    ];
+    const problems = conflicts.filter(([conflict]) => conflict).map(([, problem]) => problem);
+    if (problems.length > 0) throw new ConfigError(problems);
   }
   if (!parsed.success) {
     throw new ConfigError(parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`));
@@ -302,16 +278,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFa
     changeDecodeUrl: e.CHANGE_DECODE_URL?.trim(),
     jwt: { issuer: e.JWT_ISSUER, audience: e.JWT_AUDIENCE },
     paginationSecret: e.PAGINATION_SECRET,
-    graphiql: e.GRAPHIQL === undefined ? e.NODE_ENV !== 'production' : ['true', '1', 'yes', 'on'].includes(e.GRAPHIQL),
+    graphiql: e.GRAPHIQL ?? e.NODE_ENV !== 'production',
     logLevel: e.LOG_LEVEL,
     logFormat: e.LOG_FORMAT,
     persistedOperationsOnly: e.GRAPHQL_PERSISTED_ONLY,
-    introspection:
-      e.INTROSPECTION === undefined
-        ? e.GRAPHIQL === undefined
-          ? e.NODE_ENV !== 'production'
-          : ['true', '1', 'yes', 'on'].includes(e.GRAPHIQL)
-        : ['true', '1', 'yes', 'on'].includes(e.INTROSPECTION),
+    introspection: e.INTROSPECTION ?? e.GRAPHIQL ?? e.NODE_ENV !== 'production',
     jwtMaxAgeSeconds: e.JWT_MAX_AGE_SECONDS,
     jwtMaxLifetimeSeconds: e.JWT_MAX_LIFETIME_SECONDS,
     limits: {
