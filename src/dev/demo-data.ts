@@ -63,17 +63,7 @@ function between(faker: Faker, from: number, to: number): Date {
   return new Date(Math.floor(from + faker.number.float({ min: 0, max: 1 }) * Math.max(0, to - from)));
 }
 
-type Counters = {
-  childSignupCount: number;
-  signInCount: number;
-  emailConfirmationCount: number;
-  providerAAuthCount: number;
-  providerBAuthCount: number;
-  providerCAuthCount: number;
-  providerDAuthCount: number;
-};
-
-const COUNTER_KEYS: (keyof Counters)[] = [
+const COUNTER_KEYS = [
   'childSignupCount',
   'signInCount',
   'emailConfirmationCount',
@@ -81,7 +71,7 @@ const COUNTER_KEYS: (keyof Counters)[] = [
   'providerBAuthCount',
   'providerCAuthCount',
   'providerDAuthCount',
-];
+] as const;
 
 async function seedOrganization(
   database: Pick<Database, 'prisma' | 'sql'>,
@@ -112,15 +102,10 @@ async function seedOrganization(
   const availableCents = Math.round((spentCents * Math.max(balance, 0)) / Math.max(purchased, 1));
 
   const children: Prisma.AccountCreateManyInput[] = [];
-  const totals: Counters = {
-    childSignupCount: 0,
-    signInCount: 0,
-    emailConfirmationCount: 0,
-    providerAAuthCount: 0,
-    providerBAuthCount: 0,
-    providerCAuthCount: 0,
-    providerDAuthCount: 0,
-  };
+  const totals = Object.fromEntries(COUNTER_KEYS.map((key) => [key, 0])) as Record<
+    (typeof COUNTER_KEYS)[number],
+    number
+  >;
   for (let i = 0; i < childCount; i++) {
     const child = seedChild(faker, parentId, domain, i, now);
     for (const key of COUNTER_KEYS) totals[key] += child[key] as number;
@@ -142,13 +127,9 @@ async function seedOrganization(
     authProvider: 'email',
     lastLoginProvider: 'email',
     // decisions §1: a parent's counters count the whole organization.
-    childSignupCount: totals.childSignupCount,
+    ...totals,
     signInCount: totals.signInCount + parentLogins,
     emailConfirmationCount: totals.emailConfirmationCount + 1,
-    providerAAuthCount: totals.providerAAuthCount,
-    providerBAuthCount: totals.providerBAuthCount,
-    providerCAuthCount: totals.providerCAuthCount,
-    providerDAuthCount: totals.providerDAuthCount,
     lastPasswordChanged: between(faker, parentCreated, now),
     loginAttempts: 0,
     lastLoginAttempt: between(faker, now - 2 * DAY, now),
