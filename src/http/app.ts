@@ -128,28 +128,29 @@ export function createApp(built: Dependencies): App {
   const checkHead = headChecker(config.limits);
   const { limits } = config;
 
-  const rest = (path: string, operation: RestOperation, shared: { sharedByOrganization?: boolean } = {}): Route => ({
+  /** A route as the API's are unless it says otherwise: REST, read-only, rate limited, shed near the budget. */
+  const at = (path: string, handle: Route['handle'], options: Partial<Route> = {}): Route => ({
     path,
     label: path,
     methods: READ_ONLY,
     protocol: 'rest',
     limited: true,
     shed: true,
-    handle: (exchange) =>
+    handle,
+    ...options,
+  });
+  const rest = (path: string, operation: RestOperation, shared: { sharedByOrganization?: boolean } = {}) =>
+    at(path, (exchange) =>
       answerRest(exchange, operation, createRequestContext(deps, exchange), {
         maxQueryParameters: limits.maxQueryParameters,
         logger,
         ...shared,
       }),
-  });
-  const probe = (path: string, handle: Route['handle']): Route => ({
-    path,
-    label: path,
-    methods: READ_ONLY,
-    protocol: 'rest',
-    limited: false,
-    shed: false,
-    handle,
+    );
+  const probe = (path: string, handle: Route['handle']) => at(path, handle, { limited: false, shed: false });
+  const metricsText = async () => ({
+    contentType: metrics.registry.contentType,
+    text: await metrics.registry.metrics(),
   });
 
   async function serveGraphQL(exchange: Exchange): Promise<void> {
@@ -171,26 +172,11 @@ export function createApp(built: Dependencies): App {
     rest('/auth/child-accounts', (context, parameters) => childAccounts(context, parameters)),
     rest('/parent/credit-analysis', (context) => creditAnalysis(context)),
     // Beside them: the whole child list as a file, rate limited as the many requests it costs.
-    {
-      path: EXPORT_PATH,
-      label: EXPORT_PATH,
-      methods: READ_ONLY,
-      protocol: 'rest',
-      limited: true,
-      shed: true,
+    at(EXPORT_PATH, (exchange) => exports.handle(exchange, createRequestContext(deps, exchange)), {
       cost: config.export.rateCost,
-      handle: (exchange) => exports.handle(exchange, createRequestContext(deps, exchange)),
-    },
+    }),
     // Every method reaches GraphQL: the transports answer the ones they do not take (405).
-    {
-      path: '/graphql',
-      label: '/graphql',
-      methods: 'GET, POST',
-      protocol: 'graphql',
-      limited: true,
-      shed: true,
-      handle: serveGraphQL,
-    },
+    at('/graphql', serveGraphQL, { methods: 'GET, POST', protocol: 'graphql' }),
     // Liveness: the process answers; nothing else is touched.
     probe('/healthz', (exchange) => exchange.sendJson(200, { status: 'ok' })),
     probe('/readyz', async (exchange) => {
@@ -215,28 +201,18 @@ export function createApp(built: Dependencies): App {
     // Rate limited like the API: a scraper asks every few seconds. METRICS_PORT moves it off the API's port.
     ...(config.metricsPort === undefined
       ? [
-          {
-            path: '/metrics',
-            label: '/metrics',
-            methods: READ_ONLY,
-            protocol: 'rest',
-            limited: true,
-            shed: false,
-            handle: async (exchange: Exchange) =>
-              exchange.send(200, metrics.registry.contentType, await metrics.registry.metrics()),
-          } satisfies Route,
+          at(
+            '/metrics',
+            async (exchange) => {
+              const { contentType, text } = await metricsText();
+              exchange.send(200, contentType, text);
+            },
+            { shed: false },
+          ),
         ]
       : []),
     // The REST description and its reference page; the page's scripts and styles count as the page.
-    ...DOCS_PATHS.map((path): Route => ({
-      path,
-      label: path === OPENAPI_PATH ? OPENAPI_PATH : '/docs',
-      methods: READ_ONLY,
-      protocol: 'rest',
-      limited: true,
-      shed: true,
-      handle: serveDocs,
-    })),
+    ...DOCS_PATHS.map((path) => at(path, serveDocs, { label: path === OPENAPI_PATH ? OPENAPI_PATH : '/docs' })),
   ];
   const byPath = new Map(routes.map((route) => [route.path, route]));
 
@@ -273,17 +249,13 @@ export function createApp(built: Dependencies): App {
     if (route.shed) {
       const clients = client!.keys;
       const refusal = pressure.refusesRequest(clients);
-      if (refusal === 'client')
-        return refuse(
-          exchange,
-          route,
-          new RateLimitedError(1, 'Too many requests of this client are in progress; try again in 1 s.'),
-        );
       if (refusal)
         return refuse(
           exchange,
           route,
-          new ServiceUnavailableError(REFUSED[refusal].message, REFUSED[refusal].retryAfter),
+          refusal === 'client'
+            ? new RateLimitedError(1, 'Too many requests of this client are in progress; try again in 1 s.')
+            : new ServiceUnavailableError(REFUSED[refusal].message, REFUSED[refusal].retryAfter),
         );
       exchange.countsAsInProgress(() => pressure.finished(clients));
     }
@@ -297,7 +269,7 @@ export function createApp(built: Dependencies): App {
     exports,
     pressure,
     documents: pipeline.documents,
-    metricsText: async () => ({ contentType: metrics.registry.contentType, text: await metrics.registry.metrics() }),
+    metricsText,
     close: () => built.close(),
     drain: () => {
       draining = true;
