@@ -17,7 +17,6 @@ const optionalString = z
   .string()
   .optional()
   .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim()));
-/** An optional URL whose scheme `pattern` checks. */
 const url = (pattern: RegExp, message: string) => optionalString.pipe(z.string().regex(pattern, message).optional());
 
 /** The longest delay Node's timers take (2^31 - 1 ms); a longer one fires after 1 ms. */

@@ -11,9 +11,7 @@ export type MetricSources = {
   feed: () => ChangeFeed;
   /** PostgreSQL mode: the connection pool (the embedded database has one session, no pool). */
   pool?: pg.Pool;
-  /** Retrieval-counter increments recorded but not yet written. */
   unsavedRetrievals: () => number;
-  /** Log lines lost because the log destination failed. */
   droppedLogLines: () => number;
   /** DATABASE_REPLICA_URL: each replica's state, and the stale-tolerant reads by where they went. */
   replicas?: () => {
@@ -145,10 +143,7 @@ const HELP: Record<string, string> = {
 export function createMetrics(): Metrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
-  /**
-   * A series read from its owner when scraped. One named `_total` is a counter mirroring the owner's running total;
-   * with `label`, `read` gives one value for each of the label's values.
-   */
+  /** A series read when scraped: named `_total`, a counter mirroring its owner's total; with `label`, one a value. */
   const scraped = (name: string, read: () => number | Record<string, number>, label?: string) => {
     const each = (set: (labels: Record<string, string>, value: number) => void) => {
       const value = read();
@@ -252,7 +247,6 @@ export function createMetrics(): Metrics {
         scraped('api_graphql_registrations_total', outcomes, 'outcome');
       }
       if (replicas) {
-        /** One value a replica, numbered in the order configured; none for a replica whose value is unknown. */
         const byReplica = (value: (member: { usable: boolean; lagMs?: number }) => number | undefined) => () => {
           const values: Record<string, number> = {};
           replicas().state.forEach((member, i) => {
