@@ -189,38 +189,35 @@ export class ConfigError extends Error {
 /** Parses the environment once; every invalid setting is reported on its own line. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env, facts: MemoryFacts = processMemoryFacts()) {
   const parsed = environment.safeParse(env);
-  if (parsed.success) {
-    const e = parsed.data;
-    const conflicts: [boolean, string][] = [
-      [
-        e.RATE_LIMIT_STORE === 'postgres' && !e.DATABASE_URL,
-        'RATE_LIMIT_STORE: postgres needs DATABASE_URL (the embedded database serves one process)',
-      ],
-      [
-        !!e.DATABASE_REPLICA_URL && !e.DATABASE_URL,
-        'DATABASE_REPLICA_URL: replicas need DATABASE_URL, their primary (the embedded database has none)',
-      ],
-      [
-        !!e.CHANGE_DECODE_URL && !e.DATABASE_URL,
-        'CHANGE_DECODE_URL: a standby to decode on needs DATABASE_URL, its primary (the embedded database has no stream)',
-      ],
-      [e.RATE_LIMIT_STORE === 'redis' && !e.REDIS_URL, 'RATE_LIMIT_STORE: redis needs REDIS_URL (redis://host:6379)'],
-      [
-        !!e.METRICS_PORT && e.METRICS_PORT === e.PORT,
-        'METRICS_PORT: must differ from PORT (unset it to serve /metrics on the API port)',
-      ],
-      [
-        e.SHUTDOWN_DELAY_MS >= e.SHUTDOWN_TIMEOUT_MS,
-        'SHUTDOWN_DELAY_MS: must be shorter than SHUTDOWN_TIMEOUT_MS (the delay is part of the shutdown)',
-      ],
-    ];
-    const problems = conflicts.filter(([conflict]) => conflict).map(([, problem]) => problem);
-    if (problems.length > 0) throw new ConfigError(problems);
-  }
   if (!parsed.success) {
     throw new ConfigError(parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`));
   }
   const e = parsed.data;
+  const conflicts: [boolean, string][] = [
+    [
+      e.RATE_LIMIT_STORE === 'postgres' && !e.DATABASE_URL,
+      'RATE_LIMIT_STORE: postgres needs DATABASE_URL (the embedded database serves one process)',
+    ],
+    [
+      !!e.DATABASE_REPLICA_URL && !e.DATABASE_URL,
+      'DATABASE_REPLICA_URL: replicas need DATABASE_URL, their primary (the embedded database has none)',
+    ],
+    [
+      !!e.CHANGE_DECODE_URL && !e.DATABASE_URL,
+      'CHANGE_DECODE_URL: a standby to decode on needs DATABASE_URL, its primary (the embedded database has no stream)',
+    ],
+    [e.RATE_LIMIT_STORE === 'redis' && !e.REDIS_URL, 'RATE_LIMIT_STORE: redis needs REDIS_URL (redis://host:6379)'],
+    [
+      !!e.METRICS_PORT && e.METRICS_PORT === e.PORT,
+      'METRICS_PORT: must differ from PORT (unset it to serve /metrics on the API port)',
+    ],
+    [
+      e.SHUTDOWN_DELAY_MS >= e.SHUTDOWN_TIMEOUT_MS,
+      'SHUTDOWN_DELAY_MS: must be shorter than SHUTDOWN_TIMEOUT_MS (the delay is part of the shutdown)',
+    ],
+  ];
+  const problems = conflicts.filter(([conflict]) => conflict).map(([, problem]) => problem);
+  if (problems.length > 0) throw new ConfigError(problems);
   const tracing: TracingSettings = {
     enabled:
       !e.OTEL_SDK_DISABLED &&

@@ -76,7 +76,7 @@ export type Metrics = {
 const BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
 
 /** What each series read when scraped says, by name: the registrations in `watch` read as one list. */
-const HELP: Record<string, string> = {
+const HELP = {
   api_cache_hits_total: 'Entity cache lookups answered from the cache.',
   api_cache_misses_total: 'Entity cache lookups that went to the database.',
   api_cache_evictions_total: 'Entries evicted to stay within the cache bounds.',
@@ -134,7 +134,7 @@ const HELP: Record<string, string> = {
   api_trace_spans_total: 'Sampled spans sent to the OpenTelemetry collector, by outcome (exported, failed).',
   api_retrieval_counter_pending: 'Organization-details retrievals counted but not yet written to the database.',
   api_db_pool_connections: 'Database pool connections by state: in use, idle, and requests waiting for one.',
-};
+} satisfies Record<string, string>;
 
 /**
  * Prometheus metrics (`GET /metrics`). Every label takes its value from a fixed set (routes, statuses,
@@ -144,13 +144,17 @@ export function createMetrics(): Metrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
   /** A series read when scraped: named `_total`, a counter mirroring its owner's total; with `label`, one a value. */
-  const scraped = (name: string, read: () => number | Record<string, number>, label?: string) => {
+  const scraped = (
+    name: keyof typeof HELP,
+    read: () => number | Record<string, number | undefined>,
+    label?: string,
+  ) => {
     const each = (set: (labels: Record<string, string>, value: number) => void) => {
       const value = read();
       if (typeof value === 'number') set({}, value);
-      else for (const [key, total] of Object.entries(value)) set({ [label!]: key }, total);
+      else for (const [key, total] of Object.entries(value)) set({ [label!]: key }, total ?? 0);
     };
-    const options = { name, help: HELP[name]!, labelNames: label === undefined ? [] : [label], registers: [registry] };
+    const options = { name, help: HELP[name], labelNames: label === undefined ? [] : [label], registers: [registry] };
     if (name.endsWith('_total'))
       new Counter({
         ...options,
@@ -272,7 +276,7 @@ export function createMetrics(): Metrics {
         scraped('api_memory_requests_max', () => memory().budget.maxRequests);
         scraped('api_memory_pressure_level', () => memory().level);
         scraped('api_memory_share_bytes', () => memory().budget.shares, 'share');
-        scraped('api_memory_share_used_bytes', () => memory().used as Record<string, number>, 'share');
+        scraped('api_memory_share_used_bytes', () => memory().used, 'share');
         scraped('api_memory_refusals_total', () => memory().refusals, 'kind');
       }
       const storeUp = sources.rateLimitStoreUp;
