@@ -101,18 +101,9 @@ export class ServiceUnavailableError extends ApiError {
   }
 }
 
-const UNAVAILABLE_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'ETIMEDOUT',
-  'ENOTFOUND',
-  'EHOSTUNREACH',
-  'EPIPE',
-  '57P01',
-  '57P03',
-  '57014',
-  '53300',
-]);
+const UNAVAILABLE_CODES = new Set(
+  'ECONNREFUSED ECONNRESET ETIMEDOUT ENOTFOUND EHOSTUNREACH EPIPE 57P01 57P03 57014 53300'.split(' '),
+);
 
 /** True when an error means the database cannot be reached or did not answer in time. */
 export function isDatabaseUnavailable(error: unknown): boolean {

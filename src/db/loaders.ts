@@ -164,16 +164,7 @@ export class Loaders {
           `FROM "Organization" WHERE "parentId" = ANY($1::text[])`,
           [misses],
         );
-        return new Map(
-          rows.map((row) => [
-            row.parentId,
-            {
-              creditBalance: row.creditBalance,
-              accountBalance: row.accountBalance,
-              availableBalance: row.availableBalance,
-            },
-          ]),
-        );
+        return new Map(rows.map(({ parentId, ...balances }) => [parentId, balances]));
       },
       tags: (id) => [cacheTags.organization(id)],
       share: true,

@@ -24,16 +24,9 @@ function usePersistedOperations(rule: PersistedRule): Plugin<GraphQLInitialConte
 }
 
 /** Yoga's headers about its own connection or framing, which the edge owns. */
-const CONNECTION_HEADERS = new Set([
-  'connection',
-  'keep-alive',
-  'transfer-encoding',
-  'content-length',
-  'proxy-connection',
-  'upgrade',
-  'te',
-  'trailer',
-]);
+const CONNECTION_HEADERS = new Set(
+  'connection keep-alive transfer-encoding content-length proxy-connection upgrade te trailer'.split(' '),
+);
 
 /** HTML pages at least this large are sent gzipped to clients that accept it (GraphiQL: megabytes). */
 const COMPRESS_HTML_FROM_BYTES = 64 * 1024;

@@ -5,30 +5,14 @@
  */
 
 /** What browsers may send: the API's own headers and those GraphQL clients add (Apollo Client's). */
-const ALLOWED_REQUEST_HEADERS = [
-  'Authorization',
-  'Content-Type',
-  'Accept',
-  'X-Public-Key',
-  'X-Request-Id',
-  'If-None-Match',
-  'apollographql-client-name',
-  'apollographql-client-version',
-  'apollo-require-preflight',
-].join(', ');
+const ALLOWED_REQUEST_HEADERS =
+  'Authorization, Content-Type, Accept, X-Public-Key, X-Request-Id, If-None-Match, ' +
+  'apollographql-client-name, apollographql-client-version, apollo-require-preflight';
 
 /** What scripts may read of an answer. */
-const EXPOSED_HEADERS = [
-  'X-Request-Id',
-  'ETag',
-  'WWW-Authenticate',
-  'Allow',
-  'Retry-After',
-  'RateLimit-Limit',
-  'RateLimit-Remaining',
-  'RateLimit-Reset',
-  'RateLimit-Policy',
-].join(', ');
+const EXPOSED_HEADERS =
+  'X-Request-Id, ETag, WWW-Authenticate, Allow, Retry-After, ' +
+  'RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, RateLimit-Policy';
 
 /** How long a browser may reuse a preflight's answer (Chromium caps it at two hours). */
 const MAX_AGE_SECONDS = '7200';

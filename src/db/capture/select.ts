@@ -150,8 +150,15 @@ export class PostgresChangeFeed implements ChangeFeed {
   }
 
   private async choose(): Promise<void> {
-    const { options } = this;
-    const choice = options.choice ?? 'auto';
+    const { choice = 'auto', sql, decodeFrom, onNotice, ...common } = this.options;
+    const forward: ChangeListener = {
+      change: (change: Change) => {
+        for (const listener of this.listeners) listener.change(change);
+      },
+      reset: () => {
+        for (const listener of this.listeners) listener.reset();
+      },
+    };
     let failures = 0;
     while (!this.closed) {
       try {
@@ -160,55 +167,29 @@ export class PostgresChangeFeed implements ChangeFeed {
             ? 'CHANGE_SOURCE=triggers'
             : choice === 'logical'
               ? undefined
-              : unavailable(await capability(options.sql));
-        const forward: ChangeListener = {
-          change: (change: Change) => {
-            for (const listener of this.listeners) listener.change(change);
-          },
-          reset: () => {
-            for (const listener of this.listeners) listener.reset();
-          },
-        };
-        const common = {
-          connection: options.connection,
-          connectTimeoutMs: options.connectTimeoutMs,
-          heartbeatMs: options.heartbeatMs,
-          staleAfterMs: options.staleAfterMs,
-          heartbeatTimeoutMs: options.heartbeatTimeoutMs,
-          onStateChange: options.onStateChange,
-        };
+              : unavailable(await capability(sql));
         if (why === undefined) {
-          if (await removeTriggers(options.sql))
-            options.onNotice?.(
+          if (await removeTriggers(sql))
+            onNotice?.(
               'removed the announcement triggers a server without the replication stream had installed',
               false,
             );
-          const problem = options.decodeFrom
-            ? await standbyProblem(options.decodeFrom, options.sql, options.connectTimeoutMs ?? 2000)
-            : undefined;
-          if (options.decodeFrom && problem === undefined) {
-            this.inner = new LogicalChangeFeed({ ...common, decodeFrom: options.decodeFrom });
-            options.onNotice?.(
-              `database changes read from the logical replication stream (publication ${PUBLICATION}), decoded on the standby CHANGE_DECODE_URL names (a temporary slot per instance there)`,
+          const problem = decodeFrom && (await standbyProblem(decodeFrom, sql, common.connectTimeoutMs ?? 2000));
+          const onStandby = decodeFrom !== undefined && problem === undefined;
+          this.inner = new LogicalChangeFeed(onStandby ? { ...common, decodeFrom } : common);
+          if (problem !== undefined)
+            onNotice?.(
+              `CHANGE_DECODE_URL cannot decode the stream: ${problem}; decoding on the primary instead (see src/db/capture/README.md)`,
+              true,
+            );
+          else
+            onNotice?.(
+              `database changes read from the logical replication stream (publication ${PUBLICATION}${onStandby ? '), decoded on the standby CHANGE_DECODE_URL names (a temporary slot per instance there)' : ', a temporary slot per instance)'}`,
               false,
             );
-          } else {
-            this.inner = new LogicalChangeFeed(common);
-            if (problem !== undefined) {
-              options.onNotice?.(
-                `CHANGE_DECODE_URL cannot decode the stream: ${problem}; decoding on the primary instead (see src/db/capture/README.md)`,
-                true,
-              );
-            } else {
-              options.onNotice?.(
-                `database changes read from the logical replication stream (publication ${PUBLICATION}, a temporary slot per instance)`,
-                false,
-              );
-            }
-          }
         } else {
-          this.inner = new NotifyChangeFeed({ ...common, install: () => installTriggers(options.sql) });
-          options.onNotice?.(
+          this.inner = new NotifyChangeFeed({ ...common, install: () => installTriggers(sql) });
+          onNotice?.(
             `logical replication is not available (${why}): database changes are announced by triggers in every writer's transaction, which costs the writers. ` +
               `To read the replication stream instead, set wal_level = logical (and max_replication_slots, max_wal_senders: one each per instance) and grant the role REPLICATION; see src/ops/README.md`,
             true,
@@ -219,7 +200,7 @@ export class PostgresChangeFeed implements ChangeFeed {
         return;
       } catch (error) {
         failures += 1;
-        if (failures === 1) options.onStateChange?.(false, error);
+        if (failures === 1) common.onStateChange?.(false, error);
         await new Promise((resolve) => setTimeout(resolve, retryDelay(failures)).unref());
       }
     }
