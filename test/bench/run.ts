@@ -697,7 +697,7 @@ try {
   const overRuns = (runs: Run[]) => total(runs, 'requests') / Math.max(0.01, total(runs, 'seconds'));
   const rows: Row[] = [];
   /** The measured runs of the server's rows, in µs of the monotonic clock the CPU profile's timestamps use. */
-  const measured: [number, number][] = [];
+  const measured: { scenario: string; window: [number, number] }[] = [];
   let floorRps = 0;
   const rounds = Math.max(1, Number(args.rounds));
   // Each round measures every row once; a compared pair in one order, then in the other.
@@ -805,7 +805,7 @@ try {
       runs.push(autocannon(scenario, bracketed ? duration / slices : duration));
       const ended = Number(process.hrtime.bigint() / 1000n);
       window = [window?.[0] ?? started, ended];
-      if (pid === app.pid) measured.push([started, ended]);
+      if (pid === app.pid) measured.push({ scenario: scenario.name, window: [started, ended] });
       const [ticksAfter, txAfter] = [cpuTicks(pid), await transactions(stats, dbName)];
       const lookupsAfter = ofApp ? await cacheLookups(server) : undefined;
       sum.user += ticksAfter.user - ticks.user;
@@ -977,7 +977,7 @@ try {
   mkdirSync(path.dirname(args.json), { recursive: true });
   writeFileSync(
     args.json,
-    JSON.stringify({ date: new Date().toISOString(), children, duration, connections, rows, soak }, null, 2),
+    JSON.stringify({ date: new Date().toISOString(), children, duration, connections, rows, soak, measured }, null, 2),
   );
   console.log(`results: ${args.json}`);
   for (const p of processes) p.kill('SIGTERM');
@@ -987,32 +987,24 @@ try {
   if (args.profile) {
     const file = readdirSync(profileDir).find((name) => name.endsWith('.cpuprofile'));
     if (!file) throw new Error('the server wrote no CPU profile');
-    // Only the samples taken during the measured runs count (not the priming, warm-up or start);
-    // the split is of shares, applied to the measured CPU per request of the one server row.
+    // Each server row's split, of the samples taken during its measured runs alone (not the priming,
+    // warm-up or start): shares of the samples outside idle and system calls, applied to the row's
+    // CPU a request measured from /proc less the system calls' share of its busy samples.
     const appRows = rows.filter(
       (r) => !r.scenario.startsWith('floor') && !r.scenario.startsWith('ceiling') && !r.scenario.endsWith(compareLabel),
     );
-    const perRequest = appRows.length === 1 ? appRows[0]!.cpuUsPerRequest : undefined;
-    console.log(
-      `\nCPU by layer${perRequest ? ` (${appRows[0]!.scenario}, ${perRequest} µs a request)` : ' (every row measured)'}:`,
-    );
-    // The shares are of the samples outside idle and system calls; the µs apply them to the CPU a
-    // request measured from /proc, less the system calls' share of the busy samples.
-    const split = layerSplit(path.join(profileDir, file), measured);
-    const kernel = split.find((entry) => entry.layer === SYSTEM_CALLS)!;
-    const running = perRequest === undefined ? undefined : perRequest * (1 - kernel.share);
-    for (const { layer, share } of split) {
-      const us =
-        layer === SYSTEM_CALLS
-          ? perRequest === undefined
-            ? undefined
-            : perRequest * share
-          : running === undefined
-            ? undefined
-            : running * share;
-      console.log(
-        `  ${layer.padEnd(58)} ${(share * 100).toFixed(1).padStart(5)} %${us === undefined ? '' : `  ${String(Math.round(us)).padStart(5)} µs`}`,
-      );
+    for (const row of appRows) {
+      const perRequest = row.cpuUsPerRequest;
+      console.log(`\nCPU by layer (${row.scenario}, ${perRequest} µs a request):`);
+      const windows = measured.filter((run) => run.scenario === row.scenario).map((run) => run.window);
+      const split = layerSplit(path.join(profileDir, file), windows);
+      const running = perRequest * (1 - split.find((entry) => entry.layer === SYSTEM_CALLS)!.share);
+      for (const { layer, share } of split) {
+        const us = (layer === SYSTEM_CALLS ? perRequest : running) * share;
+        console.log(
+          `  ${layer.padEnd(58)} ${(share * 100).toFixed(1).padStart(5)} %  ${String(Math.round(us)).padStart(5)} µs`,
+        );
+      }
     }
   }
   await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`).catch(() => {});
