@@ -66,6 +66,9 @@ const KERNEL_ENTRIES = new Set([
   'connect',
 ]);
 
+/** A `--cpu-prof` file, read once for as many splits as are asked of it. */
+export const readProfile = (file: string) => JSON.parse(readFileSync(file, 'utf8')) as CpuProfile;
+
 /**
  * The busy samples by layer: `share` of the samples outside system calls and idle; the system
  * calls' row has its share of all busy samples instead (in `share`), and comes last. With
@@ -73,10 +76,9 @@ const KERNEL_ENTRIES = new Set([
  * samples taken inside one of them count.
  */
 export function layerSplit(
-  file: string,
+  profile: CpuProfile,
   windows?: readonly [number, number][],
 ): { layer: string; ms: number; share: number }[] {
-  const profile = JSON.parse(readFileSync(file, 'utf8')) as CpuProfile;
   const byId = new Map(profile.nodes.map((node) => [node.id, node]));
   const parent = new Map<number, number>();
   for (const node of profile.nodes) for (const child of node.children ?? []) parent.set(child, node.id);
@@ -122,6 +124,6 @@ export function layerSplit(
 
 /** `tsx test/bench/layers.ts <file.cpuprofile>`: prints the split. */
 if (process.argv[1]?.endsWith('layers.ts') && process.argv[2]) {
-  for (const { layer, ms, share } of layerSplit(process.argv[2]))
+  for (const { layer, ms, share } of layerSplit(readProfile(process.argv[2])))
     console.log(`${layer.padEnd(52)} ${String(ms).padStart(7)} ms  ${(share * 100).toFixed(1).padStart(5)} %`);
 }

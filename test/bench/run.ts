@@ -11,7 +11,7 @@ import { openDatabase } from '../../src/db/database.js';
 import { migrate } from '../../src/db/migrator.js';
 import { seed } from '../../src/dev/demo-data.js';
 import { freePort, postgresBinDir, startCluster, type Cluster } from '../helpers/postgres-cluster.js';
-import { layerSplit, SYSTEM_CALLS } from './layers.js';
+import { layerSplit, readProfile, SYSTEM_CALLS } from './layers.js';
 
 /*
  * npm run bench: the product against the floor (one prepared pg query as JSON over node:http),
@@ -993,11 +993,12 @@ try {
     const appRows = rows.filter(
       (r) => !r.scenario.startsWith('floor') && !r.scenario.startsWith('ceiling') && !r.scenario.endsWith(compareLabel),
     );
+    const profile = readProfile(path.join(profileDir, file));
     for (const row of appRows) {
       const perRequest = row.cpuUsPerRequest;
       console.log(`\nCPU by layer (${row.scenario}, ${perRequest} µs a request):`);
       const windows = measured.filter((run) => run.scenario === row.scenario).map((run) => run.window);
-      const split = layerSplit(path.join(profileDir, file), windows);
+      const split = layerSplit(profile, windows);
       const running = perRequest * (1 - split.find((entry) => entry.layer === SYSTEM_CALLS)!.share);
       for (const { layer, share } of split) {
         const us = (layer === SYSTEM_CALLS ? perRequest : running) * share;
